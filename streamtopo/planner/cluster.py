@@ -1,0 +1,72 @@
+"""Hosts the planner places PEs on: CPU capacity and labels (COLA's hosts, design.md's Kubernetes nodes).
+
+On a cluster the controller builds a :class:`Cluster` from Node objects (allocatable CPU, labels);
+``streamtopo plan --cluster hosts.yaml`` reads one from a file, and ``--hosts N --host-cpu C`` makes
+a uniform one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, model_validator
+
+from streamtopo.planner.model import Model, TopologyError, problems_of, read_document
+
+
+class Host(Model):
+    """A machine that runs executors."""
+
+    name: str = Field(min_length=1)
+    cpu: float = Field(gt=0)
+    """CPU cores available to executors (the node's allocatable CPU)."""
+    memory: float | None = Field(default=None, gt=0)
+    """Bytes available to executors, when known."""
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    def matches(self, selector: Mapping[str, str]) -> bool:
+        """Resource matching: every label of the selector is on the host with the same value."""
+        return all(self.labels.get(k) == v for k, v in selector.items())
+
+
+class Cluster(Model):
+    """The hosts available to one topology."""
+
+    hosts: list[Host] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Cluster:
+        names = [h.name for h in self.hosts]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate host names: {', '.join(duplicates)}")
+        return self
+
+    @classmethod
+    def uniform(cls, count: int, cpu: float, labels: Mapping[str, str] | None = None) -> Cluster:
+        """``count`` identical hosts named host-1 .. host-N."""
+        if count < 1:
+            raise TopologyError([("hosts", "need at least one host")])
+        if cpu <= 0:
+            raise TopologyError([("host-cpu", "host CPU must be positive")])
+        return cls(hosts=[Host(name=f"host-{i + 1}", cpu=cpu, labels=dict(labels or {})) for i in range(count)])
+
+    def host(self, name: str) -> Host:
+        return next(h for h in self.hosts if h.name == name)
+
+    @property
+    def capacity(self) -> dict[str, float]:
+        return {h.name: h.cpu for h in self.hosts}
+
+
+def load_cluster(source: str | Path | Mapping[str, Any]) -> Cluster:
+    """Read ``hosts: [{name, cpu, memory, labels}]``; errors name the field like topology errors do."""
+    data = read_document(source)
+    if isinstance(data, list):
+        data = {"hosts": data}
+    try:
+        return Cluster.model_validate(data)
+    except ValidationError as error:
+        raise TopologyError(problems_of(error)) from None

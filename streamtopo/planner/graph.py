@@ -1,0 +1,218 @@
+"""From a validated spec to the graphs the optimisers partition.
+
+The *logical graph* has one vertex per operator (and per HA replica of an operator), weighted by its
+CPU cost w_v in cores, and one arc per stream, weighted by the CPU cost w_e of carrying that stream
+between processes. The *unit graph* has one vertex per (operator, key group) and the kg-to-kg traffic
+as arcs: one-to-one where consecutive operators are partitioned by the same key with the same number
+of key groups, forward (kg i -> kg i mod K) into an unkeyed operator, all-to-all otherwise.
+
+Cost model (documented in docs/cost-model.md): an operator without a profiled ``cost.cpu`` costs
+``input rate x per-record cost of its kind``; a stream costs ``rate x (per_record + bytes x per_byte)``
+cores, the serialisation, transport and deserialisation work Aeolus calls n and s. Rates propagate
+from sources through selectivities; ``streams`` overrides win. All weights are CPU cores, so COLA's
+SIZE(S) = w(S) + w(delta(S)) compares directly with a host's capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from streamtopo.planner.model import Operator, StreamTopologySpec
+
+Node = str | tuple[str, int]
+"""A logical node (operator or replica name) or a unit (logical node, key group)."""
+
+DEFAULT_RECORD_BYTES = 64
+REPLICA_SEPARATOR = "~r"
+
+
+@dataclass(frozen=True)
+class CommCostModel:
+    """CPU seconds to move one record between processes: Aeolus' n (per message) and s (per byte).
+
+    Defaults are what ``streamtopo calibrate`` measured on the reference machine (2-core x86_64,
+    Arrow IPC through Valkey); pass measured values to plan for another machine.
+    """
+
+    per_record: float = 2e-6
+    per_byte: float = 5e-9
+
+    def stream_cost(self, rate: float, record_bytes: float) -> float:
+        return rate * (self.per_record + record_bytes * self.per_byte)
+
+
+@dataclass(frozen=True)
+class OperatorCostModel:
+    """Per-record CPU seconds by kind, and default selectivities, for operators not yet profiled."""
+
+    per_record: dict[str, float] = field(
+        default_factory=lambda: {
+            "source": 5e-6, "map": 10e-6, "filter": 5e-6, "aggregate": 20e-6,
+            "join": 30e-6, "udf": 50e-6, "sink": 10e-6,
+        }
+    )
+    selectivity: dict[str, float] = field(
+        default_factory=lambda: {
+            "source": 1.0, "map": 1.0, "filter": 0.5, "aggregate": 0.1,
+            "join": 0.5, "udf": 1.0, "sink": 0.0,
+        }
+    )
+
+
+def replica_name(operator: str, replica: int) -> str:
+    """Replica 0 keeps the operator's name; replica r >= 1 is ``name~r<r>``."""
+    return operator if replica == 0 else f"{operator}{REPLICA_SEPARATOR}{replica}"
+
+
+def operator_of(node: Node) -> str:
+    """The user's operator behind a logical node or unit."""
+    name = node[0] if isinstance(node, tuple) else node
+    return name.split(REPLICA_SEPARATOR)[0]
+
+
+def rates(spec: StreamTopologySpec, ops: OperatorCostModel | None = None) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+    """Input rate of every operator and rate of every stream, records per second.
+
+    A source's input rate is its own generation rate; others sum their input streams. A stream's rate
+    is its producer's output rate (input x selectivity) unless ``spec.streams`` overrides it.
+    """
+    ops = ops or OperatorCostModel()
+    overrides = {(s.from_, s.to): s.rate for s in spec.streams if s.rate is not None}
+    by_name = spec.by_name()
+    order = list(nx.topological_sort(_operator_dag(spec)))
+    input_rate: dict[str, float] = {}
+    edge_rate: dict[tuple[str, str], float] = {}
+    for name in order:
+        op = by_name[name]
+        if op.kind == "source":
+            input_rate[name] = op.source.rate_per_second
+        else:
+            input_rate[name] = sum(edge_rate[(u, name)] for u in op.inputs)
+        out = input_rate[name] * _selectivity(op, ops)
+        for downstream in by_name.values():
+            if name in downstream.inputs:
+                edge_rate[(name, downstream.name)] = overrides.get((name, downstream.name), out)
+    return input_rate, edge_rate
+
+
+def _selectivity(op: Operator, ops: OperatorCostModel) -> float:
+    return op.selectivity if op.selectivity is not None else ops.selectivity[op.kind]
+
+
+def _operator_dag(spec: StreamTopologySpec) -> nx.DiGraph:
+    dag = nx.DiGraph()
+    dag.add_nodes_from(op.name for op in spec.operators)
+    dag.add_edges_from((u, op.name) for op in spec.operators for u in op.inputs)
+    return dag
+
+
+def _replicas(spec: StreamTopologySpec) -> dict[str, int]:
+    """Operator -> number of copies the HA constraints ask for (1 when not replicated)."""
+    count = {op.name: 1 for op in spec.operators}
+    for ha in spec.constraints.high_availability:
+        for name in ha.operators:
+            count[name] = ha.replicas
+    return count
+
+
+def logical_graph(
+    spec: StreamTopologySpec,
+    comm: CommCostModel | None = None,
+    ops: OperatorCostModel | None = None,
+) -> nx.DiGraph:
+    """The operator graph with w_v and w_e in CPU cores; HA operators appear once per replica.
+
+    An arc between two replicated operators connects replica r to replica r (each replica is a whole
+    copy of the sub-graph); an arc that enters or leaves a replicated sub-graph connects every replica,
+    since each replica reads the full input and each copy's output is delivered downstream.
+    Node attributes: w, operator, replica, kind, rate (input records/s), key_groups, requires.
+    Edge attributes: w, rate, record_bytes.
+    """
+    comm, ops = comm or CommCostModel(), ops or OperatorCostModel()
+    input_rate, edge_rate = rates(spec, ops)
+    replicas = _replicas(spec)
+    record_bytes = {
+        (s.from_, s.to): s.record_bytes for s in spec.streams if s.record_bytes is not None
+    }
+    graph = nx.DiGraph(name="logical")
+    for op in spec.operators:
+        cpu = op.cost.cpu if op.cost and op.cost.cpu is not None else input_rate[op.name] * ops.per_record[op.kind]
+        for r in range(replicas[op.name]):
+            graph.add_node(
+                replica_name(op.name, r),
+                w=cpu,
+                operator=op.name,
+                replica=r,
+                kind=op.kind,
+                rate=input_rate[op.name],
+                key_groups=spec.key_groups_of(op.name),
+                requires=dict(op.requires.node_selector) if op.requires else {},
+                memory=op.cost.memory if op.cost and op.cost.memory is not None else 0.0,
+            )
+    by_name = spec.by_name()
+    for (u, v), rate in edge_rate.items():
+        size = record_bytes.get((u, v)) or by_name[u].record_bytes or DEFAULT_RECORD_BYTES
+        for ru, rv in _replica_pairs(replicas[u], replicas[v]):
+            graph.add_edge(
+                replica_name(u, ru), replica_name(v, rv),
+                w=comm.stream_cost(rate, size), rate=rate, record_bytes=size,
+            )
+    return graph
+
+
+def _replica_pairs(nu: int, nv: int) -> list[tuple[int, int]]:
+    if nu == nv:
+        return [(r, r) for r in range(nu)]
+    return [(a, b) for a in range(nu) for b in range(nv)]
+
+
+def partition_key(spec: StreamTopologySpec, name: str) -> tuple[str, ...] | None:
+    """The columns an operator's key groups hash: its keyBy, else inherited through a single input.
+
+    A stateless operator fed by one keyed operator keeps that partitioning, so the pair is one-to-one
+    in the unit graph; a source without keyBy, or an operator with several unkeyed inputs, has none.
+    The runtime routes records with the same rule, so the planner's unit graph is the real traffic.
+    """
+    op = spec.operator(name)
+    if op.key_by:
+        return tuple(op.key_by)
+    if len(op.inputs) == 1 and spec.operator(op.inputs[0]).kind != "source":
+        return partition_key(spec, op.inputs[0])
+    return None
+
+
+def unit_edges(spec: StreamTopologySpec, u: str, v: str) -> list[tuple[int, int, float]]:
+    """(kg of u, kg of v, share of the u->v stream) for every kg-to-kg pair that carries records.
+
+    One-to-one when u and v share a partition key and K; forward (i -> i mod K_v) into an unkeyed v;
+    all-to-all otherwise (hash partitioning spreads each upstream kg over every downstream kg).
+    """
+    ku, kv = spec.key_groups_of(u), spec.key_groups_of(v)
+    key_u, key_v = partition_key(spec, u), partition_key(spec, v)
+    if key_v is not None and key_u == key_v and ku == kv:
+        return [(i, i, 1.0 / ku) for i in range(ku)]
+    if key_v is None:
+        return [(i, i % kv, 1.0 / ku) for i in range(ku)]
+    return [(i, j, 1.0 / (ku * kv)) for i in range(ku) for j in range(kv)]
+
+
+def unit_graph(
+    spec: StreamTopologySpec,
+    comm: CommCostModel | None = None,
+    ops: OperatorCostModel | None = None,
+) -> nx.DiGraph:
+    """One vertex per (logical node, key group); operator cost split evenly over its key groups."""
+    logical = logical_graph(spec, comm, ops)
+    graph = nx.DiGraph(name="unit")
+    for node, data in logical.nodes(data=True):
+        k = data["key_groups"]
+        for kg in range(k):
+            graph.add_node((node, kg), **{**data, "w": data["w"] / k, "rate": data["rate"] / k,
+                                         "memory": data["memory"] / k, "key_group": kg})
+    for u, v, data in logical.edges(data=True):
+        for i, j, share in unit_edges(spec, operator_of(u), operator_of(v)):
+            graph.add_edge((u, i), (v, j), w=data["w"] * share, rate=data["rate"] * share,
+                           record_bytes=data["record_bytes"])
+    return graph

@@ -1,0 +1,689 @@
+"""The StreamTopology resource: the user contract, as pydantic models.
+
+One source of truth: these models validate user files, generate the CRD schema (``streamtopo crd``),
+the chart's CRD and the docs' field table. Attributes are snake_case; the wire format is the camelCase
+of Kubernetes resources (``keyGroups``, ``ratePerSecond``), so every model accepts both.
+
+Validation happens in two layers, both reporting the offending field by its path in the document:
+the pydantic layer (types, ranges, required fields, one-of choices) and :func:`check_topology`, the
+cross-field layer (names, inputs, cycles, constraints) that a single field cannot see.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import networkx as nx
+import yaml
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+API_GROUP = "streamtopo.dev"
+API_VERSION = f"{API_GROUP}/v1alpha1"
+KIND = "StreamTopology"
+
+OperatorKind = Literal["source", "map", "filter", "aggregate", "join", "udf", "sink"]
+GeneratorName = Literal["trades", "quotes", "words", "sequence"]
+FusionAlgorithm = Literal["cola", "none", "single", "fint", "metis"]
+RebalancePolicy = Literal["albic", "milp", "flux", "potc", "cola", "cmr"]
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+DURATION_PATTERN = r"^\d+(\.\d+)?(ms|s|m|h|d)?$"
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``"90s"``, ``"5m"``, ``"250ms"``, ``"1h"`` or a plain number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string like '60s', '5m', '250ms'")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    else:
+        raise ValueError(f"{value!r} is not a duration: use seconds or a string like '60s', '5m', '250ms'")
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact spelling of a duration, so a round trip through YAML keeps it readable."""
+    for unit in ("d", "h", "m", "s"):
+        count = seconds / _UNIT_SECONDS[unit]
+        if count >= 1 and count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{round(seconds * 1000, 3):g}ms"
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": DURATION_PATTERN,
+            "description": "a duration: seconds, or a number with unit ms, s, m, h or d (e.g. 60s, 5m)",
+        }
+    ),
+]
+"""Seconds as a float in Python; ``"60s"`` style strings in YAML and in the CRD."""
+
+NonNegative = Annotated[float, Field(ge=0)]
+Name = Annotated[str, Field(pattern=_NAME.pattern, min_length=1, max_length=52)]
+"""A Kubernetes object name (DNS-1123 label): topology and Secret names."""
+OpName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", min_length=1, max_length=63)]
+"""An operator name: a letter, then letters, digits, '_' or '-'."""
+
+
+class Model(BaseModel):
+    """Base of every spec model: camelCase on the wire, snake_case in Python, unknown fields refused."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+
+def _exactly_one(model: BaseModel, names: Iterable[str], what: str) -> None:
+    given = [n for n in names if getattr(model, n) is not None]
+    if len(given) != 1:
+        spelled = ", ".join(to_camel(n) for n in names)
+        raise ValueError(f"{what} needs exactly one of {spelled} (got {len(given)})")
+
+
+class SecretKeyRef(Model):
+    """A key of a Kubernetes Secret: credentials never appear in the spec in clear."""
+
+    name: Name
+    key: str = Field(min_length=1)
+
+
+class SourceSpec(Model):
+    """Where a source's records come from: a built-in generator or a transport stream."""
+
+    generator: GeneratorName | None = None
+    """Built-in generator: trades, quotes (VWAP), words, or sequence ({seq, key, value})."""
+    stream: str | None = Field(default=None, min_length=1)
+    """Read an existing Valkey/Redis stream of Arrow record batches instead of generating."""
+    rate_per_second: float = Field(default=1000.0, gt=0)
+    """Generated records per second over all key groups (also the planner's expected rate)."""
+    count: int | None = Field(default=None, ge=0)
+    """Stop after this many records (a finite run); unbounded when absent."""
+    keys: int | None = Field(default=None, ge=1)
+    """Distinct keys the generator draws (sequence: key = seq % keys)."""
+    seed: int = 0
+    """Seed of the generator, so a replay yields identical records."""
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> SourceSpec:
+        _exactly_one(self, ("generator", "stream"), "source")
+        return self
+
+
+class FileSinkSpec(Model):
+    """JSON lines, one file per key group, under the run's output directory."""
+
+    path: str | None = None
+    """File or directory name under the output directory (default: the operator's name)."""
+
+
+class ConsoleSinkSpec(Model):
+    """Print records on the executor's standard output."""
+
+
+class SinkSpec(Model):
+    """Where a sink writes: a transport stream, files, or the console."""
+
+    stream: str | None = Field(default=None, min_length=1)
+    file: FileSinkSpec | None = None
+    console: ConsoleSinkSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> SinkSpec:
+        _exactly_one(self, ("stream", "file", "console"), "sink")
+        return self
+
+
+class WindowSpec(Model):
+    """An event-time window: tumbling when ``slide`` is absent or equals ``size``, sliding otherwise."""
+
+    size: Duration
+    slide: Duration | None = None
+
+    @model_validator(mode="after")
+    def _slide_fits(self) -> WindowSpec:
+        if self.size <= 0:
+            raise ValueError("window size must be positive")
+        if self.slide is not None and not 0 < self.slide <= self.size:
+            raise ValueError("window slide must be positive and at most the size")
+        return self
+
+    @property
+    def step(self) -> float:
+        """Slide in seconds (the size for a tumbling window)."""
+        return self.slide if self.slide is not None else self.size
+
+
+class CostSpec(Model):
+    """Profiled cost at the declared input rate; the planner estimates it when absent."""
+
+    cpu: NonNegative | None = None
+    """CPU cores the operator uses at its declared input rate (COLA's w_v)."""
+    memory: NonNegative | None = None
+    """State bytes the operator holds (drives migration cost)."""
+
+
+class RequiresSpec(Model):
+    """Resource matching: hosts whose labels match may run the operator (COLA's R_v)."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+
+
+class Operator(Model):
+    """A node of the user's graph."""
+
+    name: OpName
+    kind: OperatorKind
+    inputs: list[OpName] = Field(default_factory=list)
+    """Upstream operators (none for a source, exactly two for a join)."""
+    key_by: list[str] | None = None
+    """Partition key columns; key groups are hash(key) mod keyGroups."""
+    key_groups: int | None = Field(default=None, ge=1, le=4096)
+    """Key groups of this operator (defaults to spec.keyGroups)."""
+    expr: str | None = None
+    """Filter predicate, a Spark SQL expression."""
+    select: list[str] | None = None
+    """Map projections, Spark SQL select expressions."""
+    window: WindowSpec | None = None
+    aggregations: list[str] | None = None
+    """Aggregate expressions such as ``sum(price * volume) AS pv``."""
+    function: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """UDF as ``module:function``, a pandas DataFrame -> DataFrame function."""
+    source: SourceSpec | None = None
+    sink: SinkSpec | None = None
+    cost: CostSpec | None = None
+    requires: RequiresSpec | None = None
+    selectivity: float | None = Field(default=None, ge=0)
+    """Output records per input record (estimated per kind when absent)."""
+    record_bytes: int | None = Field(default=None, ge=1)
+    """Bytes per output record (default 64)."""
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> Operator:
+        needed = {
+            "source": ["source"],
+            "sink": ["sink"],
+            "filter": ["expr"],
+            "map": ["select"],
+            "aggregate": ["aggregations"],
+            "udf": ["function"],
+            "join": ["key_by", "window"],
+        }[self.kind]
+        missing = [to_camel(n) for n in needed if getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"a {self.kind} operator needs {', '.join(missing)}")
+        if self.kind != "source" and self.source is not None:
+            raise ValueError("only a source operator has a source")
+        if self.kind != "sink" and self.sink is not None:
+            raise ValueError("only a sink operator has a sink")
+        return self
+
+
+class StreamSpec(Model):
+    """Override of a derived edge's expected rate and record size."""
+
+    from_: OpName = Field(alias="from", validation_alias=AliasChoices("from", "from_"))
+    to: OpName
+    rate: NonNegative | None = None
+    """Records per second on this edge."""
+    record_bytes: int | None = Field(default=None, ge=1)
+
+
+class HighAvailabilitySpec(Model):
+    """Run ``replicas`` copies of a sub-graph on disjoint hosts (COLA's HA constraint)."""
+
+    operators: list[OpName] = Field(min_length=1)
+    replicas: int = Field(default=2, ge=2, le=16)
+    isomorphic: bool = True
+    """Replicas get identical PE structures (only the hosts differ)."""
+
+
+Pair = Annotated[list[OpName], Field(min_length=2)]
+
+
+class ConstraintsSpec(Model):
+    """The placement constraints of COLA's Advanced mode; each list holds groups of operator names."""
+
+    pe_colocation: list[Pair] = Field(default_factory=list)
+    """Operators that must share a PE."""
+    host_colocation: list[Pair] = Field(default_factory=list)
+    """Operators that must share a host."""
+    pe_exlocation: list[Pair] = Field(default_factory=list)
+    """Operators that must be in different PEs."""
+    host_exlocation: list[Pair] = Field(default_factory=list)
+    """Operators that must be on different hosts."""
+    high_availability: list[HighAvailabilitySpec] = Field(default_factory=list)
+    pe_dedication: list[OpName] = Field(default_factory=list)
+    """Operators that get a PE of their own."""
+    host_dedication: list[OpName] = Field(default_factory=list)
+    """Operators whose PE gets a host of its own."""
+
+
+class FusionWeights(Model):
+    """Weights of COLA's objective f(U, C) = utilization * U + communication * C."""
+
+    utilization: NonNegative = 1.0
+    communication: NonNegative = 1.0
+
+
+class FusionSpec(Model):
+    """How operators are fused into PEs and placed."""
+
+    algorithm: FusionAlgorithm = "cola"
+    weights: FusionWeights = Field(default_factory=FusionWeights)
+    threshold: NonNegative = 0.5
+    """COLA's T: phase 4 keeps splitting while C <= (1 + T) * c."""
+    graph: Literal["auto", "logical", "unit"] = "auto"
+    """Partition the logical graph, the unit graph, or choose by size (auto)."""
+
+
+class AlbicSpec(Model):
+    """ALBIC's collocation heuristic (Algorithm 2) parameters."""
+
+    max_load_distance: NonNegative = 10.0
+    """maxLD, percentage points."""
+    max_partition_load: NonNegative = 25.0
+    """maxPL, initial, percentage points."""
+    step_partition_load: NonNegative = 5.0
+    """stepPL, the back-off step."""
+    score_factor: float = Field(default=1.5, gt=0)
+    """sF: a pair is a collocation candidate when out > avg * sF."""
+
+
+class AutoscalingSpec(Model):
+    """The statistics-period loop: ALBIC rebalancing plus horizontal scaling of executors."""
+
+    enabled: bool = True
+    interval: Duration = 60.0
+    """SPL, the statistics period."""
+    policy: RebalancePolicy = "albic"
+    min_executors: int = Field(default=1, ge=1)
+    max_executors: int = Field(default=32, ge=1)
+    target_utilization: float = Field(default=0.7, gt=0, le=1)
+    max_migrations_per_round: int | None = Field(default=10, ge=0)
+    max_migration_cost: NonNegative | None = None
+    """Bound on the summed migration cost (state bytes) per round instead of a count."""
+    albic: AlbicSpec = Field(default_factory=AlbicSpec)
+    stabilization: Duration = 300.0
+    """No scaling decision for this long after a change."""
+    scale_down_delay: Duration = 1800.0
+    """A scale-down must be wanted this long before it happens."""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingSpec:
+        if self.min_executors > self.max_executors:
+            raise ValueError("minExecutors is larger than maxExecutors")
+        return self
+
+
+class PrometheusSpec(Model):
+    url: str = Field(min_length=1)
+    basic_auth_secret: SecretKeyRef | None = None
+    """Secret holding ``user:password`` for basic auth."""
+
+
+class MetricsSpec(Model):
+    """Where the controller reads runtime metrics; direct scrape of executors when absent."""
+
+    prometheus: PrometheusSpec | None = None
+
+
+class TransportSpec(Model):
+    """The Valkey/Redis server of the streams between executors."""
+
+    url: str = Field(default="redis://valkey:6379", pattern=r"^(redis|rediss|valkey|valkeys)://")
+    password_secret: SecretKeyRef | None = None
+
+
+class BatchingSpec(Model):
+    """Aeolus batching: batch size per edge from its cost model, capped at ``maxBytes``."""
+
+    max_bytes: int = Field(default=65536, ge=64)
+    """B_max (the Aeolus paper uses 64 KB)."""
+    size: int | None = Field(default=None, ge=1)
+    """Fixed records per batch, overriding Aeolus."""
+
+
+class StreamTopologySpec(Model):
+    """What the user declares."""
+
+    image: str = "streamtopo/runtime:0.1.0"
+    key_groups: int = Field(default=32, ge=1, le=4096)
+    operators: list[Operator] = Field(min_length=1)
+    streams: list[StreamSpec] = Field(default_factory=list)
+    constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
+    fusion: FusionSpec = Field(default_factory=FusionSpec)
+    autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    transport: TransportSpec = Field(default_factory=TransportSpec)
+    batching: BatchingSpec = Field(default_factory=BatchingSpec)
+
+    def operator(self, name: str) -> Operator:
+        return self.by_name()[name]
+
+    def by_name(self) -> dict[str, Operator]:
+        return {op.name: op for op in self.operators}
+
+    def key_groups_of(self, name: str) -> int:
+        return self.operator(name).key_groups or self.key_groups
+
+
+class Metadata(Model):
+    model_config = ConfigDict(extra="allow", frozen=True, alias_generator=to_camel, populate_by_name=True)
+    name: Name
+    namespace: str | None = None
+
+
+class StreamTopology(Model):
+    """The whole resource as ``kubectl apply`` sends it."""
+
+    api_version: Literal["streamtopo.dev/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["StreamTopology"] = KIND
+    metadata: Metadata
+    spec: StreamTopologySpec
+
+
+# ---------------------------------------------------------------------------------------------- status
+
+
+class Condition(Model):
+    """A condition as the Kubernetes API conventions define it."""
+
+    type: Literal["Planned", "Ready", "Rebalancing", "Scaling", "Degraded"]
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str
+    observed_generation: int | None = None
+
+
+class PESummary(Model):
+    name: str
+    operators: list[str]
+    host: str | None = None
+    size: float
+    """CPU cores: operator costs inside plus communication cost of its cut edges (COLA's SIZE)."""
+
+
+class RebalanceSummary(Model):
+    time: str
+    migrations: int
+    load_distance: float
+    collocation_factor: float
+
+
+class StreamTopologyStatus(Model):
+    """What the operator reports; computed state (routing) lives in the owned ConfigMap instead."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True,
+        use_attribute_docstrings=True,
+    )
+    observed_generation: int | None = None
+    phase: Literal["Pending", "Planned", "Running", "Degraded", "Failed"] | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    executors: int | None = None
+    max_utilization: float | None = None
+    """COLA's U: the largest host utilisation of the plan."""
+    communication_cost: float | None = None
+    """COLA's C: total cost of the streams that cross PEs."""
+    load_distance: float | None = None
+    pes: list[PESummary] = Field(default_factory=list)
+    last_rebalance: RebalanceSummary | None = None
+    routing_version: int | None = None
+    routing_config_map: str | None = None
+
+
+# ------------------------------------------------------------------------------------ cross-field check
+
+
+class TopologyError(ValueError):
+    """A StreamTopology that cannot be planned; ``problems`` lists (field path, message) pairs."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("\n".join(f"{path}: {message}" for path, message in problems))
+
+
+def check_topology(spec: StreamTopologySpec, prefix: str = "spec") -> list[tuple[str, str]]:
+    """Problems a single field cannot see: names, inputs, cycles, joins and constraints."""
+    problems: list[tuple[str, str]] = []
+    index: dict[str, int] = {}
+    for i, op in enumerate(spec.operators):
+        if op.name in index:
+            problems.append(
+                (f"{prefix}.operators[{i}].name", f"duplicate operator name {op.name!r} "
+                 f"(also operators[{index[op.name]}])")
+            )
+        else:
+            index[op.name] = i
+
+    graph = nx.DiGraph()
+    graph.add_nodes_from(index)
+    for i, op in enumerate(spec.operators):
+        where = f"{prefix}.operators[{i}]"
+        if op.kind == "source" and op.inputs:
+            problems.append((f"{where}.inputs", f"source {op.name!r} cannot have inputs"))
+        if op.kind != "source" and not op.inputs:
+            problems.append((f"{where}.inputs", f"{op.kind} {op.name!r} needs at least one input"))
+        if op.kind == "join" and len(op.inputs) != 2:
+            problems.append((f"{where}.inputs", f"join {op.name!r} needs exactly two inputs, got {len(op.inputs)}"))
+        for j, upstream in enumerate(op.inputs):
+            if upstream not in index:
+                problems.append((f"{where}.inputs[{j}]", f"unknown operator {upstream!r}"))
+            elif upstream == op.name:
+                problems.append((f"{where}.inputs[{j}]", f"operator {op.name!r} reads from itself"))
+            elif spec.operators[index[upstream]].kind == "sink":
+                problems.append((f"{where}.inputs[{j}]", f"{upstream!r} is a sink and has no output"))
+            else:
+                graph.add_edge(upstream, op.name)
+        if len(set(op.inputs)) != len(op.inputs):
+            problems.append((f"{where}.inputs", f"operator {op.name!r} lists an input twice"))
+        if op.key_by is not None and not op.key_by:
+            problems.append((f"{where}.keyBy", "keyBy needs at least one column"))
+    for cycle in _cycles(graph):
+        first = cycle[0]
+        problems.append(
+            (f"{prefix}.operators[{index[first]}].inputs", "cycle: " + " -> ".join([*cycle, first]))
+        )
+
+    for i, stream in enumerate(spec.streams):
+        where = f"{prefix}.streams[{i}]"
+        for field, name in (("from", stream.from_), ("to", stream.to)):
+            if name not in index:
+                problems.append((f"{where}.{field}", f"unknown operator {name!r}"))
+        if stream.from_ in index and stream.to in index and not graph.has_edge(stream.from_, stream.to):
+            problems.append((where, f"there is no stream from {stream.from_!r} to {stream.to!r}"))
+
+    problems.extend(_check_constraints(spec.constraints, index, f"{prefix}.constraints"))
+    return problems
+
+
+def _cycles(graph: nx.DiGraph) -> list[list[str]]:
+    """One cycle per non-trivial strongly connected component, so each loop is reported once."""
+    return [
+        [u for u, _ in nx.find_cycle(graph.subgraph(component))]
+        for component in nx.strongly_connected_components(graph)
+        if len(component) > 1
+    ]
+
+
+def _check_constraints(c: ConstraintsSpec, index: Mapping[str, int], prefix: str) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    groups = {
+        "peColocation": c.pe_colocation,
+        "hostColocation": c.host_colocation,
+        "peExlocation": c.pe_exlocation,
+        "hostExlocation": c.host_exlocation,
+    }
+    for field, lists in groups.items():
+        for i, names in enumerate(lists):
+            for j, name in enumerate(names):
+                if name not in index:
+                    problems.append((f"{prefix}.{field}[{i}][{j}]", f"unknown operator {name!r}"))
+            if len(set(names)) != len(names):
+                problems.append((f"{prefix}.{field}[{i}]", "an operator is listed twice"))
+    for field, names in (("peDedication", c.pe_dedication), ("hostDedication", c.host_dedication)):
+        for j, name in enumerate(names):
+            if name not in index:
+                problems.append((f"{prefix}.{field}[{j}]", f"unknown operator {name!r}"))
+    for i, ha in enumerate(c.high_availability):
+        for j, name in enumerate(ha.operators):
+            if name not in index:
+                problems.append((f"{prefix}.highAvailability[{i}].operators[{j}]", f"unknown operator {name!r}"))
+    seen_ha: dict[str, int] = {}
+    for i, ha in enumerate(c.high_availability):
+        for name in ha.operators:
+            if name in seen_ha and seen_ha[name] != i:
+                problems.append(
+                    (f"{prefix}.highAvailability[{i}].operators",
+                     f"operator {name!r} is already replicated by highAvailability[{seen_ha[name]}]")
+                )
+            seen_ha.setdefault(name, i)
+
+    replicated = {name: ha.replicas for ha in c.high_availability for name in ha.operators}
+    for field in ("peColocation", "hostColocation"):
+        for i, names in enumerate(groups[field]):
+            if len({replicated.get(n, 1) for n in names if n in index}) > 1:
+                problems.append((f"{prefix}.{field}[{i}]", "co-located operators must have the same "
+                                 "number of highAvailability replicas"))
+
+    # Contradictions: a pair forced together and apart at the same level (or PE-together, host-apart).
+    together_pe = _components(c.pe_colocation)
+    together_host = _components([*c.host_colocation, *c.pe_colocation])
+    for field, lists, together, level in (
+        ("peExlocation", c.pe_exlocation, together_pe, "PE"),
+        ("hostExlocation", c.host_exlocation, together_host, "host"),
+    ):
+        for i, names in enumerate(lists):
+            for a_pos, a in enumerate(names):
+                for b in names[a_pos + 1:]:
+                    if a in together and together.get(a) == together.get(b):
+                        problems.append(
+                            (f"{prefix}.{field}[{i}]",
+                             f"{a!r} and {b!r} must be in different {level}s but a colocation "
+                             f"constraint puts them in the same {level}")
+                        )
+    for j, name in enumerate(c.pe_dedication):
+        if name in together_pe and sum(1 for v in together_pe.values() if v == together_pe[name]) > 1:
+            problems.append(
+                (f"{prefix}.peDedication[{j}]", f"{name!r} must have a PE of its own but peColocation "
+                 "fuses it with another operator")
+            )
+    for j, name in enumerate(c.host_dedication):
+        if name in together_host and sum(1 for v in together_host.values() if v == together_host[name]) > 1:
+            problems.append(
+                (f"{prefix}.hostDedication[{j}]", f"{name!r} must have a host of its own but a "
+                 "colocation constraint places another operator with it")
+            )
+    return problems
+
+
+def _components(groups: list[list[str]]) -> dict[str, int]:
+    """Operator -> id of its colocation class (transitive closure of the groups)."""
+    graph = nx.Graph()
+    for names in groups:
+        graph.add_nodes_from(names)
+        graph.add_edges_from(zip(names, names[1:]))
+    return {name: i for i, comp in enumerate(nx.connected_components(graph)) for name in comp}
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    """pydantic's loc tuple as a document path: ``spec.operators[2].source.ratePerSecond``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif str(part).startswith(("function-", "tagged-union")):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(document)"
+
+
+def problems_of(error: ValidationError) -> list[tuple[str, str]]:
+    """pydantic errors as (field path, message), messages rid of pydantic's prefixes."""
+    problems = []
+    for err in error.errors(include_url=False):
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        problems.append((_path(err["loc"]), message))
+    return problems
+
+
+def load_topology(source: str | Path | Mapping[str, Any]) -> StreamTopology:
+    """Read and validate a StreamTopology from a file path, YAML text or a parsed document.
+
+    A bare spec (a mapping with ``operators`` at the top) is accepted too, so that users can keep
+    short files for ``streamtopo plan``. Raises :class:`TopologyError` naming every offending field.
+    """
+    data = read_document(source)
+    if isinstance(data, Mapping) and "operators" in data and "spec" not in data:
+        data = {"metadata": {"name": "topology"}, "spec": data}
+    if not isinstance(data, Mapping):
+        raise TopologyError([("(document)", "expected a StreamTopology mapping")])
+    try:
+        topology = StreamTopology.model_validate(data)
+    except ValidationError as error:
+        raise TopologyError(problems_of(error)) from None
+    problems = check_topology(topology.spec)
+    if problems:
+        raise TopologyError(problems)
+    return topology
+
+
+def read_document(source: str | Path | Mapping[str, Any]) -> Any:
+    """YAML from a path or text; a mapping passes through. Errors name the file and line."""
+    if isinstance(source, Mapping):
+        return source
+    text, origin = source, "(text)"
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).exists()):
+        origin = str(source)
+        try:
+            text = Path(source).read_text()
+        except OSError as error:
+            raise TopologyError([(origin, f"cannot read file: {error.strerror}")]) from None
+    elif isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml", ".json")):
+        raise TopologyError([(source, "no such file")])
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{origin}:{mark.line + 1}:{mark.column + 1}" if mark else origin
+        raise TopologyError([(where, f"not valid YAML: {getattr(error, 'problem', error)}")]) from None
