@@ -1,0 +1,220 @@
+"""ALBIC's integrative adaptation framework (Madsen, Zhou, Cao, ICDE 2017, Algorithm 1, Section 4.1).
+
+Once per statistics period:
+
+    1-3  terminate every executor marked for removal in an earlier period that holds no key group;
+    4    plan <- keyGroupAlloc()          the rebalancer's plan on the current executors
+    5    if Scaling(plan):                the scaling rule decides on that plan
+    6        new executors join (empty); executors to remove are marked (ALBIC's set B)
+    7        plan <- keyGroupAlloc()      re-plan with the new executor set
+    8    apply(plan)
+
+Deciding on the *plan* rather than on the current allocation is the point of Section 4.1: balancing
+may cure an overloaded executor without scaling, and scale-in is not done when the remaining executors
+cannot be balanced (the scaling rule's load-distance guard reads the plan's load distance). Marked
+executors are drained by the rebalancer under its migration bound, never emptied at once (Lemma 1:
+no key group moves onto them), and terminated by lines 1-3 of a later round.
+
+Scale-up first takes back executors still draining (they hold state already), then starts new ones.
+Scale-down marks the active executors with the least load in the plan (the least to move).
+
+Pure: :func:`adapt` maps (allocation state, scaling state, time) to an :class:`AdaptationResult`; the
+caller (controller or simulator) applies it. Bad statistics (NaN, missing key groups, zero capacity)
+yield the documented safe decision: keep the current allocation and executors, scale nothing, and say
+why in ``reason`` (``safe`` is True).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupId, Rebalance
+from streamtopo.planner.scaling import (
+    ScalingConfig,
+    ScalingDecision,
+    ScalingState,
+    observe,
+    scaler,
+)
+
+Rebalancer = Callable[..., Rebalance]
+"""``rebalance(state, *, max_migrations, max_migration_cost, config, seed) -> Rebalance``."""
+
+
+@dataclass(frozen=True)
+class AdaptationConfig:
+    """Which rebalancer and scaling rule run, and their bounds."""
+
+    policy: str = "albic"
+    """A name of streamtopo.planner.rebalancers.REBALANCERS."""
+    scaling: str = "target"
+    """``target``, ``dstreams`` or ``off``."""
+    scaling_config: ScalingConfig = field(default_factory=ScalingConfig)
+    max_migrations: int | None = 10
+    max_migration_cost: float | None = None
+    policy_config: object | None = None
+    """Passed to the rebalancer as ``config`` (None: the policy's defaults)."""
+    executor_prefix: str = "executor-"
+    """New executors are named ``<prefix><n>`` with n above every existing one."""
+
+
+@dataclass(frozen=True)
+class AdaptationResult:
+    """What one round decided; the caller applies ``assignment`` and ``executors``."""
+
+    assignment: dict[KeyGroupId, str]
+    executors: list[ExecutorInfo]
+    """The executor set after the round: terminated ones gone, new ones added, set B flagged."""
+    terminated: list[str]
+    added: list[str]
+    marked: list[str]
+    """Executors newly marked for removal this round."""
+    unmarked: list[str]
+    """Draining executors taken back by a scale-up."""
+    decision: ScalingDecision
+    scaling_state: ScalingState
+    plan: Rebalance | None
+    """Line 4's plan (None in a safe decision)."""
+    rebalance: Rebalance | None
+    """The plan applied: line 7's after a scaling change, else line 4's."""
+    safe: bool = False
+    reason: str = ""
+    policy_config: object | None = None
+    """The rebalancer's config for the next round (ALBIC's collocation constraints carried over)."""
+
+    @property
+    def migrations(self) -> list[tuple[KeyGroupId, str, str]]:
+        return list(self.rebalance.migrations) if self.rebalance is not None else []
+
+
+def adapt(
+    state: AllocationState,
+    scaling_state: ScalingState,
+    *,
+    time: float,
+    window: float,
+    config: AdaptationConfig | None = None,
+    rebalance: Rebalancer | None = None,
+    arrivals: Mapping[KeyGroupId, float] | None = None,
+    seed: int = 0,
+) -> AdaptationResult:
+    """One round of Algorithm 1 at ``time`` over statistics covering ``window`` seconds.
+
+    ``rebalance`` overrides the registry lookup of ``config.policy`` (tests, custom policies);
+    ``arrivals`` are records/s reaching each key group, for the scaling rule (default: the processed rate).
+    """
+    config = config or AdaptationConfig()
+    try:
+        _validate(state)
+        rebalance = rebalance or _registered(config.policy)
+        rule = scaler(config.scaling)
+        names = {e.name for e in state.executors}
+        hosted = set(state.assignment.values())
+        terminated = [e.name for e in state.executors if e.marked_for_removal and e.name not in hosted]  # 1-3
+        current = replace(state, executors=[e for e in state.executors if e.name not in terminated])
+
+        def plan_on(s: AllocationState) -> Rebalance:
+            return rebalance(s, max_migrations=config.max_migrations,
+                             max_migration_cost=config.max_migration_cost, config=config.policy_config, seed=seed)
+
+        plan = plan_on(current)  # line 4
+        observation = observe(current, plan, time=time, window=window, arrivals=arrivals)
+        decision, new_scaling_state = rule(observation, scaling_state, config.scaling_config)  # line 5
+        executors, added, marked, unmarked = _scale(current, plan, decision, config, names)
+        applied = plan
+        if added or marked or unmarked:  # lines 6-7
+            applied = plan_on(replace(current, executors=executors))
+    except ValueError as error:
+        return safe_decision(state, scaling_state, f"keeping the current allocation: {error}", config.policy_config)
+    reason = decision.reason if not terminated else f"terminated {', '.join(terminated)}; {decision.reason}"
+    return AdaptationResult(
+        assignment=dict(applied.assignment), executors=executors, terminated=terminated, added=added,
+        marked=marked, unmarked=unmarked, decision=decision, scaling_state=new_scaling_state, plan=plan,
+        rebalance=applied, reason=reason, policy_config=carry_over(config.policy_config, applied),
+    )
+
+
+def carry_over(policy_config: object | None, rebalance: Rebalance) -> object | None:
+    """The policy config of the next round: ALBIC keeps the collocations it made (Algorithm 2, step 2
+    maintains existing collocated pairs), which it returns in ``details["collocation_constraints"]``
+    and reads back from ``AlbicConfig.collocations``. Other policies' configs pass through unchanged."""
+    pairs = rebalance.details.get("collocation_constraints")
+    if pairs is None:
+        return policy_config
+    if policy_config is None:
+        from streamtopo.planner.albic.collocation import AlbicConfig
+
+        policy_config = AlbicConfig()
+    if not hasattr(policy_config, "collocations"):
+        return policy_config
+    return replace(policy_config, collocations=tuple((a, b) for a, b in pairs))
+
+
+def safe_decision(state: AllocationState, scaling_state: ScalingState, reason: str,
+                  policy_config: object | None = None) -> AdaptationResult:
+    """The documented safe decision: nothing moves, nothing scales, the reason says why."""
+    active = sum(1 for e in state.executors if not e.marked_for_removal)
+    return AdaptationResult(
+        assignment=dict(state.assignment), executors=list(state.executors), terminated=[], added=[], marked=[],
+        unmarked=[], decision=ScalingDecision(active, active, "none", reason), scaling_state=scaling_state,
+        plan=None, rebalance=None, safe=True, reason=reason, policy_config=policy_config,
+    )
+
+
+def _validate(state: AllocationState) -> None:
+    """The shared state check of the rebalancers (raises a ValueError naming every bad field)."""
+    from streamtopo.planner.albic.state import index_state
+
+    index_state(state)
+
+
+def _registered(policy: str) -> Rebalancer:
+    try:
+        from streamtopo.planner.rebalancers import REBALANCERS
+    except ImportError as error:
+        raise ValueError(f"policy: the rebalancer registry is unavailable ({error})") from None
+
+    if policy not in REBALANCERS:
+        raise ValueError(f"policy: unknown rebalancing policy {policy!r}; use one of {', '.join(sorted(REBALANCERS))}")
+    return REBALANCERS[policy]
+
+
+def _scale(state: AllocationState, plan: Rebalance, decision: ScalingDecision, config: AdaptationConfig,
+           taken: set[str]) -> tuple[list[ExecutorInfo], list[str], list[str], list[str]]:
+    """Line 6: the executor set after the decision (new executors join empty; removals join set B)."""
+    executors = list(state.executors)
+    added: list[str] = []
+    marked: list[str] = []
+    unmarked: list[str] = []
+    load = _plan_loads(state, plan.assignment)
+    if decision.delta > 0:
+        draining = sorted((e for e in executors if e.marked_for_removal), key=lambda e: (-load[e.name], e.name))
+        for e in draining[:decision.delta]:
+            unmarked.append(e.name)
+        executors = [replace(e, marked_for_removal=False) if e.name in unmarked else e for e in executors]
+        next_index = _next_index(taken, config.executor_prefix)
+        for i in range(decision.delta - len(unmarked)):
+            name = f"{config.executor_prefix}{next_index + i}"
+            executors.append(ExecutorInfo(name=name, capacity=config.scaling_config.executor_capacity))
+            added.append(name)
+    elif decision.delta < 0:
+        active = sorted((e for e in executors if not e.marked_for_removal), key=lambda e: (load[e.name], e.name))
+        marked = [e.name for e in active[:-decision.delta]]
+        executors = [replace(e, marked_for_removal=True) if e.name in marked else e for e in executors]
+    return executors, added, marked, unmarked
+
+
+def _plan_loads(state: AllocationState, assignment: Mapping[KeyGroupId, str]) -> dict[str, float]:
+    load = {e.name: 0.0 for e in state.executors}
+    for kg in state.key_groups:
+        load[assignment[kg.id]] += kg.load
+    return load
+
+
+def _next_index(names: set[str], prefix: str) -> int:
+    """One above the largest ``<prefix><n>`` in use (including executors terminated this round)."""
+    pattern = re.compile(re.escape(prefix) + r"(\d+)$")
+    numbers = [int(m.group(1)) for n in names if (m := pattern.match(n))]
+    return max(numbers, default=len(names) - 1) + 1
