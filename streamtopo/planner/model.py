@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 API_GROUP = "streamtopo.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -104,6 +105,12 @@ class Model(BaseModel):
     )
 
 
+def field_error(field: str, message: str) -> PydanticCustomError:
+    """A model-level validation error that still names its field: :func:`problems_of` appends
+    ``field`` (camelCase) to the error's location, so users see ``spec.operators[0].source``."""
+    return PydanticCustomError("field_error", message, {"field": field})
+
+
 def _exactly_one(model: BaseModel, names: Iterable[str], what: str) -> None:
     given = [n for n in names if getattr(model, n) is not None]
     if len(given) != 1:
@@ -173,9 +180,9 @@ class WindowSpec(Model):
     @model_validator(mode="after")
     def _slide_fits(self) -> WindowSpec:
         if self.size <= 0:
-            raise ValueError("window size must be positive")
+            raise field_error("size", "window size must be positive")
         if self.slide is not None and not 0 < self.slide <= self.size:
-            raise ValueError("window slide must be positive and at most the size")
+            raise field_error("slide", "window slide must be positive and at most the size")
         return self
 
     @property
@@ -241,11 +248,11 @@ class Operator(Model):
         }[self.kind]
         missing = [to_camel(n) for n in needed if getattr(self, n) is None]
         if missing:
-            raise ValueError(f"a {self.kind} operator needs {', '.join(missing)}")
+            raise field_error(missing[0], f"a {self.kind} operator needs {', '.join(missing)}")
         if self.kind != "source" and self.source is not None:
-            raise ValueError("only a source operator has a source")
+            raise field_error("source", "only a source operator has a source")
         if self.kind != "sink" and self.sink is not None:
-            raise ValueError("only a sink operator has a sink")
+            raise field_error("sink", "only a sink operator has a sink")
         return self
 
 
@@ -342,7 +349,7 @@ class AutoscalingSpec(Model):
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSpec:
         if self.min_executors > self.max_executors:
-            raise ValueError("minExecutors is larger than maxExecutors")
+            raise field_error("minExecutors", "minExecutors is larger than maxExecutors")
         return self
 
 
@@ -634,16 +641,30 @@ def _path(loc: tuple[Any, ...]) -> str:
     return out or "(document)"
 
 
+_PATTERN_MEANING = {
+    _NAME.pattern: "must be a lowercase DNS label: letters, digits and '-', starting and ending alphanumeric",
+    r"^[A-Za-z][A-Za-z0-9_-]*$": "must start with a letter, then letters, digits, '_' or '-'",
+    r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$": "must be module:function, e.g. mypkg.enrich:apply",
+    DURATION_PATTERN: "must be a duration such as 60s, 5m or 250ms",
+    r"^(redis|rediss|valkey|valkeys)://": "must be a redis://, rediss://, valkey:// or valkeys:// URL",
+}
+
+
 def problems_of(error: ValidationError) -> list[tuple[str, str]]:
-    """pydantic errors as (field path, message), messages rid of pydantic's prefixes."""
+    """pydantic errors as (field path, message), in words a user of the YAML understands."""
     problems = []
     for err in error.errors(include_url=False):
-        message = err["msg"].removeprefix("Value error, ")
+        loc, message = err["loc"], err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = "unknown field"
         elif err["type"] == "missing":
             message = "required field is missing"
-        problems.append((_path(err["loc"]), message))
+        elif err["type"] == "field_error":
+            loc = (*loc, err["ctx"]["field"])
+        elif err["type"] == "string_pattern_mismatch":
+            pattern = err["ctx"]["pattern"]
+            message = f"{err['input']!r} {_PATTERN_MEANING.get(pattern, f'must match {pattern}')}"
+        problems.append((_path(loc), message))
     return problems
 
 
