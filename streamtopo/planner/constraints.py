@@ -85,7 +85,7 @@ def expand_constraints(spec: StreamTopologySpec, graph: nx.DiGraph, cluster: Clu
     for i, ha in enumerate(c.high_availability):
         replicas = tuple(
             tuple(sorted((n for name in ha.operators for n in by_op.get(name, ())
-                          if graph.nodes[n]["replica"] == r), key=str))
+                          if graph.nodes[n]["replica"] == r), key=_replica_position))
             for r in range(ha.replicas)
         )
         ha_groups.append(HAGroup(replicas=replicas, isomorphic=ha.isomorphic, name=f"highAvailability[{i}]"))
@@ -102,6 +102,11 @@ def expand_constraints(spec: StreamTopologySpec, graph: nx.DiGraph, cluster: Clu
         pe_dedication=[(f"peDedication[{i}]", nodes(n)) for i, n in enumerate(c.pe_dedication)],
         host_dedication=[(f"hostDedication[{i}]", nodes(n)) for i, n in enumerate(c.host_dedication)],
     )
+
+
+def _replica_position(node: Node) -> tuple[str, int]:
+    """Order replica nodes by (operator, key group) so node i of every replica is the same unit."""
+    return operator_of(node), node[1] if isinstance(node, tuple) else 0
 
 
 def _colocation_classes(graph: nx.DiGraph, names: Sequence[str]) -> list[tuple[str, NodeSet]]:

@@ -103,3 +103,19 @@ def test_unit_graph_colocation_pairs_key_groups():
     assert violations(groups, [None] * 4, c) == []
     swapped = [[("src", 0), ("src", 1)], [("a", 0), ("b", 1)], [("a", 1), ("b", 0)], [("out", 0), ("out", 1)]]
     assert len(violations(swapped, [None] * 4, c)) == 2
+
+
+def test_isomorphic_replicas_pair_nodes_by_operator_not_by_spelling():
+    """'a' and 'ab' sort differently once suffixed ('ab~r1' < 'a~r1'); pairing must not depend on it."""
+    spec = load_topology({
+        "operators": [
+            {"name": "src", "kind": "source", "source": {"generator": "sequence"}},
+            {"name": "a", "kind": "map", "inputs": ["src"], "select": ["key"]},
+            {"name": "ab", "kind": "map", "inputs": ["a"], "select": ["key"]},
+            {"name": "out", "kind": "sink", "inputs": ["ab"], "sink": {"console": {}}},
+        ],
+        "constraints": {"highAvailability": [{"operators": ["a", "ab"], "replicas": 2}]},
+    }).spec
+    graph = logical_graph(spec)
+    (ha,) = expand_constraints(spec, graph, CLUSTER).high_availability
+    assert ha.replicas == (("a", "ab"), ("a~r1", "ab~r1"))
