@@ -1,0 +1,227 @@
+"""Keyed aggregation: event-time windows with C-MR completeness and shared panes, or a running total.
+
+Windowed (``window: {size, slide}``), per key group:
+- Spark assigns each record of the batch to buckets and computes partial aggregates per
+  (key group, key, bucket). A bucket is a pane (the C-MR Combine path: tumbling sub-windows of size
+  HCF(w, s), shared by the w/s overlapping windows) or a window (the per-window path: each record is
+  folded into each of its w/s windows). :func:`windows.combine_pays` picks the path from the spec's
+  expected rates, once, at build time (state layouts differ, so it never flips mid-stream).
+- The driver merges the batch's partials into the key group's state (a few rows per key).
+- A window fires when the key group's watermark passes its end (C-MR 2.2.2, completeness); panes merge
+  into windows only then (3.8.1). Each window fires once: the state remembers the watermark it last
+  fired at, and records arriving later for an already fired window are dropped from that window
+  (they still count in the later windows that contain them). Both paths give identical results.
+
+Output columns: ``window_start, window_end, <keys>, <aliases>, _ts = window_end, _kg``.
+
+Without a window the aggregate is a running total per key since the start of the stream: every
+``process`` call emits, for each key present in the batch, its aggregate over everything seen so far,
+with ``_ts`` the latest event time of that key. Intermediate emissions depend on how the stream is cut
+into batches; the last emission per key (the current total) does not. Output: ``<keys>, <aliases>,
+_ts, _kg``. No keyBy at all (and no inherited key) aggregates each key group's stream as one group.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from streamtopo.planner.graph import rates
+from streamtopo.planner.model import Operator, StreamTopologySpec
+from streamtopo.runtime.operators.aggregations import (
+    finalize,
+    merge_partials,
+    parse_aggregations,
+    partial_kinds,
+)
+from streamtopo.runtime.operators.base import (
+    KG,
+    TS,
+    OperatorError,
+    OperatorResult,
+    UnitOperator,
+    ensure_reserved,
+    guarded,
+    to_pandas,
+    to_spark,
+)
+from streamtopo.runtime.operators.state import decode_frames, encode_frames
+from streamtopo.runtime.operators.windows import Windowing, combine_pays
+from streamtopo.runtime.partitioning import partition_key
+
+BUCKET = "__bucket"
+WINDOW_START, WINDOW_END = "window_start", "window_end"
+
+
+def values_per_second(op: Operator, spec: StreamTopologySpec) -> float:
+    """C-MR's ``t`` for a keyed window: expected input records per second per key.
+
+    The operator's input rate (the planner's rate propagation, :func:`planner.graph.rates`) split over
+    its key groups, then over the keys one key group holds when an upstream generator declares its key
+    count (``source.keys``); with no declared keys, one key per key group (an upper bound on ``t``).
+    """
+    input_rate, _ = rates(spec)
+    k = spec.key_groups_of(op.name)
+    declared = [spec.operator(name).source.keys for name in _ancestors(spec, op.name)
+                if spec.operator(name).kind == "source" and spec.operator(name).source.keys]
+    keys_per_group = max(1.0, max(declared) / k) if declared else 1.0
+    return input_rate[op.name] / k / keys_per_group
+
+
+def _ancestors(spec: StreamTopologySpec, name: str) -> set[str]:
+    seen: set[str] = set()
+    stack = list(spec.operator(name).inputs)
+    while stack:
+        current = stack.pop()
+        if current not in seen:
+            seen.add(current)
+            stack.extend(spec.operator(current).inputs)
+    return seen
+
+
+class AggregateOperator(UnitOperator):
+    stateful = True
+
+    def __init__(self, op: Operator, spec: StreamTopologySpec, combine: bool | None = None):
+        super().__init__(op, spec)
+        try:
+            self.aggs = parse_aggregations(op.aggregations or [])
+        except ValueError as error:
+            raise OperatorError(op.name, "aggregations", str(error)) from None
+        self.keys = list(partition_key(spec, op.name) or ())
+        self.kinds = partial_kinds(self.aggs)
+        self.windowing = Windowing.of(op.window) if op.window else None
+        if self.windowing is None:
+            self.combine = False
+        elif combine is None:
+            self.combine = combine_pays(self.windowing.size, self.windowing.slide, values_per_second(op, spec))
+        else:
+            self.combine = combine
+
+    # ------------------------------------------------------------------------------------------ Spark
+
+    def _partials(self, spark: SparkSession, batch: pd.DataFrame) -> pd.DataFrame:
+        """Partials of one batch per (_kg, keys, bucket): the record-level work, in Spark."""
+        frame = to_spark(spark, batch)
+        group = [KG, *self.keys]
+        extra = []
+        if self.windowing is not None:
+            pane = self.windowing.pane_sql(TS)
+            bucket = f"explode({self.windowing.windows_sql(pane)})" if not self.combine else pane
+            frame = frame.withColumn(BUCKET, F.expr(bucket))
+            group.append(BUCKET)
+        else:
+            extra.append(F.max(TS).alias(TS))
+        exprs = [F.expr(sql) for agg in self.aggs for sql in agg.partial_sql()]
+        return to_pandas(frame.groupBy(*group).agg(*exprs, *extra))
+
+    # ---------------------------------------------------------------------------------------- process
+
+    def process(self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any],
+                watermarks: dict[int, float]) -> OperatorResult:
+        fresh = None
+        if len(batch):
+            batch = ensure_reserved(batch, self.name)
+            fresh = guarded(self.name, "aggregations", lambda b: self._partials(spark, b), batch)
+        parts = [] if fresh is None else [fresh]
+        kgs = sorted(set(states) | (set(batch[KG].unique().tolist()) if len(batch) else set()))
+        for kg in kgs:
+            state = states.get(kg)
+            if state is not None and len(state["rows"]):
+                parts.append(state["rows"].assign(**{KG: np.int32(kg)}))
+        by = [KG, *self.keys] + ([BUCKET] if self.windowing else [])
+        rows = merge_partials(pd.concat(parts, ignore_index=True), by, self.kinds,
+                              extra_max=() if self.windowing else (TS,)) if parts else None
+        if self.windowing is None:
+            return self._running(rows, fresh, kgs)
+        return self._fire(rows, kgs, states, watermarks)
+
+    def _running(self, rows: pd.DataFrame | None, fresh: pd.DataFrame | None, kgs: list[int]) -> OperatorResult:
+        if rows is None:
+            return OperatorResult(self._empty_output(), {kg: None for kg in kgs})
+        if fresh is not None:
+            touched = fresh[[KG, *self.keys]].drop_duplicates()
+            output = finalize(rows.merge(touched, on=[KG, *self.keys]), self.aggs)
+        else:
+            output = self._empty_output()
+        return OperatorResult(self._ordered(output), self._split(rows, kgs, {}))
+
+    def _fire(self, rows: pd.DataFrame | None, kgs: list[int], states: dict[int, Any],
+              watermarks: dict[int, float]) -> OperatorResult:
+        w = self.windowing
+        prev = {kg: (states.get(kg) or {}).get("wm", -math.inf) for kg in kgs}
+        now = {kg: max(prev[kg], watermarks.get(kg, -math.inf)) for kg in kgs}
+        if rows is None or rows.empty:
+            return OperatorResult(self._empty_output(), {kg: {"rows": _empty_rows(rows), "wm": now[kg]}
+                                                         for kg in kgs})
+        lo = rows[KG].map(prev).to_numpy(dtype=np.float64)
+        hi = rows[KG].map(now).to_numpy(dtype=np.float64)
+        bucket = rows[BUCKET].to_numpy(dtype=np.int64)
+        if self.combine:
+            # Merge the panes of every window that fires now (the "aggregate the aggregates" step).
+            at, window = w.windows_of_panes(bucket)
+            end = w.end(window)
+            firing = (end > lo[at]) & (end <= hi[at])
+            merged = rows.iloc[at[firing]].assign(**{BUCKET: window[firing]})
+            windows = merge_partials(merged, [KG, *self.keys, BUCKET], self.kinds)
+            keep = w.end(w.last_window(bucket)) > hi
+        else:
+            end = w.end(bucket)
+            windows = rows[(end > lo) & (end <= hi)]
+            keep = end > hi
+        output = finalize(windows, self.aggs)
+        n = output.pop(BUCKET).to_numpy(dtype=np.int64)
+        output.insert(0, WINDOW_END, w.end(n))
+        output.insert(0, WINDOW_START, w.start(n))
+        output[TS] = output[WINDOW_END]
+        return OperatorResult(self._ordered(output), self._split(rows[keep], kgs, now))
+
+    # ------------------------------------------------------------------------------------------ shape
+
+    @property
+    def output_columns(self) -> list[str]:
+        return ([WINDOW_START, WINDOW_END] if self.windowing else []) + self.keys \
+            + [a.alias for a in self.aggs] + [TS, KG]
+
+    def _ordered(self, output: pd.DataFrame) -> pd.DataFrame:
+        if output.empty:
+            return self._empty_output() if not len(output.columns) else output[self.output_columns].reset_index(drop=True)
+        order = [KG, WINDOW_END, *self.keys] if self.windowing else [KG, *self.keys]
+        return output[self.output_columns].sort_values(order, kind="stable").reset_index(drop=True)
+
+    def _empty_output(self) -> pd.DataFrame:
+        """No records, but the output's columns (so downstream sees a consistent shape)."""
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c in (TS, WINDOW_START, WINDOW_END) else
+                                           "int32" if c == KG else "object") for c in self.output_columns})
+
+    def _split(self, rows: pd.DataFrame, kgs: list[int], wm: dict[int, float]) -> dict[int, Any]:
+        """Per key group state: its partial rows (without ``_kg``), and for windows the watermark it
+        fired at; a running aggregate's key group without rows has no state (None)."""
+        by_kg = {kg: part.drop(columns=[KG]).reset_index(drop=True) for kg, part in rows.groupby(KG)}
+        if self.windowing is None:
+            return {kg: {"rows": by_kg[kg]} if kg in by_kg else None for kg in kgs}
+        empty = rows.drop(columns=[KG]).iloc[:0]
+        return {kg: {"rows": by_kg.get(kg, empty), "wm": wm[kg]} for kg in kgs}
+
+    # ------------------------------------------------------------------------------------------ state
+
+    def encode_state(self, state: Any) -> bytes:
+        if state is None:
+            return b""
+        meta = {"wm": state["wm"]} if "wm" in state else {}
+        return encode_frames({"rows": state["rows"]}, meta)
+
+    def decode_state(self, data: bytes) -> Any:
+        if not data:
+            return None
+        frames, meta = decode_frames(data)
+        return {"rows": frames["rows"], **meta}
+
+
+def _empty_rows(rows: pd.DataFrame | None) -> pd.DataFrame:
+    return pd.DataFrame() if rows is None else rows.drop(columns=[KG]).iloc[:0]

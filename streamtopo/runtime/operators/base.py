@@ -1,0 +1,183 @@
+"""The unit-operator contract (notes/runtime_api.md) and what every operator shares.
+
+An operator instance serves all the key groups of its operator that an executor hosts: ``process``
+receives a batch whose ``_kg`` column says which key group each record belongs to, plus one state and
+one watermark per key group. Results must not depend on which key groups share a call or how a stream
+is cut into batches, so every operator computes per key group (``_kg`` is part of every grouping key).
+
+Errors come in two kinds the executor treats differently:
+- :class:`OperatorError`: the operator itself is broken (a UDF that does not import, an expression that
+  does not parse or names a missing column). Retrying does not help; report it naming the field.
+- :class:`RecordError`: some records make an otherwise sound operator fail (a UDF raising on them, an ANSI
+  cast or arithmetic error). It carries the offending rows, found by bisection, so the executor can send
+  them to the dead-letter stream and re-run the batch without them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame as SparkFrame
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from streamtopo.planner.model import Operator, StreamTopologySpec
+
+TS = "_ts"
+KG = "_kg"
+INPUT = "_input"
+RESERVED = (TS, KG)
+
+
+class OperatorError(Exception):
+    """An operator that cannot run at all; ``field`` names the spec field at fault."""
+
+    def __init__(self, operator: str, field: str, message: str):
+        self.operator, self.field, self.message = operator, field, message
+        super().__init__(f"operator {operator!r}, {field}: {message}")
+
+
+class RecordError(OperatorError):
+    """Records that make the operator fail; ``rows`` are the culprits (with their reserved columns)."""
+
+    def __init__(self, operator: str, field: str, message: str, rows: pd.DataFrame):
+        super().__init__(operator, field, f"{message} ({len(rows)} offending record(s))")
+        self.rows = rows
+        self.error = message
+
+
+@dataclass
+class OperatorResult:
+    output: pd.DataFrame
+    states: dict[int, Any] = field(default_factory=dict)
+
+
+class UnitOperator:
+    """Base of all operators: identity and the stateless defaults."""
+
+    stateful = False
+
+    def __init__(self, op: Operator, spec: StreamTopologySpec):
+        self.op = op
+        self.spec = spec
+        self.name = op.name
+        self.kind = op.kind
+        self.inputs = list(op.inputs)
+        self.key_groups = spec.key_groups_of(op.name)
+
+    def process(self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any],
+                watermarks: dict[int, float]) -> OperatorResult:
+        raise NotImplementedError
+
+    def encode_state(self, state: Any) -> bytes:
+        return b""
+
+    def decode_state(self, data: bytes) -> Any:
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+# ------------------------------------------------------------------------------------- pandas <-> Spark
+
+
+def spark_schema(df: pd.DataFrame) -> T.StructType:
+    """Spark schema of a pandas frame via Arrow, so empty frames convert too (Spark cannot infer those).
+
+    Columns Arrow types as null (all-None object columns) become strings.
+    """
+    arrow = pa.Schema.from_pandas(df, preserve_index=False)
+    arrow = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in arrow])
+    return from_arrow_schema(arrow)
+
+
+def to_spark(spark: SparkSession, df: pd.DataFrame) -> SparkFrame:
+    return spark.createDataFrame(df.reset_index(drop=True), schema=spark_schema(df))
+
+
+def to_pandas(frame: SparkFrame) -> pd.DataFrame:
+    with warnings.catch_warnings():
+        # A failing job under Arrow warns before raising; the raise is what we handle (see guarded).
+        warnings.filterwarnings("ignore", message="toPandas attempted Arrow optimization")
+        out = frame.toPandas()
+    if KG in out.columns:
+        out[KG] = out[KG].astype("int32")
+    return out
+
+
+def ensure_reserved(batch: pd.DataFrame, operator: str, keep_input: bool = False) -> pd.DataFrame:
+    """Check the reserved columns an operator relies on and give them their canonical dtypes.
+
+    ``_input`` (which upstream a record came from) only means something to a join; other operators
+    with several inputs see the union of their inputs and drop it."""
+    if INPUT in batch.columns and not keep_input:
+        batch = batch.drop(columns=[INPUT])
+    missing = [c for c in RESERVED if c not in batch.columns]
+    if missing:
+        raise OperatorError(operator, "inputs", f"records lack reserved column(s) {', '.join(missing)}")
+    if batch[KG].dtype != "int32" or batch[TS].dtype != "float64":
+        batch = batch.astype({KG: "int32", TS: "float64"})
+    return batch
+
+
+# ---------------------------------------------------------------------------------- failure isolation
+
+
+def guarded(operator: str, field: str, work: Callable[[pd.DataFrame], pd.DataFrame],
+            batch: pd.DataFrame, probe: Callable[[pd.DataFrame], Any] | None = None) -> pd.DataFrame:
+    """Run ``work`` on ``batch``; turn failures into :class:`OperatorError` or :class:`RecordError`.
+
+    Analysis errors (syntax, unknown column, type mismatch) are the operator's fault whatever the data.
+    Anything else raised while running is blamed on records: the batch is bisected, re-running ``probe``
+    (default ``work``; a cheaper pandas-only check where one exists) on halves, to find every record
+    that fails on its own: O(bad x log n) runs, paid only on failure. If no record fails on its own the
+    failure is the operator's after all.
+    """
+    try:
+        return work(batch)
+    except OperatorError:
+        raise
+    except AnalysisException as error:
+        raise OperatorError(operator, field, _first_line(error)) from None
+    except Exception as error:  # noqa: BLE001 - any runtime failure is attributed to records below
+        first = error
+    try:
+        bad = _bisect(probe or work, batch)
+    except AnalysisException as error:
+        raise OperatorError(operator, field, _first_line(error)) from None
+    if not len(bad):
+        raise OperatorError(operator, field, _first_line(first))
+    raise RecordError(operator, field, _first_line(first), bad)
+
+
+def _fails(check: Callable[[pd.DataFrame], Any], part: pd.DataFrame) -> bool:
+    try:
+        check(part)
+    except (OperatorError, AnalysisException):
+        raise
+    except Exception:  # noqa: BLE001
+        return True
+    return False
+
+
+def _bisect(check: Callable[[pd.DataFrame], Any], batch: pd.DataFrame) -> pd.DataFrame:
+    """The records of ``batch`` that make ``check`` fail by themselves (empty if none does)."""
+    if len(batch) == 0 or not _fails(check, batch):
+        return batch.iloc[:0]
+    if len(batch) == 1:
+        return batch
+    half = len(batch) // 2
+    return pd.concat([_bisect(check, batch.iloc[:half]), _bisect(check, batch.iloc[half:])])
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

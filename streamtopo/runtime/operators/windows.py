@@ -1,0 +1,100 @@
+"""Event-time windows after C-MR (thesis 004, sections 2.2, 3.2.1 and 3.8).
+
+Windows have a size ``w`` and a slide ``s``; window ``n`` covers ``[n*s, n*s + w)`` (aligned to the epoch,
+so every process and key group agrees on them). A record belongs to the ``w/s`` windows covering its
+event time.
+
+Panes (C-MR's re-purposed Combine, 3.8): tumbling sub-windows of size ``k = HCF(w, s)``. Pane ``p``
+covers ``[p*k, (p+1)*k)``; with ``s = a*k`` and ``w = b*k`` (integers), pane ``p`` is inside window ``n``
+iff ``n*a <= p < n*a + b``. All membership is decided on the integer pane index, so the pane path and
+the per-window path put every record in exactly the same windows even where floats would round
+differently at a boundary.
+
+Completeness (2.2.2): window ``n`` of a key group materialises only once the key group's watermark (the
+punctuation every upstream replica has passed) reaches its end ``n*s + w``.
+
+Cost rule (3.8.2): with ``t`` values per unit of time in a window, aggregating each window from scratch
+costs ``w*t`` per slide, panes cost ``s*t + w/k`` (fold the new slide once, then merge ``w/k`` pane
+partials), so panes pay iff ``t (w - s) > w / HCF(w, s)``. See :func:`combine_pays` for what ``t`` is here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from streamtopo.planner.model import WindowSpec
+
+_DENOMINATOR = 1_000_000  # durations are read to the microsecond
+
+
+def hcf(x: float, y: float) -> Fraction:
+    """Highest common factor of two positive durations, as an exact fraction (microsecond grid)."""
+    fx, fy = (Fraction(v).limit_denominator(_DENOMINATOR) for v in (x, y))
+    denominator = fx.denominator * fy.denominator // math.gcd(fx.denominator, fy.denominator)
+    return Fraction(math.gcd(int(fx * denominator), int(fy * denominator)), denominator)
+
+
+@dataclass(frozen=True)
+class Windowing:
+    size: float
+    slide: float
+    pane: float
+    a: int
+    """Panes per slide."""
+    b: int
+    """Panes per window."""
+
+    @classmethod
+    def of(cls, spec: WindowSpec) -> Windowing:
+        size, slide = spec.size, spec.step
+        k = hcf(size, slide)
+        return cls(size, slide, float(k), int(Fraction(slide).limit_denominator(_DENOMINATOR) / k),
+                   int(Fraction(size).limit_denominator(_DENOMINATOR) / k))
+
+    # --- Spark SQL: the record-level assignment runs in Spark
+
+    def pane_sql(self, ts: str = "_ts") -> str:
+        return f"CAST(FLOOR({ts} / {self.pane!r}) AS BIGINT)"
+
+    def windows_sql(self, pane: str) -> str:
+        """Array of the window indices that contain pane ``pane`` (``explode`` it)."""
+        return (f"sequence(CAST(FLOOR(({pane} - {self.b}) / {self.a}) AS BIGINT) + 1, "
+                f"CAST(FLOOR({pane} / {self.a}) AS BIGINT))")
+
+    # --- numpy: the same rules on integer indices, for state (panes, windows) in the driver
+
+    def first_window(self, pane: np.ndarray) -> np.ndarray:
+        return np.floor_divide(pane - self.b, self.a) + 1
+
+    def last_window(self, pane: np.ndarray) -> np.ndarray:
+        return np.floor_divide(pane, self.a)
+
+    def start(self, n: np.ndarray) -> np.ndarray:
+        return np.asarray(n, dtype=np.float64) * self.slide
+
+    def end(self, n: np.ndarray) -> np.ndarray:
+        return np.asarray(n, dtype=np.float64) * self.slide + self.size
+
+    def windows_of_panes(self, pane: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position in ``pane``, window index) for every (pane, window containing it) pair."""
+        first, last = self.first_window(pane), self.last_window(pane)
+        counts = (last - first + 1).astype(np.int64)
+        rows = np.repeat(np.arange(len(pane)), counts)
+        offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        return rows, first[rows] + offsets
+
+
+def combine_pays(size: float, slide: float, t: float) -> bool:
+    """C-MR's rule (3.8.2): shared panes pay iff ``t (w - s) > w / HCF(w, s)``.
+
+    ``t`` is the number of values one window instance receives per second. In C-MR a window is the data
+    one reducer aggregates; here the aggregation state is kept per key within a key group, and merging
+    pane partials costs one merge per pane *per key*, so ``t`` is the expected input rate per key (see
+    :func:`values_per_second`). Tumbling windows (w = s) never pay.
+    """
+    k = float(hcf(size, slide))
+    return t * (size - slide) > size / k
