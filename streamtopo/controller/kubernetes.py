@@ -1,0 +1,469 @@
+"""The Kubernetes platform: a DesiredState rendered as owned objects, applied with the kubernetes client.
+
+For a StreamTopology ``<name>`` the operator owns (ownerReferences, so deleting the topology lets the
+garbage collector remove them; no finalizer is needed):
+
+- ConfigMap ``<name>-routing``: ``routing.json`` (the versioned routing table) and ``topology.yaml``
+  (the validated spec the executors run). It is also the record of the last good deployment: a restarted
+  operator reads it back instead of re-planning.
+- Service ``<name>-metrics``: headless, selecting the executor pods, port ``metrics`` (the chart's
+  executor ServiceMonitor and Prometheus' endpoint discovery find the executors through it).
+- one Pod per executor, ``<name>-e<i>``: required node affinity to the executor's host (COLA / ALBIC
+  placement), a nodeSelector for resource matching, pod anti-affinity for host exlocation and HA replicas,
+  non-root with a read-only root filesystem, all capabilities dropped and RuntimeDefault seccomp.
+
+Pods are bare pods (not a Deployment) because each executor is pinned to its own host and carries its
+own name in the routing table. A pod whose identity (image, host, CPU, transport, ...) changes is
+replaced; pods whose only change is the units they host are left alone: units move through the routing
+table, never by restarting executors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from streamtopo.controller.platform import DesiredState
+from streamtopo.planner.cluster import Cluster, Host
+from streamtopo.planner.graph import operator_of, replica_name
+from streamtopo.planner.model import (
+    API_VERSION,
+    KIND,
+    StreamTopology,
+    StreamTopologySpec,
+    TransportSpec,
+    load_topology,
+)
+from streamtopo.planner.routing import ExecutorEntry, RoutingTable, parse_unit
+
+GROUP = "streamtopo.dev"
+VERSION = "v1alpha1"
+PLURAL = "streamtopologies"
+TOPOLOGY_LABEL = f"{GROUP}/topology"
+EXECUTOR_LABEL = f"{GROUP}/executor"
+HASH_ANNOTATION = f"{GROUP}/pod-hash"
+VERSION_ANNOTATION = f"{GROUP}/routing-version"
+OPERATOR_LABEL_PREFIX = f"op.{GROUP}/"
+HA_LABEL_PREFIX = f"ha.{GROUP}/"
+HOSTNAME_KEY = "kubernetes.io/hostname"
+CONFIG_DIR = "/etc/streamtopo"
+COMPONENT_LABELS = {
+    "app.kubernetes.io/name": "streamtopo",
+    "app.kubernetes.io/part-of": "streamtopo",
+    "app.kubernetes.io/component": "executor",
+    "app.kubernetes.io/managed-by": "streamtopo-operator",
+}
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    """Operator-wide rendering choices (from the chart through environment variables)."""
+
+    metrics_port: int = 9100
+    runtime_image: str | None = None
+    """Executor image for topologies that keep the spec's default image (the chart's runtimeImage)."""
+    transport_url: str | None = None
+    """Used when a topology keeps the default transport URL (the chart's Valkey)."""
+    transport_secret: tuple[str, str] | None = None
+    """(Secret name, key) of the transport password when the topology names none."""
+    executor_memory: str = "512Mi"
+    service_labels: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> RenderSettings:
+        secret = env.get("STREAMTOPO_TRANSPORT_SECRET_NAME")
+        return cls(
+            metrics_port=int(env.get("STREAMTOPO_EXECUTOR_METRICS_PORT", "9100")),
+            runtime_image=env.get("STREAMTOPO_RUNTIME_IMAGE") or None,
+            transport_url=env.get("STREAMTOPO_TRANSPORT_URL") or None,
+            transport_secret=(secret, env.get("STREAMTOPO_TRANSPORT_SECRET_KEY", "password")) if secret else None,
+        )
+
+
+def routing_name(topology: str) -> str:
+    return f"{topology}-routing"
+
+
+def service_name(topology: str) -> str:
+    return f"{topology}-metrics"
+
+
+def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The StreamTopology as controller owner: deleting it garbage-collects everything it owns."""
+    meta = owner["metadata"]
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def topology_labels(name: str) -> dict[str, str]:
+    return {**COMPONENT_LABELS, "app.kubernetes.io/instance": name, TOPOLOGY_LABEL: name}
+
+
+def selector(name: str) -> str:
+    return f"{TOPOLOGY_LABEL}={name},app.kubernetes.io/component=executor"
+
+
+def _metadata(name: str, namespace: str, owner: Mapping[str, Any], labels: Mapping[str, str],
+              annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    meta = {"name": name, "namespace": namespace, "labels": dict(labels),
+            "ownerReferences": [owner_reference(owner)]}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def render_configmap(desired: DesiredState, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any]:
+    spec_doc = desired.topology.model_dump(mode="json", by_alias=True, exclude_none=True)
+    spec_doc["metadata"] = {"name": desired.name, "namespace": namespace}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(routing_name(desired.name), namespace, owner,
+                              {k: v for k, v in topology_labels(desired.name).items()
+                               if k != "app.kubernetes.io/component"},
+                              {VERSION_ANNOTATION: str(desired.routing.version)}),
+        "data": {"routing.json": desired.routing.to_json(),
+                 "topology.yaml": yaml.safe_dump(spec_doc, sort_keys=False)},
+    }
+
+
+def render_service(desired: DesiredState, namespace: str, owner: Mapping[str, Any],
+                   settings: RenderSettings) -> dict[str, Any]:
+    labels = {**topology_labels(desired.name), **settings.service_labels}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(service_name(desired.name), namespace, owner, labels),
+        "spec": {
+            "clusterIP": "None",
+            "selector": {TOPOLOGY_LABEL: desired.name, "app.kubernetes.io/component": "executor"},
+            "ports": [{"name": "metrics", "port": settings.metrics_port, "targetPort": "metrics",
+                       "protocol": "TCP"}],
+            "publishNotReadyAddresses": True,
+        },
+    }
+
+
+def hosted_operators(routing: RoutingTable, executor: str) -> set[str]:
+    """Logical nodes (operators, HA replicas keep their suffix) with at least one unit on ``executor``."""
+    return {parse_unit(unit)[0] for unit, owner in routing.units.items() if owner == executor}
+
+
+def _label_key(prefix: str, name: str) -> str:
+    """A label key for an operator name (label names allow [A-Za-z0-9_.-], at most 63 characters)."""
+    clean = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    return prefix + (clean if len(clean) <= 63 else clean[:54] + hashlib.sha1(name.encode()).hexdigest()[:9])
+
+
+def scheduling(topology: StreamTopology, routing: RoutingTable, executor: str) -> dict[str, Any]:
+    """Labels, nodeSelector and pod anti-affinity of an executor from the spec's constraints.
+
+    Host exlocation: the pod carries a label per exlocated operator it hosts and refuses nodes running a
+    pod of the same topology that carries the other operators' labels. HA: a replica-r pod refuses nodes
+    running another replica of the same group. Node affinity pins the planned host; the nodeSelector
+    (resource matching) and anti-affinity make the scheduler refuse a wrong node instead of trusting it.
+    """
+    spec = topology.spec
+    name = topology.metadata.name
+    logical = hosted_operators(routing, executor)
+    operators = {operator_of(n) for n in logical}
+    by_name = spec.by_name()
+    labels: dict[str, str] = {}
+    node_selector: dict[str, str] = {}
+    terms: list[dict[str, Any]] = []
+    for op in sorted(operators):
+        requires = by_name[op].requires if op in by_name else None
+        if requires:
+            node_selector.update(requires.node_selector)
+    for group in spec.constraints.host_exlocation:
+        mine = [op for op in group if op in operators]
+        for op in mine:
+            labels[_label_key(OPERATOR_LABEL_PREFIX, op)] = "true"
+        for other in (op for op in group if op not in operators) if mine else ():
+            terms.append(_anti_affinity(name, [{"key": _label_key(OPERATOR_LABEL_PREFIX, other),
+                                                "operator": "Exists"}]))
+    for i, ha in enumerate(spec.constraints.high_availability):
+        replicas = {r for r in range(ha.replicas) for op in ha.operators if replica_name(op, r) in logical}
+        if len(replicas) == 1:
+            key = f"{HA_LABEL_PREFIX}g{i}"
+            labels[key] = str(replicas.pop())
+            terms.append(_anti_affinity(name, [{"key": key, "operator": "Exists"},
+                                               {"key": key, "operator": "NotIn", "values": [labels[key]]}]))
+    return {"labels": labels, "nodeSelector": node_selector, "antiAffinity": terms}
+
+
+def _anti_affinity(topology: str, expressions: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"labelSelector": {"matchLabels": {TOPOLOGY_LABEL: topology}, "matchExpressions": expressions},
+            "topologyKey": HOSTNAME_KEY}
+
+
+def pod_identity(desired: DesiredState, executor: str, entry: ExecutorEntry, settings: RenderSettings) -> dict:
+    """What makes an executor pod what it is; a change replaces the pod (its hash is an annotation)."""
+    transport = desired.topology.spec.transport
+    url = transport.url
+    if settings.transport_url and url == TransportSpec().url:
+        url = settings.transport_url
+    secret = ((transport.password_secret.name, transport.password_secret.key) if transport.password_secret
+              else settings.transport_secret)
+    image = desired.topology.spec.image
+    if settings.runtime_image and image == StreamTopologySpec.model_fields["image"].default:
+        image = settings.runtime_image
+    return {"image": image, "host": entry.host, "cpu": entry.cpu, "transport": url,
+            "secret": list(secret) if secret else None, "executor": executor,
+            "metricsPort": settings.metrics_port, "memory": settings.executor_memory}
+
+
+def identity_hash(identity: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def render_pod(desired: DesiredState, executor: str, namespace: str, owner: Mapping[str, Any],
+               settings: RenderSettings) -> dict[str, Any]:
+    entry = desired.executors[executor]
+    identity = pod_identity(desired, executor, entry, settings)
+    sched = scheduling(desired.topology, desired.routing, executor)
+    labels = {**topology_labels(desired.name), EXECUTOR_LABEL: executor, **sched["labels"]}
+    env = [{"name": "STREAMTOPO_EXECUTOR", "value": executor}]
+    if identity["secret"]:
+        env.append({"name": "STREAMTOPO_TRANSPORT_PASSWORD",
+                    "valueFrom": {"secretKeyRef": {"name": identity["secret"][0], "key": identity["secret"][1]}}})
+    affinity: dict[str, Any] = {}
+    if entry.host:
+        affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": HOSTNAME_KEY, "operator": "In", "values": [entry.host]}]}]}}
+    if sched["antiAffinity"]:
+        affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": sched["antiAffinity"]}
+    cpu = f"{round(entry.cpu * 1000)}m"
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Always",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{
+            "name": "executor",
+            "image": identity["image"],
+            "args": ["executor", "--topology", f"{CONFIG_DIR}/topology.yaml",
+                     "--routing", f"{CONFIG_DIR}/routing.json", "--name", executor,
+                     "--transport", identity["transport"], "--metrics-port", str(settings.metrics_port),
+                     "--cpu", str(entry.cpu), "--output", "/tmp/output"],
+            "env": env,
+            "ports": [{"name": "metrics", "containerPort": settings.metrics_port, "protocol": "TCP"}],
+            "resources": {"requests": {"cpu": cpu, "memory": settings.executor_memory},
+                          "limits": {"memory": settings.executor_memory}},
+            "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 10},
+            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 20,
+                              "initialDelaySeconds": 60, "failureThreshold": 3},
+            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                             {"name": "tmp", "mountPath": "/tmp"}],
+        }],
+        "volumes": [{"name": "config", "configMap": {"name": routing_name(desired.name)}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+    }
+    if affinity:
+        pod_spec["affinity"] = affinity
+    if sched["nodeSelector"]:
+        pod_spec["nodeSelector"] = sched["nodeSelector"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(executor, namespace, owner, labels,
+                              {HASH_ANNOTATION: identity_hash(identity)}),
+        "spec": pod_spec,
+    }
+
+
+def render(desired: DesiredState, namespace: str, owner: Mapping[str, Any],
+           settings: RenderSettings | None = None) -> list[dict[str, Any]]:
+    """Every object of a desired state: ConfigMap, Service, then one Pod per executor."""
+    settings = settings or RenderSettings()
+    return [render_configmap(desired, namespace, owner), render_service(desired, namespace, owner, settings),
+            *(render_pod(desired, e, namespace, owner, settings) for e in sorted(desired.executors))]
+
+
+# ------------------------------------------------------------------------------------------ nodes
+
+
+_QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
+_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
+           "Ti": 2**40}
+
+
+def quantity(value: str | float) -> float:
+    """A Kubernetes resource quantity (``3500m``, ``4``, ``16Gi``) as a number."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match or match.group(2) not in _SUFFIX:
+        raise ValueError(f"not a resource quantity: {value!r}")
+    return float(match.group(1)) * _SUFFIX[match.group(2)]
+
+
+def cluster_from_nodes(nodes: list[Mapping[str, Any]]) -> Cluster:
+    """Hosts from Node objects: schedulable, Ready (or not yet reporting), allocatable CPU > 0."""
+    hosts = []
+    for node in nodes:
+        if (node.get("spec") or {}).get("unschedulable"):
+            continue
+        status = node.get("status") or {}
+        ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+        if ready and ready[0].get("status") != "True":
+            continue
+        allocatable = status.get("allocatable") or status.get("capacity") or {}
+        cpu = quantity(allocatable.get("cpu", 0))
+        if cpu <= 0:
+            continue
+        memory = quantity(allocatable["memory"]) if allocatable.get("memory") else None
+        meta = node["metadata"]
+        hosts.append(Host(name=meta["name"], cpu=cpu, memory=memory or None, labels=meta.get("labels") or {}))
+    if not hosts:
+        raise NoHosts("no schedulable Node with allocatable CPU")
+    return Cluster(hosts=sorted(hosts, key=lambda h: h.name))
+
+
+class NoHosts(RuntimeError):
+    """The cluster has no node an executor could run on."""
+
+
+# ------------------------------------------------------------------------------------------ the platform
+
+
+class KubernetesPlatform:
+    """:class:`~streamtopo.controller.platform.Platform` for one StreamTopology in one namespace.
+
+    ``owner`` is the StreamTopology object (name and uid are used). Every write is create-or-patch by a
+    deterministic name, so applying twice, or after a restart halfway through, yields the same objects.
+    """
+
+    def __init__(self, namespace: str, owner: Mapping[str, Any], api_client: Any = None,
+                 settings: RenderSettings | None = None):
+        from kubernetes import client
+
+        self.namespace = namespace
+        self.owner = owner
+        self.name = owner["metadata"]["name"]
+        self.settings = settings or RenderSettings()
+        self.core = client.CoreV1Api(api_client)
+
+    def hosts(self) -> Cluster:
+        return cluster_from_nodes(self._items(self.core.list_node(_preload_content=False)))
+
+    def running_executors(self) -> dict[str, str | None]:
+        return {p["metadata"]["labels"][EXECUTOR_LABEL]: (p.get("spec") or {}).get("nodeName")
+                for p in self._pods() if EXECUTOR_LABEL in (p["metadata"].get("labels") or {})}
+
+    def pod_ips(self) -> dict[str, str | None]:
+        """Executor -> pod IP, for the direct-scrape metrics source."""
+        return {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in self._pods()}
+
+    def pod_phases(self) -> dict[str, str]:
+        return {p["metadata"]["name"]: (p.get("status") or {}).get("phase", "Pending") for p in self._pods()}
+
+    def apply(self, desired: DesiredState) -> None:
+        """ConfigMap first (executors read it), then the Service, then the pods."""
+        self._ensure(render_configmap(desired, self.namespace, self.owner), self.core.read_namespaced_config_map,
+                     self.core.create_namespaced_config_map, self.core.patch_namespaced_config_map, "data")
+        self._ensure(render_service(desired, self.namespace, self.owner, self.settings),
+                     self.core.read_namespaced_service, self.core.create_namespaced_service, None, None)
+        existing = {p["metadata"]["name"]: p for p in self._pods()}
+        for executor in sorted(desired.executors):
+            pod = render_pod(desired, executor, self.namespace, self.owner, self.settings)
+            current = existing.get(executor)
+            if current is not None:
+                same = ((current["metadata"].get("annotations") or {}).get(HASH_ANNOTATION)
+                        == pod["metadata"]["annotations"][HASH_ANNOTATION])
+                finished = (current.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+                if same and not finished and not current["metadata"].get("deletionTimestamp"):
+                    continue
+                self._delete_pod(executor)
+            self._create(self.core.create_namespaced_pod, pod)
+        for name in sorted(set(existing) - set(desired.executors)):
+            self._delete_pod(name)
+
+    def read_deployment(self) -> DesiredState | None:
+        """The last applied state, from the routing ConfigMap (None before the first apply)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            cm = self.core.read_namespaced_config_map(routing_name(self.name), self.namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        data = cm.data or {}
+        if "routing.json" not in data or "topology.yaml" not in data:
+            return None
+        return DesiredState(topology=load_topology(data["topology.yaml"]),
+                            routing=RoutingTable.from_json(data["routing.json"]))
+
+    # -------------------------------------------------------------------------------------- helpers
+
+    def _pods(self) -> list[dict[str, Any]]:
+        response = self.core.list_namespaced_pod(self.namespace, label_selector=selector(self.name),
+                                                 _preload_content=False)
+        return [p for p in self._items(response)
+                if (p["metadata"].get("labels") or {}).get(TOPOLOGY_LABEL) == self.name]
+
+    @staticmethod
+    def _items(response: Any) -> list[dict[str, Any]]:
+        return json.loads(response.data).get("items") or []
+
+    def _ensure(self, obj: dict[str, Any], read: Any, create: Any, patch: Any, key: str | None) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        name = obj["metadata"]["name"]
+        try:
+            current = json.loads(read(name, self.namespace, _preload_content=False).data)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            self._create(create, obj)
+            return
+        if key is not None and (current.get(key) != obj[key]
+                                or current["metadata"].get("annotations") != obj["metadata"].get("annotations")):
+            patch(name, self.namespace, {"metadata": {"annotations": obj["metadata"].get("annotations")},
+                                         key: obj[key]})
+
+    def _create(self, create: Any, obj: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            create(self.namespace, obj)
+        except ApiException as error:
+            if error.status != 409:  # already there: a previous, interrupted apply created it
+                raise
+
+    def _delete_pod(self, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.core.delete_namespaced_pod(name, self.namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+
+def patch_status(api_client: Any, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    """Write the status subresource (merge patch): the user's spec is never touched."""
+    from kubernetes import client
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)})
+
+
+def read_topology(api_client: Any, namespace: str, name: str) -> dict[str, Any]:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api_client).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)

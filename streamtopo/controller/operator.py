@@ -1,0 +1,320 @@
+"""The kopf operator: StreamTopology handlers, the SPL daemon, node watching, status, events and /metrics.
+
+Run with ``streamtopo operator`` (or ``kopf run -m streamtopo.controller.operator``). Handlers:
+
+- create / update (spec changes only) / resume -> :func:`streamtopo.controller.reconcile.reconcile`
+  through :class:`~streamtopo.controller.kubernetes.KubernetesPlatform`; status and Events from its outcome.
+- a daemon per topology (the SPL loop): every ``spec.autoscaling.interval`` one
+  :class:`~streamtopo.controller.reconcile.AdaptationLoop` step (ALBIC + scaling) on the deployment the
+  routing ConfigMap records; between periods it re-plans when Nodes changed and keeps the pods converged
+  (a deleted or failed executor pod is recreated). kopf puts a finalizer on topologies only because
+  daemons need one to be stopped cleanly; owned objects go by garbage collection (ownerReferences).
+- Node events mark the cluster as changed; each daemon compares hosts and re-plans if they differ.
+
+Safety: every write is by deterministic name (create-or-patch), the routing ConfigMap is the record of
+the last good deployment, and the user's spec is never written. One replica with the Recreate strategy
+is the default (docs/operator.md); ``--peering`` lets several replicas take turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from streamtopo.controller.kubernetes import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    KubernetesPlatform,
+    NoHosts,
+    RenderSettings,
+    patch_status,
+)
+from streamtopo.controller.platform import DesiredState, MetricsSource
+from streamtopo.controller.reconcile import (
+    AdaptationLoop,
+    ConditionChange,
+    Event,
+    Outcome,
+    merge_conditions,
+    now_iso,
+    reconcile,
+)
+
+RECONCILES = Counter("streamtopo_operator_reconciles_total", "Reconciles by result", ["result"])
+RECONCILE_SECONDS = Histogram("streamtopo_operator_reconcile_seconds", "Duration of one reconcile")
+SPL_STEPS = Counter("streamtopo_operator_spl_steps_total", "SPL rounds by outcome", ["outcome"])
+MIGRATIONS = Counter("streamtopo_operator_migrations_total", "Key groups moved by the SPL loop")
+SCALING = Counter("streamtopo_operator_scaling_decisions_total", "Executor set changes", ["direction"])
+TOPOLOGIES = Gauge("streamtopo_operator_topologies", "StreamTopologies handled by this operator")
+
+
+class OperatorState:
+    """Process-wide state: the API client, rendering settings, and the cluster change counter."""
+
+    def __init__(self) -> None:
+        self.api: Any = None
+        self.settings = RenderSettings.from_env()
+        self.tick = 5.0
+        """Seconds between daemon wake-ups (node changes, pod convergence); the SPL is per topology."""
+        self.nodes_version = 0
+        self.topologies: set[tuple[str, str]] = set()
+        self.lock = threading.Lock()
+
+    def client(self) -> Any:
+        if self.api is None:
+            from kubernetes import client, config
+
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:  # outside a cluster: $KUBECONFIG (read now, not at import)
+                config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+            self.api = client.ApiClient()
+        return self.api
+
+
+STATE = OperatorState()
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Watch timeouts (a silent watch is restarted), annotation-based progress, quiet handler events."""
+    settings.watching.server_timeout = float(os.environ.get("STREAMTOPO_WATCH_SERVER_TIMEOUT", "300"))
+    settings.watching.client_timeout = settings.watching.server_timeout + 30
+    settings.watching.connect_timeout = 30
+    settings.watching.inactivity_timeout = settings.watching.server_timeout + 60
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP,
+                                                                           key="last-handled-configuration")
+    settings.posting.level = logging.WARNING
+    settings.execution.max_workers = int(os.environ.get("STREAMTOPO_WORKERS", "8"))
+    port = os.environ.get("STREAMTOPO_METRICS_PORT")
+    if port:
+        start_http_server(int(port))
+    STATE.settings = RenderSettings.from_env()
+    STATE.tick = float(os.environ.get("STREAMTOPO_TICK_SECONDS", "5"))
+    STATE.api = None  # a new run may talk to another API server (kubeconfig re-read)
+    STATE.client()
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account, else $KUBECONFIG as it is now (kopf's client login reads it at import)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+# ------------------------------------------------------------------------------------ create / update
+
+
+def _lock(memo: Any) -> threading.Lock:
+    with STATE.lock:
+        if getattr(memo, "lock", None) is None:
+            memo.lock = threading.Lock()
+        return memo.lock
+
+
+def _platform(body: Mapping[str, Any]) -> KubernetesPlatform:
+    return KubernetesPlatform(body["metadata"]["namespace"], body, STATE.client(), STATE.settings)
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Plan and apply the spec; an invalid spec leaves the last good deployment untouched."""
+    STATE.topologies.add((body.metadata.namespace, body.metadata.name))
+    TOPOLOGIES.set(len(STATE.topologies))
+    with _lock(memo), RECONCILE_SECONDS.time():
+        platform = _platform(body)
+        nodes_version = STATE.nodes_version  # node events from now on are looked at by the daemon
+        try:
+            outcome = reconcile(body, platform, previous=_previous(platform))
+        except NoHosts as error:
+            publish(body, platform, Outcome(conditions=[ConditionChange("Degraded", "True", "NoHosts", str(error))]))
+            raise kopf.TemporaryError(str(error), delay=30) from None
+        if outcome.cluster is not None:
+            memo.cluster = outcome.cluster.model_dump_json()
+            memo.nodes_version = nodes_version
+    RECONCILES.labels("applied" if outcome.desired else "refused").inc()
+    publish(body, platform, outcome)
+
+
+def _previous(platform: KubernetesPlatform) -> DesiredState | None:
+    """The deployment the routing ConfigMap records; an unreadable one counts as none (re-plan)."""
+    try:
+        return platform.read_deployment()
+    except ValueError:
+        return None
+
+
+def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outcome) -> None:
+    """Write the outcome: status (conditions merged per API conventions, Ready from the pods), Events."""
+    meta = body["metadata"]
+    current = dict(body.get("status") or {})
+    phases = platform.pod_phases()
+    deployment = outcome.desired
+    changes = list(outcome.conditions)
+    executors = outcome.status.get("executors", current.get("executors"))
+    if executors:
+        running = sum(1 for p in phases.values() if p == "Running")
+        ready = running >= executors
+        changes.append(ConditionChange("Ready", "True" if ready else "False",
+                                       "ExecutorsRunning" if ready else "ExecutorsPending",
+                                       f"{running} of {executors} executor pods running"))
+    conditions = merge_conditions(current.get("conditions") or [], changes, now=now_iso(),
+                                  generation=meta.get("generation"))
+    by_type = {c["type"]: c for c in conditions}
+    if by_type.get("Planned", {}).get("status") == "False":
+        phase = "Degraded" if phases else "Failed"
+    elif by_type.get("Degraded", {}).get("status") == "True":
+        phase = "Degraded"
+    elif by_type.get("Ready", {}).get("status") == "True":
+        phase = "Running"
+    else:
+        phase = "Planned" if deployment or current.get("phase") else "Pending"
+    status = {**outcome.status, "conditions": conditions, "phase": phase,
+              "observedGeneration": meta.get("generation"),
+              "routingConfigMap": f"{meta['name']}-routing" if phases or deployment else current.get("routingConfigMap")}
+    patch_status(STATE.client(), meta["namespace"], meta["name"], {k: v for k, v in status.items() if v is not None})
+    for event in outcome.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def forget_topology(body: kopf.Body, **_: Any) -> None:
+    """Owned objects are garbage-collected through their ownerReferences; only our own memory goes."""
+    STATE.topologies.discard((body.metadata.namespace, body.metadata.name))
+    TOPOLOGIES.set(len(STATE.topologies))
+
+
+# ----------------------------------------------------------------------------------------- nodes
+
+
+@kopf.on.event("", "v1", "nodes")
+def node_event(type: str | None, **_: Any) -> None:
+    """A Node came, went or changed: daemons compare hosts on their next tick and re-plan if needed."""
+    if type in ("ADDED", "MODIFIED", "DELETED"):
+        STATE.nodes_version += 1
+
+
+def _signature(platform: KubernetesPlatform) -> str:
+    return platform.hosts().model_dump_json()
+
+
+# ------------------------------------------------------------------------------------- the SPL loop
+
+
+def metrics_source(deployment: DesiredState, platform: KubernetesPlatform) -> MetricsSource:
+    """Prometheus when the spec or the operator names one, else direct scrape of the executor pods."""
+    prometheus = deployment.topology.spec.metrics.prometheus
+    url = prometheus.url if prometheus else os.environ.get("STREAMTOPO_PROMETHEUS_URL")
+    if url:
+        from streamtopo.controller.prometheus import PrometheusMetricsSource
+
+        auth = (os.environ.get("STREAMTOPO_PROMETHEUS_USERNAME"), os.environ.get("STREAMTOPO_PROMETHEUS_PASSWORD"))
+        return PrometheusMetricsSource(url, auth=auth if all(auth) else None)
+    from streamtopo.controller.scrape import ScrapeMetricsSource
+
+    port = STATE.settings.metrics_port
+    return ScrapeMetricsSource(lambda: {name: f"http://{ip}:{port}/metrics"
+                                        for name, ip in platform.pod_ips().items() if ip})
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
+async def spl_loop(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger,
+                   **_: Any) -> None:
+    """Every SPL: one AdaptationLoop step. Every tick: re-plan on node changes, keep pods converged.
+
+    The daemon itself is a coroutine that holds no thread while it waits; a period's blocking work (API
+    calls, planners) runs in a worker thread. A sync daemon would pin one of kopf's worker threads per
+    topology for its whole life and starve the create/update handlers once topologies outnumber workers.
+    """
+    period = Period(next_step=time.monotonic() + _interval(body))
+    while not stopped:
+        await stopped.wait(min(STATE.tick, max(0.05, period.next_step - time.monotonic())))
+        if stopped:
+            break
+        nodes_changed = getattr(memo, "nodes_version", STATE.nodes_version) != STATE.nodes_version
+        if not nodes_changed and time.monotonic() < period.next_step:
+            continue  # nothing to do: no API call between periods
+        try:
+            await asyncio.to_thread(period.run, body, memo, nodes_changed)
+        except Exception:  # one bad period must not end the loop
+            logger.exception("SPL period failed")
+            SPL_STEPS.labels("error").inc()
+
+
+class Period:
+    """The SPL loop's state between wake-ups: the next period's time and the AdaptationLoop."""
+
+    def __init__(self, next_step: float):
+        self.next_step = next_step
+        self.loop: AdaptationLoop | None = None
+
+    def run(self, body: kopf.Body, memo: kopf.Memo, nodes_changed: bool) -> None:
+        platform = _platform(body)
+        with _lock(memo):
+            deployment = _previous(platform)
+            if deployment is None:
+                return  # not planned yet (or the spec was never valid)
+            if nodes_changed:
+                _replan_if_cluster_changed(body, memo, platform, deployment)
+                deployment = _previous(platform) or deployment
+            if time.monotonic() < self.next_step:
+                return
+            self.next_step = time.monotonic() + _interval(body)
+            if self.loop is None or self.loop.topology != deployment.topology:
+                self.loop = AdaptationLoop(platform, metrics_source(deployment, platform), deployment.topology,
+                                           routing=deployment.routing)
+                self.loop.scaling_state = getattr(memo, "scaling_state", self.loop.scaling_state)
+            self.loop.platform, self.loop.routing = platform, deployment.routing
+            platform.apply(deployment)  # recreate executor pods that died since the last period
+            result = self.loop.step(time.time())
+            memo.scaling_state = self.loop.scaling_state
+        _count(result)
+        publish(body, platform, result.outcome)
+
+
+def _interval(body: Mapping[str, Any]) -> float:
+    from streamtopo.planner.model import parse_duration
+
+    try:
+        return parse_duration(((body.get("spec") or {}).get("autoscaling") or {}).get("interval", 60))
+    except ValueError:
+        return 60.0
+
+
+def _replan_if_cluster_changed(body: Mapping[str, Any], memo: Any, platform: KubernetesPlatform,
+                               deployment: DesiredState) -> None:
+    memo.nodes_version = STATE.nodes_version
+    try:
+        signature = _signature(platform)
+    except NoHosts:
+        return
+    if signature == getattr(memo, "cluster", None):
+        return
+    outcome = reconcile(deployment.topology, platform, previous=deployment, force_replan=True)
+    if outcome.cluster is not None:
+        memo.cluster = outcome.cluster.model_dump_json()
+    if outcome.desired is not None:
+        outcome.events.insert(0, Event("NodesChanged", "the set of schedulable nodes changed: re-planned"))
+    publish(body, platform, outcome)
+
+
+def _count(result: Any) -> None:
+    SPL_STEPS.labels(result.skipped or ("applied" if result.applied else "unchanged")).inc()
+    if result.adaptation is not None:
+        MIGRATIONS.inc(len(result.adaptation.migrations))
+        if result.adaptation.added or result.adaptation.unmarked:
+            SCALING.labels("up").inc()
+        if result.adaptation.marked:
+            SCALING.labels("down").inc()

@@ -1,0 +1,519 @@
+"""The reconcile logic, independent of where it runs (design.md section 3, "Flow").
+
+Two entry points, both pure of I/O except through a :class:`~streamtopo.controller.platform.Platform`
+and a :class:`~streamtopo.controller.platform.MetricsSource`:
+
+- :func:`reconcile`: a StreamTopology document -> validated model -> plan (COLA through
+  ``plan_topology``, batch sizes from Aeolus) -> :class:`DesiredState` (executors with hosts, routing
+  table v1) -> ``Platform.apply``. An invalid spec or an impossible plan changes nothing on the platform:
+  the last good deployment keeps running and the outcome carries a condition and an Event naming the field.
+- :class:`AdaptationLoop`: every statistics period (SPL), metrics -> AllocationState -> Algorithm 1 of
+  ALBIC (Madsen et al., ICDE 2017: terminate drained nodes, lines 1-3; plan; scale; re-plan, lines 4-7;
+  apply, line 8) with the spec's rebalancing policy -> next routing version and executor set -> apply.
+  Missing or stale metrics skip the round (no rebalancing, no scaling) and say why.
+
+Status, conditions and events are returned as data (:class:`Outcome`); the Kubernetes operator writes them
+to the API, ``streamtopo run`` prints them. Conditions follow the Kubernetes API conventions: a transition
+time changes only when the status does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from streamtopo.controller.platform import (
+    DesiredState,
+    MetricsSource,
+    MetricsUnavailable,
+    Platform,
+    RuntimeStats,
+)
+from streamtopo.planner.allocation import (
+    AllocationState,
+    ExecutorInfo,
+    KeyGroupId,
+    KeyGroupStats,
+    PlacementRules,
+)
+from streamtopo.planner.cluster import Cluster
+from streamtopo.planner.graph import operator_of, replica_name
+from streamtopo.planner.model import StreamTopology, StreamTopologySpec, TopologyError, load_topology
+from streamtopo.planner.plan import Plan
+from streamtopo.planner.routing import ExecutorEntry, RoutingTable
+
+if TYPE_CHECKING:
+    from streamtopo.planner.adaptation import AdaptationConfig, AdaptationResult
+
+CONDITION_TYPES = ("Planned", "Ready", "Rebalancing", "Scaling", "Degraded")
+MIN_EXECUTOR_CPU = 0.1
+
+
+# ------------------------------------------------------------------------------------ outcome as data
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to emit (``type`` is Normal or Warning)."""
+
+    reason: str
+    message: str
+    type: str = "Normal"
+
+
+@dataclass(frozen=True)
+class ConditionChange:
+    type: str
+    status: str
+    reason: str
+    message: str = ""
+
+
+@dataclass
+class Outcome:
+    """What one reconcile or one SPL step decided: the state applied (if any), status and events."""
+
+    desired: DesiredState | None = None
+    plan: Plan | None = None
+    conditions: list[ConditionChange] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    status: dict[str, Any] = field(default_factory=dict)
+    """Status fields (camelCase, StreamTopologyStatus) other than conditions."""
+    cluster: Cluster | None = None
+    """The hosts the decision was made for (a later change of hosts calls for a re-plan)."""
+
+
+def now_iso(now: datetime | None = None) -> str:
+    return (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def merge_conditions(current: Sequence[Mapping[str, Any]], changes: Sequence[ConditionChange], *,
+                     now: str, generation: int | None) -> list[dict[str, Any]]:
+    """Conditions after ``changes``: lastTransitionTime moves only when a condition's status flips."""
+    by_type = {c["type"]: dict(c) for c in current if c.get("type") in CONDITION_TYPES}
+    for change in changes:
+        old = by_type.get(change.type)
+        flipped = old is None or old.get("status") != change.status
+        by_type[change.type] = {
+            "type": change.type,
+            "status": change.status,
+            "reason": change.reason,
+            "message": change.message,
+            "lastTransitionTime": now if flipped else old.get("lastTransitionTime", now),
+            **({"observedGeneration": generation} if generation is not None else {}),
+        }
+    return [by_type[t] for t in CONDITION_TYPES if t in by_type]
+
+
+def problems_message(problems: Sequence[tuple[str, str]]) -> str:
+    return "; ".join(f"{path}: {message}" for path, message in problems)
+
+
+# ----------------------------------------------------------------------------------- initial planning
+
+
+def executor_name(topology: str, index: int) -> str:
+    """Executors are ``<topology>-e<i>``: stable names, so a restarted operator finds its own pods."""
+    return f"{topology}-e{index}"
+
+
+def plan_units(plan: Plan, spec: StreamTopologySpec) -> list[list[KeyGroupId]]:
+    """The units of every PE: a logical-graph PE holds all key groups of its operators."""
+    out = []
+    for pe in plan.pes:
+        units: list[KeyGroupId] = []
+        for member in pe.members:
+            if isinstance(member, tuple):
+                units.append((member[0], int(member[1])))
+            else:
+                units.extend((member, kg) for kg in range(spec.key_groups_of(operator_of(member))))
+        out.append(units)
+    return out
+
+
+def batch_sizes(spec: StreamTopologySpec) -> dict[str, int]:
+    """Records per transport entry for every stream ``from->to``: Aeolus (Sax et al., ICDE 2014),
+    Algorithm 1 with Eq. 4 capped by B_max = ``batching.maxBytes`` (``batching.size`` overrides)."""
+    from streamtopo.planner.aeolus import aeolus_plan
+
+    return dict(aeolus_plan(spec).batch_sizes)
+
+
+def plan_deployment(topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None = None,
+                    seed: int = 0) -> tuple[DesiredState, Plan]:
+    """COLA's plan on ``cluster`` as a desired state: one executor per PE on the PE's host.
+
+    The version continues ``previous`` (executors never act on an older table). Raises TopologyError
+    (or COLA's NoValidPlan, a ValueError) when the spec cannot be planned.
+    """
+    from streamtopo.planner.fusion import plan_topology
+
+    name = topology.metadata.name
+    plan = plan_topology(topology.spec, cluster, seed=seed)
+    executors: dict[str, ExecutorEntry] = {}
+    units: dict[KeyGroupId, str] = {}
+    for i, (pe, pe_units) in enumerate(zip(plan.pes, plan_units(plan, topology.spec))):
+        executor = executor_name(name, i)
+        executors[executor] = ExecutorEntry(host=pe.host, cpu=_cpu(pe.size))
+        units.update({u: executor for u in pe_units})
+    start = RoutingTable(topology=name, version=previous.version if previous else 0, executors={}, units={})
+    routing = start.moved(units, executors, batch_sizes(topology.spec))
+    return DesiredState(topology=topology, routing=routing), plan
+
+
+def _cpu(size: float) -> float:
+    """An executor's CPU request: the PE's SIZE rounded up to a tenth of a core."""
+    return max(MIN_EXECUTOR_CPU, math.ceil(size * 10 - 1e-9) / 10)
+
+
+def plan_status(plan: Plan, routing: RoutingTable) -> dict[str, Any]:
+    """The plan summary of the status (PEs with operators, host, size; U; C)."""
+    return {
+        "executors": len(routing.executors),
+        "maxUtilization": round(plan.max_utilization, 4),
+        "communicationCost": round(plan.communication_cost, 4),
+        "pes": [{"name": pe.name, "operators": pe.operators, "host": pe.host, "size": round(pe.size, 4)}
+                for pe in plan.pes],
+        "routingVersion": routing.version,
+    }
+
+
+def same_deployment(previous: DesiredState, topology: StreamTopology, cluster: Cluster) -> bool:
+    """Nothing to re-plan: same spec, and every executor's host still exists with the labels it needs."""
+    if previous.topology.spec != topology.spec:
+        return False
+    names = {h.name for h in cluster.hosts}
+    return all(e.host is None or e.host in names for e in previous.executors.values())
+
+
+def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, *,
+              previous: DesiredState | None = None, force_replan: bool = False, seed: int = 0) -> Outcome:
+    """Validate, plan and apply one StreamTopology; never raises for bad input.
+
+    With ``previous`` (the last good deployment, e.g. read back from the routing ConfigMap) and an
+    unchanged spec and cluster, the previous state is re-applied as is: a restarted operator converges to
+    the same objects and keeps the routing ALBIC reached instead of re-planning from scratch.
+    """
+    try:
+        topology = document if isinstance(document, StreamTopology) else load_topology(_spec_only(document))
+    except TopologyError as error:
+        return invalid_outcome("InvalidSpec", error.problems)
+    cluster = platform.hosts()
+    if previous is not None and not force_replan and same_deployment(previous, topology, cluster):
+        platform.apply(previous)
+        return Outcome(desired=previous, cluster=cluster, conditions=[ConditionChange("Planned", "True", "UpToDate",
+                                                                     "the applied plan matches the spec")],
+                       status={"executors": len(previous.executors),
+                               "routingVersion": previous.routing.version})
+    try:
+        desired, plan = plan_deployment(topology, cluster, previous.routing if previous else None, seed)
+    except TopologyError as error:
+        return invalid_outcome("InvalidSpec", error.problems)
+    except ValueError as error:  # COLA's NoValidPlan names the constraints that cannot be met
+        return invalid_outcome("NoValidPlan", [("spec.constraints", str(error))])
+    platform.apply(desired)
+    summary = (f"{len(plan.pes)} PEs on {len({pe.host for pe in plan.pes})} hosts with {plan.algorithm} "
+               f"({plan.graph_kind} graph): U={plan.max_utilization:.3f}, C={plan.communication_cost:.4f}, "
+               f"routing v{desired.routing.version}")
+    conditions = [ConditionChange("Planned", "True", "Planned", summary)]
+    events = [Event("Planned", summary)]
+    problems = []
+    if not plan.feasible:
+        problems.append(f"hosts are overloaded (U={plan.max_utilization:.2f} > 1)")
+    if plan.violations:
+        problems.append("constraint violations: " + "; ".join(plan.violations))
+    if problems:
+        conditions.append(ConditionChange("Degraded", "True", "PlanInfeasible", "; ".join(problems)))
+        events.append(Event("PlanInfeasible", "; ".join(problems), "Warning"))
+    else:
+        conditions.append(ConditionChange("Degraded", "False", "AsPlanned", ""))
+    return Outcome(desired=desired, plan=plan, conditions=conditions, events=events, cluster=cluster,
+                   status=plan_status(plan, desired.routing))
+
+
+def _spec_only(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a Kubernetes object the model validates (the API server owns the rest)."""
+    meta = document.get("metadata") or {}
+    return {
+        "apiVersion": document.get("apiVersion", "streamtopo.dev/v1alpha1"),
+        "kind": document.get("kind", "StreamTopology"),
+        "metadata": {k: meta[k] for k in ("name", "namespace") if k in meta},
+        "spec": document.get("spec"),
+    }
+
+
+def invalid_outcome(reason: str, problems: Sequence[tuple[str, str]]) -> Outcome:
+    """Bad input: a Planned=False condition and a Warning Event naming the fields; nothing applied."""
+    message = problems_message(problems) + " (the last good deployment keeps running)"
+    return Outcome(
+        conditions=[ConditionChange("Planned", "False", reason, message),
+                    ConditionChange("Degraded", "True", reason, message)],
+        events=[Event(reason, message, "Warning")],
+    )
+
+
+# ---------------------------------------------------------------------------- the SPL adaptation loop
+
+
+def placement_rules(spec: StreamTopologySpec, cluster: Cluster) -> PlacementRules:
+    """The spec's constraints on key groups, for the runtime rebalancers (ALBIC keeps them valid)."""
+    c = spec.constraints
+    replicas = {name: ha.replicas for ha in c.high_availability for name in ha.operators}
+
+    def pairs(groups: list[list[str]]) -> list[tuple[str, str]]:
+        out = []
+        for names in groups:
+            for i, a in enumerate(names):
+                for b in names[i + 1:]:
+                    count = min(replicas.get(a, 1), replicas.get(b, 1))
+                    out.extend((replica_name(a, r), replica_name(b, r)) for r in range(count))
+        return out
+
+    def exclusive(groups: list[list[str]]) -> list[tuple[str, str]]:
+        out = []
+        for names in groups:
+            for i, a in enumerate(names):
+                for b in names[i + 1:]:
+                    out.extend((replica_name(a, ra), replica_name(b, rb))
+                               for ra in range(replicas.get(a, 1)) for rb in range(replicas.get(b, 1)))
+        return out
+
+    allowed = {}
+    for op in spec.operators:
+        if op.requires and op.requires.node_selector:
+            hosts = frozenset(h.name for h in cluster.hosts if h.matches(op.requires.node_selector))
+            for r in range(replicas.get(op.name, 1)):
+                allowed[replica_name(op.name, r)] = hosts
+    ha_groups = [[[replica_name(name, r) for name in ha.operators] for r in range(ha.replicas)]
+                 for ha in c.high_availability]
+    return PlacementRules(
+        pe_colocation=pairs(c.pe_colocation),
+        pe_exlocation=exclusive(c.pe_exlocation),
+        host_colocation=pairs(c.host_colocation),
+        host_exlocation=exclusive(c.host_exlocation),
+        allowed_hosts=allowed,
+        ha_groups=ha_groups,
+    )
+
+
+def allocation_state(stats: RuntimeStats, routing: RoutingTable, spec: StreamTopologySpec,
+                     cluster: Cluster) -> AllocationState:
+    """ALBIC's view of one period: gLoad_k = 100 * busy rate, mc_k = state bytes, out(g_i, g_j) = rate.
+
+    Raises MetricsUnavailable when a unit of the routing table has no measurement (full metric window).
+    """
+    assignment = routing.assignment()
+    missing = [u for u in assignment if u not in stats.units]
+    if missing:
+        shown = ", ".join(f"{op}/{kg}" for op, kg in sorted(missing)[:5])
+        raise MetricsUnavailable("MetricsIncomplete", f"no measurement for {len(missing)} of {len(assignment)} "
+                                 f"units over the last {stats.window_seconds:g}s (e.g. {shown})")
+    labels = {h.name: dict(h.labels) for h in cluster.hosts}
+    executors = [ExecutorInfo(name=name, capacity=entry.cpu, host=entry.host,
+                              labels=labels.get(entry.host or "", {}), marked_for_removal=entry.draining)
+                 for name, entry in sorted(routing.executors.items())]
+    key_groups = [KeyGroupStats(id=u, load=stats.units[u].load, memory=stats.units[u].state_bytes,
+                                migration_cost=stats.units[u].state_bytes, rate=stats.units[u].records_in,
+                                backlog=stats.units[u].backlog)
+                  for u in sorted(assignment)]
+    traffic = {pair: rate for pair, rate in stats.traffic.items()
+               if pair[0] in assignment and pair[1] in assignment}
+    return AllocationState(executors=executors, key_groups=key_groups, assignment=assignment,
+                           traffic=traffic, rules=placement_rules(spec, cluster))
+
+
+def executor_loads(state: AllocationState, assignment: Mapping[KeyGroupId, str],
+                   capacity: Mapping[str, float]) -> dict[str, float]:
+    """Percent of each executor's own capacity (gLoad / capacity, ALBIC's heterogeneous nodes)."""
+    load = dict.fromkeys(capacity, 0.0)
+    by_id = {kg.id: kg.load for kg in state.key_groups}
+    for unit, executor in assignment.items():
+        if executor in load:
+            load[executor] += by_id.get(unit, 0.0) / (capacity[executor] or 1.0)
+    return load
+
+
+def adaptation_config(topology: StreamTopology, scaling_overrides: Mapping[str, Any] | None = None
+                      ) -> AdaptationConfig:
+    """Algorithm 1's settings from ``spec.autoscaling`` (policy, bounds, scaling rule).
+
+    ``scaling_overrides`` are ScalingConfig fields the caller sets beyond the spec (``streamtopo run``
+    shortens the metric window for a demo run; the operator passes none).
+    """
+    from streamtopo.planner.adaptation import AdaptationConfig
+    from streamtopo.planner.scaling import ScalingConfig
+
+    auto = topology.spec.autoscaling
+    scaling = ScalingConfig.from_spec(auto, **dict(scaling_overrides or {}))
+    return AdaptationConfig(policy=auto.policy, scaling="target", scaling_config=scaling,
+                            max_migrations=auto.max_migrations_per_round, max_migration_cost=auto.max_migration_cost,
+                            executor_prefix=f"{topology.metadata.name}-e")
+
+
+def next_executors(result: AdaptationResult, current: Mapping[str, ExecutorEntry],
+                   cluster: Cluster) -> dict[str, ExecutorEntry]:
+    """The routing table's executors after a round: terminated gone, set B draining, new ones placed.
+
+    A new executor (it joins empty, Algorithm 1 line 6) goes to the host with the most CPU not yet
+    requested by this topology's executors.
+    """
+    free = {h.name: h.cpu for h in cluster.hosts}
+    for entry in current.values():
+        if entry.host in free:
+            free[entry.host] -= entry.cpu
+    out: dict[str, ExecutorEntry] = {}
+    for info in result.executors:
+        if info.name in current:
+            out[info.name] = current[info.name].model_copy(update={"draining": info.marked_for_removal})
+            continue
+        host = max(cluster.hosts, key=lambda h: (free[h.name], h.name)).name
+        free[host] -= info.capacity
+        out[info.name] = ExecutorEntry(host=host, cpu=info.capacity, draining=info.marked_for_removal)
+    return out
+
+
+@dataclass
+class StepResult:
+    """One SPL round: what changed, with the status fields and events to report."""
+
+    applied: bool = False
+    routing: RoutingTable | None = None
+    outcome: Outcome = field(default_factory=Outcome)
+    skipped: str | None = None
+    """Why nothing was decided (a condition reason), if so."""
+    adaptation: AdaptationResult | None = None
+    executors_before: int = 0
+    executors_after: int = 0
+
+
+class AdaptationLoop:
+    """The SPL loop for one topology on any platform: ``step(now)`` once per statistics period.
+
+    ``streamtopo run`` and the Kubernetes operator both drive it. ``routing`` is the table currently
+    applied; without one, the first step plans and applies the initial deployment (:func:`reconcile`).
+    ``now`` is seconds on any clock (only differences matter: stabilisation and scale-down delays).
+    """
+
+    def __init__(self, platform: Platform, metrics: MetricsSource, topology: StreamTopology, *,
+                 routing: RoutingTable | None = None, seed: int = 0,
+                 scaling_overrides: Mapping[str, Any] | None = None):
+        from streamtopo.planner.scaling import ScalingState
+
+        self.scaling_overrides = dict(scaling_overrides or {})
+        self.platform = platform
+        self.metrics = metrics
+        self.topology = topology
+        self.routing = routing
+        self.seed = seed
+        self.scaling_state = ScalingState()
+        self.history: list[StepResult] = []
+
+    @property
+    def interval(self) -> float:
+        return self.topology.spec.autoscaling.interval
+
+    def deploy(self) -> Outcome:
+        """Plan and apply the initial deployment (re-applies the current one when already deployed)."""
+        previous = DesiredState(self.topology, self.routing) if self.routing else None
+        outcome = reconcile(self.topology, self.platform, previous=previous, seed=self.seed)
+        if outcome.desired is not None:
+            self.routing = outcome.desired.routing
+        return outcome
+
+    def step(self, now: float) -> StepResult:
+        """One period of ALBIC's Algorithm 1; missing metrics skip the round instead of raising."""
+        from streamtopo.planner.adaptation import adapt
+
+        if self.routing is None:
+            deployed = self.deploy()
+            return self._record(StepResult(applied=deployed.desired is not None, routing=self.routing,
+                                           outcome=deployed))
+        before = self.routing
+        count = len(before.executors)
+        if not self.topology.spec.autoscaling.enabled:
+            return self._record(StepResult(routing=before, skipped="AutoscalingDisabled",
+                                           executors_before=count, executors_after=count))
+        cluster = self.platform.hosts()
+        try:
+            stats = self.metrics.collect(self.topology.metadata.name, self.interval)
+            state = allocation_state(stats, before, self.topology.spec, cluster)
+        except MetricsUnavailable as why:
+            return self._record(self._skip(why.reason, f"{why}: no rebalancing or scaling this period", count))
+        result = adapt(state, self.scaling_state, time=now, window=self.interval,
+                       config=adaptation_config(self.topology, self.scaling_overrides), seed=self.seed)
+        if result.safe:
+            return self._record(self._skip("AllocationKept", result.reason, count))
+        self.scaling_state = result.scaling_state
+        executors = next_executors(result, before.executors, cluster)
+        routing = before
+        if result.assignment != before.assignment() or executors != dict(before.executors):
+            routing = before.moved(result.assignment, executors)
+            self.platform.apply(DesiredState(self.topology, routing))  # line 8
+            self.routing = routing
+        step = StepResult(applied=routing is not before, routing=routing, adaptation=result,
+                          executors_before=count, executors_after=len(routing.executors))
+        step.outcome = report(state, before, routing, result)
+        return self._record(step)
+
+    def _skip(self, reason: str, message: str, count: int) -> StepResult:
+        result = StepResult(routing=self.routing, skipped=reason, executors_before=count, executors_after=count)
+        result.outcome.conditions += [ConditionChange("Degraded", "True", reason, message),
+                                      ConditionChange("Rebalancing", "False", reason, message),
+                                      ConditionChange("Scaling", "False", reason, message)]
+        return result
+
+    def _record(self, result: StepResult) -> StepResult:
+        self.history.append(result)
+        return result
+
+
+def report(state: AllocationState, before: RoutingTable, after: RoutingTable, result: AdaptationResult) -> Outcome:
+    """RebalanceReport / ScalingReport events with per-executor load before -> after (percent of capacity)."""
+    rebalance = result.rebalance
+    capacity = {n: e.cpu for n, e in {**before.executors, **after.executors}.items()}
+    load_before = executor_loads(state, before.assignment(), {n: capacity[n] for n in before.executors})
+    load_after = executor_loads(state, after.assignment(), {n: capacity[n] for n in after.executors})
+    figures = ", ".join(
+        f"{n} {_pct(load_before.get(n))} -> {_pct(load_after.get(n))}" for n in sorted(capacity, key=_order))
+    outcome = Outcome()
+    if rebalance.migrations:
+        message = (f"{len(rebalance.migrations)} key groups moved (routing v{after.version}); load distance "
+                   f"{rebalance.load_distance:.2f}, collocation factor {rebalance.collocation_factor:.3f}; "
+                   f"executor load {figures}")
+        outcome.events.append(Event("RebalanceReport", message))
+        outcome.conditions.append(ConditionChange("Rebalancing", "True", "KeyGroupsMoving", message))
+        outcome.status["lastRebalance"] = {
+            "time": now_iso(), "migrations": len(rebalance.migrations),
+            "loadDistance": round(rebalance.load_distance, 4),
+            "collocationFactor": round(rebalance.collocation_factor, 4)}
+    else:
+        outcome.conditions.append(ConditionChange("Rebalancing", "False", "Balanced",
+                                                  f"load distance {rebalance.load_distance:.2f}"))
+    changes = [f"started {', '.join(f'{n} on {after.executors[n].host}' for n in result.added)}" if result.added else "",
+               f"draining {', '.join(result.marked)}" if result.marked else "",
+               f"kept {', '.join(result.unmarked)}" if result.unmarked else "",
+               f"terminated {', '.join(result.terminated)}" if result.terminated else ""]
+    changes = [c for c in changes if c]
+    if changes:
+        message = (f"executors {len(before.executors)} -> {len(after.executors)}: {'; '.join(changes)}; "
+                   f"{result.decision.reason}; executor load {figures}")
+        outcome.events.append(Event("ScalingReport", message))
+        outcome.conditions.append(ConditionChange("Scaling", "True", "ScalingExecutors", message))
+    else:
+        outcome.conditions.append(ConditionChange("Scaling", "False", "Stable", result.decision.reason))
+    outcome.conditions.append(ConditionChange("Degraded", "False", "MetricsAvailable", ""))
+    outcome.status.update({"executors": len(after.executors), "routingVersion": after.version,
+                           "loadDistance": round(rebalance.load_distance, 4)})
+    return outcome
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def _order(executor: str) -> tuple[int, str]:
+    tail = executor.rpartition("-e")[2]
+    return (int(tail) if tail.isdigit() else -1, executor)

@@ -1,0 +1,264 @@
+"""The operator for real (kopf) against kmock's Kubernetes emulator served over HTTP.
+
+Every check reads the objects back through the API, the way ``kubectl`` would. Deletion relies on the
+garbage collector the emulator shim adds (ownerReferences), not on the operator deleting owned objects.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from controller_testkit import EmulatedKubernetes, free_port, wait_for
+
+from streamtopo.planner.model import load_topology
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
+
+NS = "default"
+CR_PATH = f"/apis/streamtopo.dev/v1alpha1/namespaces/{NS}/streamtopologies"
+PODS = f"/api/v1/namespaces/{NS}/pods"
+
+
+def topology(name: str = "pipe", *, extra_ops: int = 0, exlocated: bool = True) -> dict[str, Any]:
+    """Source -> map -> aggregate -> sink; 'enrich' needs an SSD node; src and agg on different nodes."""
+    ops = [
+        {"name": "src", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": 1000},
+         "cost": {"cpu": 1.5}},
+        {"name": "enrich", "kind": "map", "inputs": ["src"], "select": ["seq", "key"], "cost": {"cpu": 1.5},
+         "requires": {"nodeSelector": {"disk": "ssd"}}},
+        {"name": "agg", "kind": "aggregate", "inputs": ["enrich"], "keyBy": ["key"], "window": {"size": "10s"},
+         "aggregations": ["count(*) AS n"], "cost": {"cpu": 1.5}},
+        {"name": "out", "kind": "sink", "inputs": ["agg"], "sink": {"console": {}}, "cost": {"cpu": 0.1}},
+    ]
+    for i in range(extra_ops):
+        ops.append({"name": f"x{i}", "kind": "filter", "inputs": ["agg"], "expr": "n > 0", "cost": {"cpu": 0.2}})
+    spec: dict[str, Any] = {"keyGroups": 4, "operators": ops, "fusion": {"algorithm": "cola"},
+                            "autoscaling": {"interval": "2s"}}
+    if exlocated:
+        spec["constraints"] = {"hostExlocation": [["src", "agg"]]}
+    return {"apiVersion": "streamtopo.dev/v1alpha1", "kind": "StreamTopology",
+            "metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+
+def pods(kube: EmulatedKubernetes, name: str = "pipe") -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in kube.list(PODS, f"streamtopo.dev/topology={name}")}
+
+
+def status(kube: EmulatedKubernetes, name: str = "pipe") -> dict[str, Any]:
+    obj = kube.get(f"{CR_PATH}/{name}")
+    return (obj or {}).get("status") or {}
+
+
+def condition(kube: EmulatedKubernetes, kind: str, name: str = "pipe") -> dict[str, Any]:
+    return next((c for c in status(kube, name).get("conditions", []) if c["type"] == kind), {})
+
+
+def events(kube: EmulatedKubernetes, reason: str) -> list[dict[str, Any]]:
+    return [e for e in kube.list(f"/api/v1/namespaces/{NS}/events") if e.get("reason") == reason]
+
+
+def routing(kube: EmulatedKubernetes, name: str = "pipe") -> dict[str, Any]:
+    import json
+
+    cm = kube.get(f"/api/v1/namespaces/{NS}/configmaps/{name}-routing")
+    return json.loads(cm["data"]["routing.json"]) if cm else {}
+
+
+@contextmanager
+def operator(kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """kopf's own test runner (same process, its own thread and loop) with the real operator module."""
+    from kopf.testing import KopfRunner
+
+    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
+    monkeypatch.setenv("STREAMTOPO_TICK_SECONDS", "0.3")
+    monkeypatch.setenv("STREAMTOPO_WATCH_SERVER_TIMEOUT", "30")
+    runner = KopfRunner(["run", "--standalone", "--namespace", NS, "--verbose", "-m",
+                         "streamtopo.controller.operator"], timeout=30)
+    try:
+        with runner:
+            yield runner
+    finally:  # kopf's log, without the emulator's access log, for a failing test's report
+        print("\n".join(line for line in runner.output.splitlines() if "aiohttp.access" not in line)[-20000:])
+
+
+def cluster(kube: EmulatedKubernetes) -> None:
+    kube.add_node("node-a", "4", {"disk": "ssd"})
+    kube.add_node("node-b", "4")
+    kube.add_node("node-c", "4")
+
+
+def expected_units(doc: dict[str, Any]) -> set[str]:
+    spec = load_topology(doc).spec
+    return {f"{op.name}/{kg}" for op in spec.operators for kg in range(spec.key_groups_of(op.name))}
+
+
+def test_create_renders_pods_configmap_service_and_status(kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch):
+    cluster(kube)
+    doc = topology()
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, doc)
+        wait_for(lambda: condition(kube, "Planned").get("status") == "True", what="Planned=True")
+        table = wait_for(lambda: routing(kube), what="routing ConfigMap")
+        wait_for(lambda: len(pods(kube)) == len(table["executors"]), what="one pod per executor")
+        created = pods(kube)
+        st = status(kube)
+
+    # Every unit of the spec is routed exactly once, to an executor that has a pod.
+    assert set(table["units"]) == expected_units(doc)
+    assert set(table["units"].values()) <= set(created)
+    assert set(created) == set(table["executors"])
+    owner_uid = kube.get(f"{CR_PATH}/pipe")["metadata"]["uid"]
+    ops_of = {e: {u.split("/")[0] for u, owner in table["units"].items() if owner == e} for e in created}
+    for name, pod in created.items():
+        host = table["executors"][name]["host"]
+        terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [host]
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == owner_uid
+        sec = pod["spec"]["containers"][0]["securityContext"]
+        assert sec["readOnlyRootFilesystem"] is True and sec["capabilities"]["drop"] == ["ALL"]
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        # Resource matching: the pod running 'enrich' may only land on an SSD node, and is planned on one.
+        if "enrich" in ops_of[name]:
+            assert pod["spec"]["nodeSelector"] == {"disk": "ssd"}
+            assert host == "node-a"
+        # Host exlocation: a pod with src refuses nodes running agg, and the other way round.
+        anti = pod["spec"].get("affinity", {}).get("podAntiAffinity", {})
+        refused = {e["key"] for t in anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])
+                   for e in t["labelSelector"]["matchExpressions"]}
+        if "src" in ops_of[name]:
+            assert "op.streamtopo.dev/agg" in refused and pod["metadata"]["labels"]["op.streamtopo.dev/src"] == "true"
+        if "agg" in ops_of[name]:
+            assert "op.streamtopo.dev/src" in refused
+    hosts_src = {table["executors"][e]["host"] for e in created if "src" in ops_of[e]}
+    hosts_agg = {table["executors"][e]["host"] for e in created if "agg" in ops_of[e]}
+    assert hosts_src.isdisjoint(hosts_agg)
+    service = kube.get(f"/api/v1/namespaces/{NS}/services/pipe-metrics")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"]["streamtopo.dev/topology"] == "pipe"
+    assert st["executors"] == len(created) and st["routingVersion"] == table["version"] == 1
+    assert st["observedGeneration"] == 1 and st["pes"]
+    ready = next(c for c in st["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "ExecutorsPending"  # no kubelet runs the pods
+    assert all(c["lastTransitionTime"] for c in st["conditions"])
+    assert events(kube, "Planned")
+
+
+def test_update_replans_and_invalid_update_keeps_last_good(kube: EmulatedKubernetes,
+                                                           monkeypatch: pytest.MonkeyPatch):
+    cluster(kube)
+    doc = topology()
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, doc)
+        first = wait_for(lambda: routing(kube), what="first plan")
+        wait_for(lambda: len(pods(kube)) == len(first["executors"]), what="pods")
+
+        bigger = topology(extra_ops=2)
+        kube.patch(f"{CR_PATH}/pipe", {"spec": bigger["spec"]})
+        second = wait_for(lambda: (r := routing(kube)) and r["version"] > first["version"] and r, what="re-plan")
+        assert set(second["units"]) == expected_units(bigger)
+        wait_for(lambda: status(kube).get("observedGeneration") == 2, what="observedGeneration 2")
+        good_pods = wait_for(lambda: (p := pods(kube)) and set(p) == set(second["executors"]) and p,
+                             what="pods of the re-plan")
+
+        broken = topology(extra_ops=2)
+        broken["spec"]["operators"][1]["inputs"] = ["nosuch"]
+        kube.patch(f"{CR_PATH}/pipe", {"spec": broken["spec"]})
+        refused = wait_for(lambda: condition(kube, "Planned").get("status") == "False" and condition(kube, "Planned"),
+                           what="Planned=False")
+        warning = wait_for(lambda: events(kube, "InvalidSpec"), what="InvalidSpec event")
+        after_pods = pods(kube)
+        after_routing = routing(kube)
+
+    assert refused["reason"] == "InvalidSpec" and "spec.operators[1].inputs[0]" in refused["message"]
+    assert "nosuch" in warning[0]["message"] and warning[0]["type"] == "Warning"
+    assert after_routing == second  # the last good deployment is untouched
+    assert {n: p["metadata"]["uid"] for n, p in after_pods.items()} == \
+        {n: p["metadata"]["uid"] for n, p in good_pods.items()}
+
+
+def test_node_removed_and_added_replans(kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch):
+    cluster(kube)
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, topology(exlocated=False))
+        first = wait_for(lambda: routing(kube), what="first plan")
+        used = sorted({e["host"] for e in first["executors"].values()} - {"node-a"})
+        assert used, "the plan uses a node other than node-a"
+        gone = used[0]
+        kube.delete(f"/api/v1/nodes/{gone}")
+        second = wait_for(lambda: (r := routing(kube)) and r["version"] > first["version"] and r,
+                          what="re-plan after node removal")
+        assert gone not in {e["host"] for e in second["executors"].values()}
+        wait_for(lambda: all(p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                             ["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0] != gone
+                             for p in pods(kube).values()) and pods(kube), what="no pod pinned to the removed node")
+        kube.add_node("node-d", "16")
+        third = wait_for(lambda: (r := routing(kube)) and r["version"] > second["version"] and r,
+                         what="re-plan after node addition")
+        assert events(kube, "NodesChanged")
+    assert set(third["units"]) == set(first["units"])
+
+
+def test_delete_garbage_collects_owned_objects(kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch):
+    cluster(kube)
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, topology())
+        wait_for(lambda: pods(kube), what="pods")
+        kube.delete(f"{CR_PATH}/pipe")
+        wait_for(lambda: kube.get(f"{CR_PATH}/pipe") is None, what="the topology gone (finalizer released)")
+        wait_for(lambda: not pods(kube), what="pods garbage-collected")
+    assert kube.get(f"/api/v1/namespaces/{NS}/configmaps/pipe-routing") is None
+    assert kube.get(f"/api/v1/namespaces/{NS}/services/pipe-metrics") is None
+
+
+@pytest.mark.slow
+def test_killed_mid_reconcile_converges_without_duplicates(kube: EmulatedKubernetes, subprocess_env: dict[str, str]):
+    """SIGKILL the operator process while it is creating pods; a new process finishes the same objects."""
+    cluster(kube)
+    kube.set_pod_create_delay(0.4)  # a slow API server makes "mid-reconcile" a wide window
+    doc = topology(extra_ops=3, exlocated=False)
+    health = f"http://127.0.0.1:{free_port()}/healthz"
+    command = [sys.executable, "-c", "from streamtopo.cli import main; main()", "operator", "--namespace", NS,
+               "--liveness", health]
+    first = subprocess.Popen(command, env=subprocess_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        kube.create(CR_PATH, doc)
+        table = wait_for(lambda: routing(kube), timeout=60, what="routing ConfigMap from the first operator")
+        wait_for(lambda: pods(kube), timeout=30, what="the first pod")
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(10)
+    partial = set(pods(kube))
+    assert 0 < len(partial) < len(table["executors"]), "the kill did not land mid-reconcile"
+
+    kube.set_pod_create_delay(0.0)
+    second = subprocess.Popen(command, env=subprocess_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        done = wait_for(lambda: (p := pods(kube)) and len(p) == len(table["executors"]) and p, timeout=60,
+                        what="all pods after restart")
+        final_routing = routing(kube)
+        with urllib.request.urlopen(health, timeout=5) as probe:  # `streamtopo operator --liveness`
+            assert probe.status == 200
+    finally:
+        os.killpg(second.pid, signal.SIGTERM)
+        try:
+            second.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait(10)
+    names = [p["metadata"]["name"] for p in kube.list(PODS)]
+    assert len(names) == len(set(names)) == len(table["executors"])  # no duplicates, nothing extra
+    assert set(done) == set(table["executors"])
+    assert final_routing == table  # the restart re-applied the recorded deployment, not a new plan

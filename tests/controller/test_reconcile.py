@@ -1,0 +1,288 @@
+"""The platform-independent reconcile logic on a recording platform, with real planners and metrics.
+
+References are computed in the tests from the inputs: the units of a spec (operators x key groups), the
+hosts of a plan, ALBIC's load distance from scripted busy rates, and the executor count DS2's rule asks
+for (ceil(demand / (capacity x target))).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import pytest
+from controller_testkit import MemoryPlatform, ScriptedRuntime, wait_for
+
+from streamtopo.controller.platform import MetricsUnavailable, RuntimeStats, UnitRates
+from streamtopo.controller.reconcile import (
+    AdaptationLoop,
+    ConditionChange,
+    allocation_state,
+    merge_conditions,
+    reconcile,
+)
+from streamtopo.controller.scrape import ScrapeMetricsSource
+from streamtopo.planner.cluster import Cluster, Host
+from streamtopo.planner.model import load_topology
+from streamtopo.planner.routing import ExecutorEntry, RoutingTable
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount.yaml"
+
+
+def wordcount() -> dict:
+    import yaml
+
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def units_of(doc: dict) -> set[str]:
+    spec = load_topology(doc).spec
+    return {f"{op.name}/{kg}" for op in spec.operators for kg in range(spec.key_groups_of(op.name))}
+
+
+def test_initial_plan_routes_every_unit_once_on_the_planned_hosts():
+    platform = MemoryPlatform(Cluster.uniform(3, 1.5))
+    doc = wordcount()
+    outcome = reconcile(doc, platform)
+    assert len(platform.applied) == 1
+    desired = platform.applied[0]
+    routing = desired.routing
+    assert routing.version == 1
+    assert set(routing.units) == units_of(doc)
+    # One executor per PE, on the PE's host; a PE's units are exactly its operators' key groups.
+    assert len(routing.executors) == len(outcome.plan.pes)
+    for executor, pe in zip(sorted(routing.executors, key=lambda n: int(n.rpartition("-e")[2])), outcome.plan.pes):
+        assert routing.executors[executor].host == pe.host
+        assert {u.split("/")[0] for u in routing.units if routing.units[u] == executor} == set(pe.operators)
+        assert routing.executors[executor].cpu >= pe.size - 1e-9
+    streams = {f"{i}->{op['name']}" for op in doc["spec"]["operators"] for i in op.get("inputs", [])}
+    assert set(routing.batch_sizes) == streams and all(n >= 1 for n in routing.batch_sizes.values())
+    assert outcome.status["maxUtilization"] == pytest.approx(outcome.plan.max_utilization, abs=1e-4)
+    planned = next(c for c in outcome.conditions if c.type == "Planned")
+    assert planned.status == "True"
+    assert [e.reason for e in outcome.events] == ["Planned"]
+
+
+def test_reconcile_with_the_recorded_deployment_changes_nothing():
+    platform = MemoryPlatform(Cluster.uniform(3, 1.5))
+    first = reconcile(wordcount(), platform)
+    again = reconcile(wordcount(), platform, previous=first.desired)
+    assert platform.applied[-1] == first.desired  # same routing version, same executors
+    assert again.plan is None and again.events == []
+
+
+def test_spec_change_replans_with_a_newer_version():
+    platform = MemoryPlatform(Cluster.uniform(3, 1.5))
+    first = reconcile(wordcount(), platform)
+    changed = wordcount()
+    changed["spec"]["keyGroups"] = 4
+    second = reconcile(changed, platform, previous=first.desired)
+    assert second.desired.routing.version == first.desired.routing.version + 1
+    assert set(second.desired.routing.units) == units_of(changed)
+
+
+def test_invalid_spec_applies_nothing_and_names_the_field():
+    platform = MemoryPlatform(Cluster.uniform(3, 1.5))
+    doc = wordcount()
+    doc["spec"]["operators"][2]["inputs"] = ["nosuch"]
+    outcome = reconcile(doc, platform)
+    assert platform.applied == []
+    planned = next(c for c in outcome.conditions if c.type == "Planned")
+    assert planned.status == "False" and planned.reason == "InvalidSpec"
+    assert "spec.operators[2].inputs[0]" in planned.message and "nosuch" in planned.message
+    assert outcome.events[0].type == "Warning" and "spec.operators[2].inputs[0]" in outcome.events[0].message
+
+
+def test_lost_host_triggers_a_replan_off_that_host():
+    platform = MemoryPlatform(Cluster.uniform(3, 1.5))
+    first = reconcile(wordcount(), platform)
+    used = sorted({e.host for e in first.desired.executors.values()})
+    lost = used[0]
+    platform.cluster = Cluster(hosts=[h for h in platform.cluster.hosts if h.name != lost]
+                               + [Host(name="host-9", cpu=1.5)])
+    second = reconcile(wordcount(), platform, previous=first.desired)
+    assert second.plan is not None and second.desired.routing.version == 2
+    assert lost not in {e.host for e in second.desired.executors.values()}
+
+
+def test_condition_transition_time_moves_only_when_the_status_flips():
+    first = merge_conditions([], [ConditionChange("Ready", "False", "Pending")], now="t1", generation=1)
+    same = merge_conditions(first, [ConditionChange("Ready", "False", "StillPending")], now="t2", generation=1)
+    flipped = merge_conditions(same, [ConditionChange("Ready", "True", "Running")], now="t3", generation=2)
+    assert same[0]["lastTransitionTime"] == "t1" and same[0]["reason"] == "StillPending"
+    assert flipped[0]["lastTransitionTime"] == "t3" and flipped[0]["observedGeneration"] == 2
+
+
+def test_allocation_state_uses_busy_time_and_refuses_partial_windows():
+    topology = load_topology(scenario_topology())
+    routing = initial_routing()
+    stats = RuntimeStats(topology="hot", window_seconds=60.0,
+                         units={u: UnitRates(busy=0.05 * (i + 1), records_in=100.0, state_bytes=2048.0)
+                                for i, u in enumerate(sorted(routing.assignment()))})
+    state = allocation_state(stats, routing, topology.spec, two_hosts())
+    by_id = {kg.id: kg for kg in state.key_groups}
+    for i, unit in enumerate(sorted(routing.assignment())):
+        assert by_id[unit].load == pytest.approx(100 * 0.05 * (i + 1))
+        assert by_id[unit].migration_cost == 2048.0
+    partial = RuntimeStats(topology="hot", window_seconds=60.0, units=dict(list(stats.units.items())[:3]))
+    with pytest.raises(MetricsUnavailable) as why:
+        allocation_state(partial, routing, topology.spec, two_hosts())
+    assert why.value.reason == "MetricsIncomplete"
+
+
+# ------------------------------------------------------------------------------ the SPL loop
+
+
+def scenario_topology(max_migrations: int = 4) -> dict:
+    """Two keyed operators of 8 key groups; the SPL is 5 minutes so one period fills the scaling rule's
+    metric window (the test calls ``step`` itself, seconds apart: the rates are scripted constants)."""
+    return {"metadata": {"name": "hot"}, "spec": {
+        "keyGroups": 8,
+        "operators": [
+            {"name": "src", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": 1000}},
+            {"name": "agg", "kind": "aggregate", "inputs": ["src"], "keyBy": ["key"], "window": {"size": "10s"},
+             "aggregations": ["count(*) AS n"]},
+            {"name": "out", "kind": "sink", "inputs": ["agg"], "sink": {"console": {}}, "keyGroups": 1}],
+        "autoscaling": {"interval": "5m", "stabilization": "0s", "scaleDownDelay": "1h",
+                        "maxMigrationsPerRound": max_migrations, "targetUtilization": 0.7, "maxExecutors": 6}}}
+
+
+def two_hosts() -> Cluster:
+    return Cluster(hosts=[Host(name="node-a", cpu=8.0), Host(name="node-b", cpu=8.0)])
+
+
+def initial_routing() -> RoutingTable:
+    """hot-e0 on node-a holds src and out, hot-e1 on node-b holds agg."""
+    units = {f"src/{kg}": "hot-e0" for kg in range(8)} | {f"agg/{kg}": "hot-e1" for kg in range(8)}
+    units["out/0"] = "hot-e0"
+    return RoutingTable(topology="hot", version=1, units=units,
+                        executors={"hot-e0": ExecutorEntry(host="node-a", cpu=1.0),
+                                   "hot-e1": ExecutorEntry(host="node-b", cpu=1.0)})
+
+
+def load_distance(busy: dict, assignment: dict, executors: list[str]) -> float:
+    """ALBIC's load distance: max |load_i - ceil(mean)| over executors, loads in percent of a core."""
+    loads = {e: 0.0 for e in executors}
+    for unit, owner in assignment.items():
+        loads[owner] += 100 * busy.get(unit, 0.0)
+    mean = math.ceil(sum(loads.values()) / len(loads))
+    return max(abs(v - mean) for v in loads.values())
+
+
+def make_loop(scripted_runtime, source_factory=None):
+    topology = load_topology(scenario_topology())
+    platform = MemoryPlatform(two_hosts())
+    routing = initial_routing()
+    owner = lambda: (platform.applied[-1].routing if platform.applied else routing).assignment()
+    runtime: ScriptedRuntime = scripted_runtime("hot", sorted(routing.executors), owner)
+    source = source_factory(runtime) if source_factory else ScrapeMetricsSource(runtime.endpoints)
+    return AdaptationLoop(platform, source, topology, routing=routing), platform, runtime
+
+
+def skewed(scale: float = 1.0) -> dict:
+    """agg (on hot-e1) is hot, src (on hot-e0) is light: hot-e1 runs above one core."""
+    busy = {("src", kg): 0.02 * scale for kg in range(8)} | {("agg", kg): 0.15 * scale for kg in range(8)}
+    busy[("out", 0)] = 0.01 * scale
+    return busy
+
+
+def settled_step(loop: AdaptationLoop, runtime: ScriptedRuntime, warm: float = 1.5):
+    """A step after one full scrape interval (the direct-scrape source needs two samples)."""
+    first = loop.step(time.time())
+    assert first.skipped == "WarmingUp" or first.skipped is None
+    time.sleep(warm)
+    return loop.step(time.time())
+
+
+def test_loop_rebalances_skew_within_the_migration_budget(scripted_runtime):
+    pytest.importorskip("streamtopo.planner.rebalancers", reason="the REBALANCERS registry has not landed")
+    loop, platform, runtime = make_loop(scripted_runtime)
+    busy = skewed(0.5)  # 0.62 cores in total: the rule keeps two executors
+    runtime.set_rates(busy, records_per_busy_second=10_000)
+    before = loop.routing.assignment()
+    result = settled_step(loop, runtime)
+    assert result.skipped is None, result.outcome.conditions
+    moves = result.adaptation.rebalance.migrations
+    assert 0 < len(moves) <= 4
+    assert platform.applied and platform.applied[-1].routing.version == 2
+    after = platform.applied[-1].routing.assignment()
+    executors = sorted(platform.applied[-1].routing.executors)
+    assert executors == ["hot-e0", "hot-e1"]
+    assert load_distance(busy, after, executors) < load_distance(busy, before, executors)
+    assert {m[0] for m in moves} == {u for u in after if after[u] != before[u]}
+    report = next(e for e in result.outcome.events if e.reason == "RebalanceReport")
+    assert f"{len(moves)} key groups moved" in report.message and "hot-e1" in report.message
+
+
+def test_loop_scales_out_to_the_count_the_target_rule_needs(scripted_runtime):
+    pytest.importorskip("streamtopo.planner.rebalancers", reason="the REBALANCERS registry has not landed")
+    loop, platform, runtime = make_loop(scripted_runtime)
+    busy = skewed(2.0)  # 2.74 cores of work on 2 one-core executors
+    runtime.set_rates(busy, records_per_busy_second=10_000)
+    result = settled_step(loop, runtime)
+    demand = sum(busy.values())
+    wanted = min(6, math.ceil(demand / (1.0 * 0.7) - 1e-9))
+    assert result.executors_after == wanted, result.outcome.conditions
+    routing = platform.applied[-1].routing
+    added = sorted(set(routing.executors) - {"hot-e0", "hot-e1"})
+    assert len(added) == wanted - 2 and all(routing.executors[e].host in ("node-a", "node-b") for e in added)
+    assert set(routing.assignment().values()) & set(added), "new executors receive key groups (line 7)"
+    scaling = next(e for e in result.outcome.events if e.reason == "ScalingReport")
+    assert f"executors 2 -> {wanted}" in scaling.message
+
+
+def test_loop_skips_when_an_executor_cannot_be_scraped(scripted_runtime):
+    loop, platform, runtime = make_loop(scripted_runtime)
+    runtime.set_rates(skewed(), records_per_busy_second=10_000)
+    loop.step(time.time())
+    wait_for(lambda: True)
+    runtime.close()  # every exporter goes away
+    result = loop.step(time.time())
+    assert result.skipped == "ScrapeFailed" and platform.applied == []
+    degraded = next(c for c in result.outcome.conditions if c.type == "Degraded")
+    assert degraded.status == "True" and "no rebalancing or scaling" in degraded.message
+
+
+# ----------------------------------------------------------------------------- Kubernetes rendering
+
+
+def test_rendered_objects_are_valid_kubernetes_and_keep_ha_replicas_apart():
+    """The HA example on its cluster: every object passes Kubernetes 1.30's schema (strict), and every
+    pod carrying an HA replica refuses nodes running another replica of the same group."""
+    import kubernetes_validate
+
+    from streamtopo.controller.kubernetes import render
+    from streamtopo.planner.cluster import load_cluster
+
+    root = EXAMPLE.parents[1]
+    platform = MemoryPlatform(load_cluster(root / "examples/clusters/small.yaml"))
+    outcome = reconcile(yaml_doc(root / "examples/ha-pipeline.yaml"), platform)
+    assert outcome.desired is not None, outcome.conditions
+    owner = {"metadata": {"name": "ha-vwap", "uid": "0b5c2f3e-0000-4000-8000-000000000001"}}
+    objects = render(outcome.desired, "prod", owner)
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.30", strict=True)
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    assert len(pods) == len(outcome.desired.executors)
+    routing = outcome.desired.routing
+    assert {p["metadata"]["labels"].get("ha.streamtopo.dev/g0") for p in pods} >= {"0", "1"}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        replicas = {u.split("/")[0].partition("~r")[2] or "0" for u, e in routing.units.items()
+                    if e == name and u.split("/")[0].split("~r")[0] in {"valid", "vwap", "price"}}
+        label = pod["metadata"]["labels"].get("ha.streamtopo.dev/g0")
+        if len(replicas) == 1:
+            assert label == replicas.pop()
+            terms = pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            assert any({"key": "ha.streamtopo.dev/g0", "operator": "NotIn", "values": [label]}
+                       in t["labelSelector"]["matchExpressions"] for t in terms)
+        host = routing.executors[name].host
+        selector = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert selector["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [host]
+
+
+def yaml_doc(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
