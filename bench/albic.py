@@ -41,6 +41,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.report import markdown, write_section
 from streamtopo.planner.albic import AlbicConfig, MilpConfig, load_distance
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo
 from streamtopo.planner.rebalancers import REBALANCERS
@@ -264,26 +265,8 @@ def table(title: str, columns: list[str], rows: list[list]) -> Table:
     return t
 
 
-def markdown(columns: list[str], rows: list[list]) -> list[str]:
-    fmt = [f"{v:.3f}" if isinstance(v, float) else str(v) for r in rows for v in r]
-    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for i in range(len(rows)):
-        out.append("| " + " | ".join(fmt[i * len(columns):(i + 1) * len(columns)]) + " |")
-    return out
 
 
-def write_section(lines: list[str], path: Path) -> None:
-    """Replace (or append) the "## ALBIC" section of docs/benchmarks.md, leaving the others alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    header = f"## {SECTION}"
-    body = "\n".join([header, "", *lines]).rstrip() + "\n"
-    if f"\n{header}\n" in f"\n{text}":
-        start = f"\n{text}".index(f"\n{header}\n")
-        nxt = text.find("\n## ", start + len(header))
-        text = text[:start] + body + (text[nxt:] if nxt >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + body
-    path.write_text(text)
 
 
 def main() -> None:
@@ -358,7 +341,7 @@ def main() -> None:
          f"period {conv['reached_period']} (of 150) with {conv['albic_migrations']} migrations in total; "
          f"COLA spent {conv['cola_migrations']} over the same periods."),
     ]
-    write_section(lines, ROOT / "docs/benchmarks.md")
+    write_section(SECTION, lines)
     console.print("wrote docs/img/albic_*.png and the ALBIC section of docs/benchmarks.md")
 
 

@@ -46,6 +46,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.graphs import random_layered_dag, vwap_like
+from bench.report import write_section
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.cola import ColaOptions
 from streamtopo.planner.exact import NoFeasiblePlan, exact_plan
@@ -276,20 +277,6 @@ def plot(rows: list[Row], path: Path) -> None:
     plt.close(fig)
 
 
-def write_section(lines: list[str], path: Path) -> None:
-    """Replace this bench's section of docs/benchmarks.md (or append it), leaving the others alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    header = f"## {SECTION}"
-    body = "\n".join([header, "", *lines]).rstrip() + "\n"
-    if header in text.splitlines():
-        start = text.index(header + "\n") if header + "\n" in text else text.index(header)
-        rest = text[start + len(header):]
-        nxt = rest.find("\n## ")
-        end = start + len(header) + nxt + 1 if nxt >= 0 else len(text)
-        text = text[:start] + body + ("\n" + text[end:] if nxt >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + body
-    path.write_text(text)
 
 
 def main() -> None:
@@ -358,7 +345,7 @@ def main() -> None:
                      f"{'-' if seconds is None else f'{seconds:.2f}'} | {outcome} |")
     lines += ["", "Targets:", "", "| target | met | measured |", "|---|---|---|"]
     lines += [f"| {name} | {'yes' if met else 'NO'} | {measured} |" for name, met, measured in results]
-    write_section(lines, ROOT / "docs/benchmarks.md")
+    write_section(SECTION, lines)
     console.print(f"wrote {image.relative_to(ROOT)} and the {SECTION} section of docs/benchmarks.md")
 
 

@@ -44,6 +44,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.report import write_section
 from streamtopo.planner.model import StreamTopologySpec
 from streamtopo.runtime import generators
 from streamtopo.runtime.operators import build_operator
@@ -203,25 +204,11 @@ def main() -> None:
                    "`process` once per operator per micro-batch for all its key groups together, with batches "
                    "of thousands of records where latency allows; plain pandas is the floor no Spark "
                    "operator reaches.")]
-    write_section(SECTION, lines, ROOT / "docs/benchmarks.md")
+    write_section(SECTION, lines)
     shutil.rmtree(udf_dir, ignore_errors=True)
     console.print(f"wrote {image.relative_to(ROOT)} and the {SECTION} section of docs/benchmarks.md")
 
 
-def write_section(section: str, lines: list[str], path: Path) -> None:
-    """Replace section ``## <section>`` of docs/benchmarks.md (or append it), leaving the others alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    header = f"## {section}"
-    body = "\n".join([header, "", *lines]).rstrip() + "\n"
-    all_lines = text.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(all_lines) if line.rstrip("\n") == header]
-    if not starts:
-        path.write_text(text.rstrip() + "\n\n" + body)
-        return
-    start = starts[0]
-    end = next((i for i in range(start + 1, len(all_lines)) if all_lines[i].startswith("## ")), len(all_lines))
-    tail = "".join(all_lines[end:])
-    path.write_text("".join(all_lines[:start]) + body + ("\n" + tail if tail else ""))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.report import write_section
 from streamtopo.planner.scenario import Scenario, load_scenario
 from streamtopo.planner.simulator import SimulationResult, simulate
 
@@ -178,17 +179,6 @@ def plot_diurnal(results: dict[str, SimulationResult], path: Path) -> None:
     plt.close(fig)
 
 
-def record(section: str, path: Path) -> None:
-    """Replace (or append) the "## Scaling" section of docs/benchmarks.md, leaving the others alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == "## Scaling"), None)
-    if start is None:
-        new = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "\n".join(lines[:start] + section.rstrip("\n").splitlines() + [""] + lines[end:]).rstrip("\n") + "\n"
-    path.write_text(new if new.endswith("\n") else new + "\n")
 
 
 def main() -> None:
@@ -257,7 +247,7 @@ def main() -> None:
     minimal_series = [minimal[rate_at(steps_sc, period)] for period in range(steps_sc.periods)]
     plot_steps(step_results, minimal_series, img / "scaling_steps.png")
     plot_diurnal(diurnal_results, img / "scaling_diurnal.png")
-    record(_section(args, outcomes, diurnal_rows, diurnal_sc, sweep_note), ROOT / "docs/benchmarks.md")
+    write_section("Scaling", _section(args, outcomes, diurnal_rows, diurnal_sc, sweep_note))
     console.print("wrote docs/img/scaling_steps.png, docs/img/scaling_diurnal.png and docs/benchmarks.md (Scaling)")
 
 
@@ -292,12 +282,10 @@ def _sweep_note(sweep: dict[str, list[int]]) -> str:
 
 
 def _section(args: argparse.Namespace, outcomes: list[StepOutcome], diurnal_rows: dict[str, dict],
-             diurnal_sc: Scenario, sweep_note: str) -> str:
+             diurnal_sc: Scenario, sweep_note: str) -> list[str]:
     command = ("python bench/scaling.py" + (f" --policy {args.policy}" if args.policy != "flux" else "")
                + (" --quick" if args.quick else ""))
     lines = [
-        "## Scaling",
-        "",
         (f"`{command}` on {platform.machine()}, {os.cpu_count()} cores ({platform.platform()}), "
          f"{dt.date.today().isoformat()}; rebalancing policy `{args.policy}` under both rules. "
          "Our rule is `target` (docs/scaling.md); `dstreams` is Spark Streaming's ratio rule (0.9 / 0.3)."),
@@ -320,7 +308,7 @@ def _section(args: argparse.Namespace, outcomes: list[StepOutcome], diurnal_rows
         lines.append(f"| {rule} | " + " | ".join(_fmt(v) for v in row.values()) + " |")
     lines += ["", sweep_note, "", _verdict(outcomes, diurnal_rows), "",
               "![rate steps](img/scaling_steps.png)", "", "![diurnal](img/scaling_diurnal.png)", ""]
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

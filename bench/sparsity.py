@@ -40,6 +40,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.graphs import random_layered_dag, vwap_like
+from bench.report import markdown, write_section
 from streamtopo.planner.cola.exact_cut import exact_sparsest_cut
 from streamtopo.planner.cola.options import ColaOptions
 from streamtopo.planner.cola.ratio_cut import min_ratio_cut
@@ -165,23 +166,8 @@ def plot(samples: list[Sample], path: Path) -> None:
     plt.close(fig)
 
 
-def markdown(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def write_section(lines: list[str], path: Path) -> None:
-    """Replace this bench's section of docs/benchmarks.md (or append it), leaving the others alone."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    header = f"## {SECTION}"
-    body = "\n".join([header, "", *lines]).rstrip() + "\n"
-    marker = header + "\n"
-    if marker in text:
-        start = text.index(marker)
-        nxt = text.find("\n## ", start + len(marker))
-        text = text[:start] + body + (text[nxt:] if nxt >= 0 else "")
-    else:
-        text = text.rstrip() + "\n\n" + body
-    path.write_text(text)
 
 
 def main() -> None:
@@ -246,7 +232,7 @@ def main() -> None:
         "",
         "![sparsity](img/cola_sparsity.png)",
     ]
-    write_section(lines, ROOT / "docs" / "benchmarks.md")
+    write_section(SECTION, lines)
     console.print(f"wrote docs/benchmarks.md section {SECTION!r} and {image.relative_to(ROOT)}")
 
 

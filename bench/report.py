@@ -1,0 +1,52 @@
+"""What every benchmark shares: the header of its record and its own section of docs/benchmarks.md.
+
+Each bench rewrites only its ``## <title>`` section, so benches run at different times keep one file of
+results, each with the command, machine and date that produced it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+
+
+def header(command: str, machine_note: str = "") -> list[str]:
+    """Command, machine and date lines (markdown hard breaks) for a section."""
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+               f"{platform.system()} {platform.release()}")
+    return [
+        f"Command: `{command}`  ",
+        f"Machine: {machine}{', ' + machine_note if machine_note else ''}  ",
+        f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+    ]
+
+
+def markdown(columns: Sequence[str], rows: Sequence[Sequence[object]], digits: int = 3) -> list[str]:
+    """A markdown table; floats get ``digits`` decimals."""
+    def cell(value: object) -> str:
+        return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)] + [
+        "| " + " | ".join(cell(v) for v in row) + " |" for row in rows
+    ]
+
+
+def write_section(title: str, lines: Sequence[str], path: Path = BENCHMARKS) -> None:
+    """Replace the ``## title`` section of ``path`` (or append it), leaving every other section alone."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    head = f"## {title}"
+    body = "\n".join([head, "", *lines]).rstrip() + "\n"
+    all_lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(all_lines) if line.rstrip("\n") == head), None)
+    if start is None:
+        path.write_text(text.rstrip() + "\n\n" + body)
+        return
+    end = next((i for i in range(start + 1, len(all_lines)) if all_lines[i].startswith("## ")), len(all_lines))
+    tail = "".join(all_lines[end:])
+    path.write_text("".join(all_lines[:start]) + body + ("\n" + tail if tail else ""))
