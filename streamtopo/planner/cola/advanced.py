@@ -9,7 +9,7 @@
              Oracle picks p; split; c <- cost; schedule with utilisation u
     Phase 4. Repeat: Oracle picks p; split; C <- cost; if C > (1 + T) c, go to Post-processor;
              schedule with utilisation U; S <- f(U, C); s <- min{s, S}
-    Run Post-processor
+    Run Post-processor (then single-operator moves between PEs, refine.py; not in the paper)
 The plan kept is the one achieving the final s (the paper's "stars" between phases 3 and 4, Figure 5).
 """
 
@@ -24,6 +24,7 @@ from streamtopo.planner.cola.options import ColaOptions, NoValidPlan
 from streamtopo.planner.cola.partition import Partition
 from streamtopo.planner.cola.placement import Schedule
 from streamtopo.planner.cola.postprocess import postprocess
+from streamtopo.planner.cola.refine import refine_moves
 from streamtopo.planner.cola.validity import (
     counting_problems,
     diagnose,
@@ -97,11 +98,23 @@ def advanced_cola(graph: nx.DiGraph, cluster: Cluster, constraints: GraphConstra
     merges = 0
     if options.postprocess:
         partition, found, merges = postprocess(partition, found, _improves(run), _hopeless(run))
-    found = run.schedule(partition, polish=True) or found
+    found = _polish(run, partition, found)
+    moved = 0
+    if options.refine_moves:
+        partition, found, moved = refine_moves(partition, found, run.capacity,
+                                               (options.utilization_weight, options.communication_weight))
+        if moved:
+            found = _polish(run, partition, found)
     return run.plan(partition, found, {
         "objective": run.objective(partition, found), "first_feasible_cut": c,
-        "postprocess_merges": merges, "phases": _phases(run), "phase4_stop": stop,
+        "postprocess_merges": merges, "refine_moves": moved, "phases": _phases(run), "phase4_stop": stop,
     })
+
+
+def _polish(run: Run, partition: Partition, found: Schedule) -> Schedule:
+    """The final placement by the IP, kept only if it lowers U (a time-limited solve may not)."""
+    polished = run.schedule(partition, polish=True)
+    return polished if polished is not None and polished.utilization < found.utilization else found
 
 
 def _improves(run: Run):

@@ -27,11 +27,10 @@ from streamtopo.planner.cola.placement import Schedule
 from streamtopo.planner.cola.postprocess import postprocess
 from streamtopo.planner.cola.preprocess import AtomGraph, preprocess
 from streamtopo.planner.cola.ratio_cut import min_ratio_cut
+from streamtopo.planner.cola.refine import FEASIBLE, refine_moves
 from streamtopo.planner.cola.scheduler import schedule
 from streamtopo.planner.constraints import GraphConstraints
 from streamtopo.planner.plan import Plan, evaluate
-
-FEASIBLE = 1.0 + 1e-9
 
 
 @dataclass
@@ -137,4 +136,7 @@ def basic_cola(graph: nx.DiGraph, cluster: Cluster, constraints: GraphConstraint
         largest = max(run.capacity.values())
         partition, found, merges = postprocess(partition, found, feasible,
                                                lambda _s, _c, merged, _saving: merged > largest * FEASIBLE)
-    return run.plan(partition, found, {"postprocess_merges": merges})
+    moved = 0
+    if options.refine_moves:
+        partition, found, moved = refine_moves(partition, found, run.capacity, (0.0, 1.0))
+    return run.plan(partition, found, {"postprocess_merges": merges, "refine_moves": moved})

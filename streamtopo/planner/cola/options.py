@@ -46,6 +46,9 @@ class ColaOptions:
     ip_max_pes: int = 48
     advanced: bool = True
     postprocess: bool = True
+    refine_moves: bool = True
+    """After the post-processor, Fiduccia-Mattheyses passes move single super operators between PEs to
+    lower f(U, C) (Advanced) or the cut (Basic) with U <= 1 throughout (refine.py; not in the paper)."""
     cut_methods: tuple[str, ...] = ("exact", "lr", "spectral", "metis")
     """Sparsest-cut methods tried per split; the sparsest result wins (``exact`` = enumeration on PEs
     of at most ``exact_max_nodes`` super operators, ``lr`` = Leighton-Rao on the Garg-Koenemann flow
