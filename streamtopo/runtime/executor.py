@@ -1,0 +1,676 @@
+"""The executor program: one process (one pod) running the units a routing table gives it.
+
+    python -m streamtopo.runtime.executor --topology topology.yaml --routing routing.json \\
+        --name ex-0 --transport redis://127.0.0.1:6379 --metrics-port 9400 [--output DIR]
+
+Loop (one *step* = one micro-batch over every hosted unit):
+
+1. routing: re-read the routing file when it changed; release units it no longer gives us (the step in
+   progress has committed), start waiting for units it now gives us (handover.py);
+2. acquire waiting units whose donor released them (or died), loading their committed record;
+3. read every hosted unit's input streams (one pipelined XRANGE round trip), generate source records
+   that are due (event time <= wall time since the topology's start);
+4. run the operators in topological order, each over all its hosted units at once (one Spark job set per
+   operator and step). Output to a unit this executor hosts is handed over in memory, everything else is
+   appended to the destination unit's stream, cut into entries of the edge's batch size (Aeolus);
+5. commit everything the step did in one atomic, epoch-fenced script (state_store.py), then write the
+   file sinks' committed bytes (sinks.py) and update the metrics.
+
+Any transport error or refused (fenced) commit discards the step: hosted units are reloaded from their
+committed records (units taken away meanwhile are dropped) and the step is redone from there. The
+exactly-once argument is in docs/exactly-once.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+import signal
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import psutil
+
+from streamtopo.planner.graph import partition_key, unit_edges
+from streamtopo.planner.model import StreamTopology
+from streamtopo.planner.routing import RoutingTable, parse_unit, unit_key
+from streamtopo.runtime import sinks
+from streamtopo.runtime.handover import Pause, acquisition_kind, pause_start
+from streamtopo.runtime.metrics import ExecutorMetrics, Probe, serve
+from streamtopo.runtime.operators import RecordError, build_operator, combine_inputs
+from streamtopo.runtime.operators.base import INPUT, KG, TS, to_pandas, to_spark
+from streamtopo.runtime.operators.state import frame_to_ipc
+from streamtopo.runtime.state_store import Commit, Fenced, StateStore, UnitRecord
+from streamtopo.runtime.transport import (
+    CONNECTION_ERRORS,
+    Entry,
+    Keys,
+    TransportUnavailable,
+    connect,
+    entry_fields,
+    read_entries,
+)
+
+log = logging.getLogger("streamtopo.executor")
+
+DEFAULT_BATCH_RECORDS = 512
+"""Records per transport entry when neither the routing table (Aeolus) nor spec.batching.size says."""
+
+
+def default_batch_records(spec, producer: str) -> int:
+    """``spec.batching.size`` if set, else 512 records capped at ``batching.maxBytes`` (64 KB) worth."""
+    if spec.batching.size:
+        return spec.batching.size
+    record_bytes = spec.operator(producer).record_bytes or 64
+    return max(1, min(DEFAULT_BATCH_RECORDS, spec.batching.max_bytes // record_bytes))
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """Knobs of the loop; defaults suit local runs and tests."""
+
+    max_entries: int = 256
+    """Entries read per input stream per step."""
+    max_source_records: int = 20000
+    """Records one source unit generates per step at most."""
+    punctuation_interval: float = 0.1
+    """Minimum seconds between two record-less watermark entries to the same unit (+inf always goes)."""
+    idle_sleep: float = 0.02
+    heartbeat_ttl: float = 3.0
+    handover_timeout: float = 20.0
+    metrics_interval: float = 1.0
+
+
+@dataclass
+class Hosted:
+    """A unit this executor owns: the epoch it acquired with, its committed record and live state."""
+
+    op: str
+    kg: int
+    epoch: int
+    rec: UnitRecord
+    state: Any
+
+    @property
+    def key(self) -> str:
+        return unit_key((self.op, self.kg))
+
+
+@dataclass
+class Delivery:
+    """An entry handed to a local consumer in memory instead of through its stream."""
+
+    producer: str
+    seq: int
+    watermark: float
+    records: pd.DataFrame | None
+    stream: str
+
+
+@dataclass
+class StepOutcome:
+    work: bool = False
+    sink_writes: list[tuple[Path, int, bytes]] = field(default_factory=list)
+    console: list[str] = field(default_factory=list)
+
+
+class Executor:
+    """The executor of one topology; :meth:`run` loops until ``stop`` is set."""
+
+    def __init__(self, topology: StreamTopology, routing_path: Path, name: str, transport_url: str,
+                 *, metrics_port: int = 0, output_dir: Path | None = None, cpu: float = 1.0,
+                 config: ExecutorConfig | None = None):
+        self.topology = topology
+        self.spec = topology.spec
+        self.name = name
+        self.routing_path = Path(routing_path)
+        self.transport_url = transport_url
+        self.output_dir = Path(output_dir) if output_dir else None
+        self.config = config or ExecutorConfig()
+        self.instance = f"{name}-{os.getpid()}-{secrets.token_hex(3)}"
+        # Operators are built before anything starts: a UDF that does not import fails here, clearly.
+        self.operators = {op.name: build_operator(op, self.spec) for op in self.spec.operators}
+        dag = nx.DiGraph()
+        dag.add_nodes_from(op.name for op in self.spec.operators)
+        dag.add_edges_from((u, op.name) for op in self.spec.operators for u in op.inputs)
+        self.order = list(nx.lexicographical_topological_sort(dag))
+        self.downstream = {n: sorted(dag.successors(n)) for n in self.order}
+        self._dests: dict[str, dict[int, dict[str, list[int]]]] = {}
+        self._producers: dict[str, dict[int, list[str]]] = {}
+        self.keys = Keys(topology.metadata.name)
+        self.metrics = ExecutorMetrics(topology.metadata.name, name)
+        self.metrics.exec(self.metrics.capacity).set(cpu)
+        self.metrics_port = metrics_port
+        self.hosted: dict[str, Hosted] = {}
+        self.waiting: dict[str, float] = {}
+        self.routing: RoutingTable | None = None
+        self._routing_mtime = 0.0
+        self._last_punct: dict[tuple[str, str], float] = {}
+        self._last_metrics = 0.0
+        self._last_loop = time.time()
+        self._connected = False
+        self.client = None
+        self.store: StateStore | None = None
+        self.t0 = 0.0
+        self.spark = None
+        self.server = None
+        self._closed = threading.Event()
+
+    # ------------------------------------------------------------------------------------- topology
+
+    def dests(self, op: str, kg: int) -> dict[str, list[int]]:
+        """Downstream operator -> key groups unit (op, kg) feeds (planner.graph.unit_edges)."""
+        if op not in self._dests:
+            table: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+            for v in self.downstream[op]:
+                for i, j, _ in unit_edges(self.spec, op, v):
+                    table[i][v].append(j)
+            self._dests[op] = table
+        return self._dests[op][kg]
+
+    def producers(self, op: str, kg: int) -> list[str]:
+        """Units whose watermarks bound unit (op, kg)'s: every upstream unit with an edge into it."""
+        if op not in self._producers:
+            table: dict[int, list[str]] = defaultdict(list)
+            for u in self.spec.operator(op).inputs:
+                for i, j, _ in unit_edges(self.spec, u, op):
+                    table[j].append(unit_key((u, i)))
+            self._producers[op] = table
+        return self._producers[op][kg]
+
+    def batch_records(self, producer: str, consumer: str) -> int:
+        """Records per entry on ``producer->consumer``: the routing table's (Aeolus), else spec/default."""
+        if self.routing and (n := self.routing.batch_sizes.get(f"{producer}->{consumer}")):
+            return max(1, n)
+        return default_batch_records(self.spec, producer)
+
+    # ---------------------------------------------------------------------------------------- start
+
+    def start(self) -> None:
+        """Connect (with retries), start the exporter, the heartbeat and Spark."""
+        from streamtopo.runtime.spark import get_spark
+
+        self.client = connect(self.transport_url, log=log.warning)
+        self.store = StateStore(self.client, self.keys)
+        self.client.set(self.keys.clock, repr(time.time()), nx=True)
+        self.t0 = float(self.client.get(self.keys.clock))
+        self._connected = True
+        self.server = serve(self.metrics, Probe(self._healthy, self._ready), self.metrics_port)
+        self.store.heartbeat(self.instance, self.config.heartbeat_ttl)
+        threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
+        self.spark = get_spark()
+        # Warm the JVM (class loading, code generation) before taking units: the first job costs seconds,
+        # and a unit should not pause for it after a hand-over or a restart.
+        warm = pd.DataFrame({KG: pd.Series([0, 1], dtype="int32"), TS: [0.0, 1.0], "v": [1, 2]})
+        to_pandas(to_spark(self.spark, warm).groupBy(KG).agg({"v": "sum", TS: "max"}))
+
+    def _healthy(self) -> bool:
+        return time.time() - self._last_loop < 120.0
+
+    def _ready(self) -> bool:
+        return self._connected and self.routing is not None and not self.waiting
+
+    def _heartbeat(self) -> None:
+        client = None
+        while not self._closed.is_set():
+            try:
+                client = client or connect(self.transport_url, attempts=1)
+                client.set(self.keys.heartbeat(self.instance), b"1", px=int(self.config.heartbeat_ttl * 1000))
+            except (TransportUnavailable, *CONNECTION_ERRORS):
+                client = None
+            time.sleep(self.config.heartbeat_ttl / 4)
+
+    # ----------------------------------------------------------------------------------------- loop
+
+    def run(self, stop: threading.Event, release: bool = True) -> None:
+        """Step until ``stop`` is set, then :meth:`close`."""
+        delay = 0.25
+        while not stop.is_set():
+            self._last_loop = time.time()
+            try:
+                self._apply_routing()
+                self._acquire_waiting()
+                outcome = self.step()
+                delay = 0.25
+                if not outcome.work:
+                    time.sleep(self.config.idle_sleep)
+            except Fenced as error:
+                log.warning("%s: commit refused, reloading: %s", self.name, error)
+                self._recover()
+            except CONNECTION_ERRORS as error:
+                self._connected = False
+                log.warning("%s: transport lost (%s); retrying in %.2gs", self.name, error, delay)
+                stop.wait(delay)
+                delay = min(5.0, delay * 2)
+                try:
+                    self.client.ping()
+                    self._connected = True
+                    self._recover()
+                    log.warning("%s: transport back, resumed from the last commit", self.name)
+                except CONNECTION_ERRORS:
+                    pass
+            self._update_metrics()
+        self.close(release)
+
+    def close(self, release: bool = True) -> None:
+        """Stop heartbeating and serving; ``release`` hands every unit over at once (a clean shutdown).
+
+        Without ``release`` the units stay owned until the heartbeat expires, as after a crash.
+        """
+        if release:
+            try:
+                for key, unit in list(self.hosted.items()):
+                    self.store.release(key, unit.epoch)
+                    self.hosted.pop(key)
+            except (Fenced, *CONNECTION_ERRORS) as error:
+                log.warning("%s: could not release every unit at shutdown: %s", self.name, error)
+        self._closed.set()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    # ------------------------------------------------------------------------------------ hand-over
+
+    def _apply_routing(self) -> None:
+        try:
+            mtime = self.routing_path.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if mtime == self._routing_mtime and self.routing is not None:
+            return
+        table = RoutingTable.from_json(self.routing_path.read_text())
+        self._routing_mtime = mtime
+        if self.routing is not None and table.version <= self.routing.version:
+            return
+        self.routing = table
+        self.metrics.exec(self.metrics.routing_version).set(table.version)
+        mine = {unit_key(u) for u in table.units_of(self.name)}
+        for key in sorted(set(self.hosted) - mine):
+            unit = self.hosted.pop(key)
+            try:
+                self.store.release(key, unit.epoch)
+                self.metrics.migrations.labels(self.keys.topology, self.name, "donor").inc()
+            except Fenced:
+                pass
+            self.metrics.forget_unit(unit.op, unit.kg)
+        now = time.time()
+        self.waiting = {k: self.waiting.get(k, now) for k in sorted(mine - set(self.hosted))}
+
+    def _acquire_waiting(self) -> None:
+        for key, since in list(self.waiting.items()):
+            ownership = self.store.ownership(key)
+            kind = acquisition_kind(ownership, self.instance, self.store.alive(ownership.owner),
+                                    time.time() - since, self.config.handover_timeout)
+            if kind is None:
+                continue
+            epoch, rec = self.store.acquire(key, self.instance)
+            op, kg = parse_unit(key)
+            unit = Hosted(op, kg, epoch, rec or UnitRecord(), None)
+            self._load(unit)
+            self.hosted[key] = unit
+            del self.waiting[key]
+            if kind != "fresh":
+                pause = Pause(key, time.time() - pause_start(kind, ownership, since), self.name, kind,
+                              len(unit.rec.state))
+                self.client.rpush(self.keys.pauses, pause.to_json())
+                self.metrics.exec(self.metrics.pause).observe(pause.seconds)
+                self.metrics.migrations.labels(self.keys.topology, self.name, "receiver").inc()
+
+    def _load(self, unit: Hosted) -> None:
+        """Live state from the committed record; a file sink's file brought to its committed content."""
+        unit.state = self.operators[unit.op].decode_state(unit.rec.state) if unit.rec.state else None
+        path = self._sink_path(unit.op, unit.kg)
+        if path is not None:
+            sinks.redo(path, unit.rec.sink_len, unit.rec.pending)
+
+    def _recover(self) -> None:
+        """Back to the last commit: reload every hosted unit; units fenced meanwhile wait to be re-acquired."""
+        self._last_punct.clear()
+        for key, unit in list(self.hosted.items()):
+            epoch, rec = self.store.load(key)
+            if epoch != unit.epoch:
+                self.hosted.pop(key)
+                if self.routing and key in {unit_key(u) for u in self.routing.units_of(self.name)}:
+                    self.waiting.setdefault(key, time.time())
+                continue
+            unit.rec = rec or UnitRecord()
+            self._load(unit)
+
+    def _sink_path(self, op: str, kg: int) -> Path | None:
+        operator = self.spec.operator(op)
+        if operator.kind == "sink" and operator.sink.file is not None and self.output_dir is not None:
+            return sinks.sink_file(self.output_dir, operator, kg)
+        return None
+
+    # ----------------------------------------------------------------------------------------- step
+
+    def step(self) -> StepOutcome:
+        """One micro-batch over every hosted unit, committed atomically."""
+        outcome = StepOutcome()
+        commit = Commit()
+        touched: set[str] = set()
+        local: dict[str, list[Delivery]] = defaultdict(list)
+        inputs = self._read_inputs()
+        now = time.time()
+        by_op: dict[str, list[Hosted]] = defaultdict(list)
+        for unit in self.hosted.values():
+            by_op[unit.op].append(unit)
+        for op in self.order:
+            units = sorted(by_op.get(op, []), key=lambda u: u.kg)
+            if not units:
+                continue
+            started = time.perf_counter()
+            if self.spec.operator(op).kind == "source":
+                produced = self._generate(units, now)
+            else:
+                produced = self._consume(op, units, inputs, local, commit, outcome)
+            busy = time.perf_counter() - started
+            # The operator ran once for all its units: split the time by records (+1 for the call itself).
+            weights = {key: 1 + (0 if df is None else len(df)) for key, (df, _) in produced.items()}
+            for key, (df, wm) in produced.items():
+                unit = self.hosted[key]
+                touched.add(key)
+                self.metrics.unit(self.metrics.busy, unit.op, unit.kg).inc(busy * weights[key] / sum(weights.values()))
+                if self.spec.operator(op).kind != "sink":
+                    self._emit(unit, df, wm, local, commit, now)
+        if not touched:
+            return outcome
+        outcome.work = True
+        for key in sorted(touched):
+            unit = self.hosted[key]
+            if self.operators[unit.op].stateful or self.spec.operator(unit.op).kind == "source":
+                unit.rec.state = self.operators[unit.op].encode_state(unit.state)
+            commit.units.append((key, unit.epoch, unit.rec.encode()))
+        self.store.commit(commit)
+        for path, offset, data in outcome.sink_writes:
+            sinks.write_at(path, offset, data)
+        for line in outcome.console:
+            print(line, flush=True)
+        return outcome
+
+    def _read_inputs(self) -> dict[str, list[tuple[str, Entry]]]:
+        requests, owners = [], []
+        for key, unit in self.hosted.items():
+            for u in self.spec.operator(unit.op).inputs:
+                stream = self.keys.stream(u, unit.op, unit.kg)
+                requests.append((stream, unit.rec.offsets.get(stream, "0-0"), self.config.max_entries))
+                owners.append((key, stream))
+        out: dict[str, list[tuple[str, Entry]]] = defaultdict(list)
+        for (key, stream), entries in zip(owners, read_entries(self.client, requests)):
+            out[key].extend((stream, e) for e in entries)
+        return out
+
+    def _generate(self, units: list[Hosted], now: float) -> dict[str, tuple[pd.DataFrame | None, float]]:
+        """Records whose event time has come: seq/rate <= now - t0 (sources are paced by wall time)."""
+        operator = self.operators[units[0].op]
+        rate = self.spec.operator(units[0].op).source.rate_per_second
+        k = self.spec.key_groups_of(units[0].op)
+        out = {}
+        for unit in units:
+            if unit.rec.watermark == math.inf:
+                continue
+            last_due = math.floor(((now - self.t0) * rate - unit.kg) / k)
+            due = max(0, min(last_due + 1 - unit.rec.emitted, self.config.max_source_records))
+            df, unit.state, wm = operator.generate(unit.kg, k, unit.state, due)
+            if len(df) == 0 and wm == unit.rec.watermark:
+                continue
+            unit.rec.emitted += len(df)
+            unit.rec.records_out += len(df)
+            unit.rec.watermark = wm
+            self.metrics.unit(self.metrics.records_out, unit.op, unit.kg).inc(len(df))
+            backlog = 0 if wm == math.inf else max(0, last_due + 1 - unit.rec.emitted)
+            self.metrics.unit(self.metrics.backlog, unit.op, unit.kg).set(backlog)
+            self.metrics.unit(self.metrics.oldest_age, unit.op, unit.kg).set(
+                max(0.0, now - self.t0 - wm) if backlog else 0.0)
+            out[unit.key] = (df, wm)
+        return out
+
+    def _consume(self, op: str, units: list[Hosted], inputs: dict[str, list[tuple[str, Entry]]],
+                 local: dict[str, list[Delivery]], commit: Commit, outcome: StepOutcome
+                 ) -> dict[str, tuple[pd.DataFrame | None, float]]:
+        """Apply each unit's new entries (dedup by producer sequence), run the operator once for all."""
+        operator = self.operators[op]
+        spec_op = self.spec.operator(op)
+        parts: dict[str, list[pd.DataFrame]] = defaultdict(list)
+        active: list[Hosted] = []
+        now = time.time()
+        for unit in units:
+            got, oldest = False, None
+            for stream, entry in inputs.get(unit.key, []):
+                got = True
+                unit.rec.offsets[stream] = entry.id
+                commit.trims[stream] = entry.id
+                commit.incr(self.keys.backlog, stream, -entry.count)
+                oldest = entry.millis / 1000 if oldest is None else oldest
+                if self._accept(unit, entry.producer, entry.seq, entry.watermark) and entry.data:
+                    parts[_input_of(stream)].append(_at(entry.records(), unit.kg))
+            for d in local.pop(unit.key, []):
+                if d.seq == unit.rec.seq_in.get(d.producer, 0) + 1:
+                    got = True
+                    self._accept(unit, d.producer, d.seq, d.watermark)
+                    if d.records is not None and len(d.records):
+                        parts[_input_of(d.stream)].append(_at(d.records, unit.kg))
+                else:
+                    # Older entries of this producer still wait in the stream: keep its order by going there.
+                    self._append(commit, d.stream, d.producer, d.seq, d.watermark, d.records)
+            self.metrics.unit(self.metrics.oldest_age, op, unit.kg).set(max(0.0, now - oldest) if oldest else 0.0)
+            if got:
+                active.append(unit)
+        if not active:
+            return {}
+        for unit in active:
+            wm = min((unit.rec.wm_in.get(p, -math.inf) for p in self.producers(op, unit.kg)), default=-math.inf)
+            unit.rec.watermark = max(unit.rec.watermark, wm)
+        frames = {name: pd.concat(p, ignore_index=True) for name, p in parts.items()}
+        if spec_op.kind == "join":
+            batch = combine_inputs(frames) if frames else pd.DataFrame({KG: [], TS: [], INPUT: []})
+        else:
+            batch = pd.concat(frames.values(), ignore_index=True) if frames else pd.DataFrame(
+                {KG: pd.Series(dtype="int32"), TS: pd.Series(dtype="float64")})
+        if len(batch):
+            batch[KG] = batch[KG].astype("int32")
+        for unit in active:
+            n = int((batch[KG] == unit.kg).sum()) if len(batch) else 0
+            unit.rec.records_in += n
+            self.metrics.unit(self.metrics.records_in, op, unit.kg).inc(n)
+        output = self._process(operator, batch, active, commit)
+        out: dict[str, tuple[pd.DataFrame | None, float]] = {}
+        groups = dict(iter(output.groupby(KG))) if len(output) else {}
+        for unit in active:
+            df = groups.get(unit.kg)
+            n = 0 if df is None else len(df)
+            unit.rec.records_out += n
+            self.metrics.unit(self.metrics.records_out, op, unit.kg).inc(n)
+            if spec_op.kind == "sink":
+                self._sink(unit, df, commit, outcome)
+            out[unit.key] = (df, unit.rec.watermark)
+        return out
+
+    def _accept(self, unit: Hosted, producer: str, seq: int, watermark: float) -> bool:
+        """Apply entry ``seq`` of ``producer`` unless already applied (a re-sent entry is dropped)."""
+        last = unit.rec.seq_in.get(producer, 0)
+        if seq <= last:
+            return False
+        if seq > last + 1:
+            log.warning("%s: entry %d of %s follows %d (gap)", unit.key, seq, producer, last)
+        unit.rec.seq_in[producer] = seq
+        unit.rec.wm_in[producer] = max(unit.rec.wm_in.get(producer, -math.inf), watermark)
+        return True
+
+    def _process(self, operator, batch: pd.DataFrame, active: list[Hosted], commit: Commit) -> pd.DataFrame:
+        """Run the operator; records that make it raise go to the dead-letter stream, the rest goes on."""
+        states = {u.kg: u.state for u in active}
+        watermarks = {u.kg: u.rec.watermark for u in active}
+        batch = batch.reset_index(drop=True)
+        while True:
+            try:
+                result = operator.process(self.spark, batch, states, watermarks)
+                break
+            except RecordError as error:
+                bad = batch.index.intersection(error.rows.index)
+                rows = batch.loc[bad] if len(bad) else batch
+                commit.appends.append((self.keys.dead_letters, [
+                    b"operator", operator.name.encode(), b"executor", self.name.encode(),
+                    b"error", error.error.encode(), b"field", error.field.encode(),
+                    b"n", str(len(rows)).encode(), b"d", frame_to_ipc(rows)]))
+                self.metrics.dead_letters.labels(self.keys.topology, self.name, operator.name).inc(len(rows))
+                log.warning("%s: %d record(s) to the dead-letter stream: %s", operator.name, len(rows), error.error)
+                batch = batch.drop(index=rows.index).reset_index(drop=True)
+        for unit in active:
+            if unit.kg in result.states:
+                unit.state = result.states[unit.kg]
+        return result.output
+
+    def _sink(self, unit: Hosted, df: pd.DataFrame | None, commit: Commit, outcome: StepOutcome) -> None:
+        sink = self.spec.operator(unit.op).sink
+        operator = self.operators[unit.op]
+        if df is not None and len(df):
+            latency = self.metrics.sink_latency.labels(self.keys.topology, self.name, unit.op)
+            for lag in time.time() - self.t0 - df[TS].to_numpy(dtype=float):
+                latency.observe(max(0.0, lag))
+        path = self._sink_path(unit.op, unit.kg)
+        if path is not None:
+            data = sinks.lines_bytes(operator.format(df)) if df is not None and len(df) else b""
+            unit.rec.pending = data
+            unit.rec.sink_len += len(data)
+            if data:
+                outcome.sink_writes.append((path, unit.rec.sink_len - len(data), data))
+        elif sink.stream is not None and df is not None and len(df):
+            target = self.keys.sink_stream(sink.stream)
+            seq = unit.rec.seq_out.get(target, 0) + 1
+            unit.rec.seq_out[target] = seq
+            commit.appends.append((target, entry_fields(unit.key, seq, unit.rec.watermark, df)))
+        elif sink.console is not None and df is not None and len(df):
+            outcome.console.extend(operator.format_console(df))
+
+    # ---------------------------------------------------------------------------------------- output
+
+    def _emit(self, unit: Hosted, df: pd.DataFrame | None, wm: float, local: dict[str, list[Delivery]],
+              commit: Commit, now: float) -> None:
+        """Route a unit's output to its downstream units, in entries of the edge's batch size."""
+        from streamtopo.runtime.partitioning import route
+
+        for v, expected in self.dests(unit.op, unit.kg).items():
+            groups: dict[int, pd.DataFrame] = {}
+            if df is not None and len(df):
+                dest = route(df, partition_key(self.spec, v), self.spec.key_groups_of(v), unit.kg)
+                groups = {int(j): part for j, part in df.groupby(dest)}
+            size = self.batch_records(unit.op, v)
+            for j in sorted(set(expected) | set(groups)):
+                dkey = unit_key((v, j))
+                part = groups.get(j)
+                n = 0 if part is None else len(part)
+                sent = unit.rec.wm_out.get(dkey, -math.inf)
+                recent = now - self._last_punct.get((unit.key, dkey), 0.0) < self.config.punctuation_interval
+                if n == 0 and (wm <= sent or (wm != math.inf and recent)):
+                    continue  # nothing new to say, or a punctuation went out moments ago
+                self._last_punct[(unit.key, dkey)] = now
+                # Batching is a transport matter: a local consumer gets the whole part in one hand-off.
+                step = n if dkey in self.hosted else size
+                chunks = [part.iloc[i:i + step] for i in range(0, n, step)] if n else [None]
+                stream = self.keys.stream(unit.op, v, j)
+                for index, chunk in enumerate(chunks):
+                    seq = unit.rec.seq_out.get(dkey, 0) + 1
+                    unit.rec.seq_out[dkey] = seq
+                    # Only the last chunk carries the new watermark: it covers all the chunks before it.
+                    chunk_wm = wm if index == len(chunks) - 1 else sent
+                    if dkey in self.hosted:
+                        local[dkey].append(Delivery(unit.key, seq, chunk_wm, chunk, stream))
+                    else:
+                        self._append(commit, stream, unit.key, seq, chunk_wm, chunk)
+                unit.rec.wm_out[dkey] = max(sent, wm)
+                if n:
+                    self.metrics.kg_edge(unit.op, unit.kg, v, j).inc(n)
+
+    def _append(self, commit: Commit, stream: str, producer: str, seq: int, wm: float,
+                records: pd.DataFrame | None) -> None:
+        commit.appends.append((stream, entry_fields(producer, seq, wm, records)))
+        if records is not None and len(records):
+            commit.incr(self.keys.backlog, stream, len(records))
+
+    # --------------------------------------------------------------------------------------- metrics
+
+    def _update_metrics(self) -> None:
+        now = time.time()
+        if now - self._last_metrics < self.config.metrics_interval:
+            return
+        self._last_metrics = now
+        try:
+            proc = psutil.Process()
+            procs = [proc, *proc.children(recursive=True)]
+            cpu = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
+            self.metrics.set_cpu(cpu)
+            self.metrics.exec(self.metrics.memory).set(sum(p.memory_info().rss for p in procs))
+        except psutil.Error:
+            pass
+        if not self._connected or not self.hosted:
+            return
+        try:
+            streams = {key: [self.keys.stream(u, unit.op, unit.kg) for u in self.spec.operator(unit.op).inputs]
+                       for key, unit in self.hosted.items()}
+            flat = [s for ss in streams.values() for s in ss]
+            counts = dict(zip(flat, self.client.hmget(self.keys.backlog, flat))) if flat else {}
+        except CONNECTION_ERRORS:
+            return
+        for key, unit in self.hosted.items():
+            if streams[key]:
+                backlog = sum(int(counts.get(s) or 0) for s in streams[key])
+                self.metrics.unit(self.metrics.backlog, unit.op, unit.kg).set(max(0, backlog))
+            self.metrics.unit(self.metrics.state_bytes, unit.op, unit.kg).set(len(unit.rec.state))
+
+
+def _at(records: pd.DataFrame, kg: int) -> pd.DataFrame:
+    """Records as input of key group ``kg`` (``_kg`` names the consuming unit on input)."""
+    records = records.copy(deep=False)
+    records[KG] = np.int32(kg)
+    return records
+
+
+def _input_of(stream: str) -> str:
+    """The producing operator of a stream key ``...:s:<from>-><to>:<kg>``."""
+    return stream.rsplit(":s:", 1)[1].split("->", 1)[0]
+
+
+def run_executor(topology_path: Path, routing_path: Path, name: str, transport_url: str, *,
+                 metrics_port: int = 0, output_dir: Path | None = None, cpu: float = 1.0) -> int:
+    """The ``streamtopo executor`` program; returns the exit code (clear messages, no tracebacks)."""
+    from streamtopo.planner.model import TopologyError, load_topology
+    from streamtopo.runtime.operators import OperatorError
+
+    logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {name} %(levelname)s %(message)s")
+    try:
+        topology = load_topology(topology_path)
+        executor = Executor(topology, routing_path, name, transport_url, metrics_port=metrics_port,
+                            output_dir=output_dir, cpu=cpu)
+    except TopologyError as error:
+        log.error("invalid topology %s:\n%s", topology_path, error)
+        return 2
+    except OperatorError as error:
+        log.error("cannot build the pipeline: %s", error)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        executor.start()
+    except TransportUnavailable as error:
+        log.error("%s", error)
+        return 3
+    executor.run(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    from streamtopo.commands.executor import main
+
+    main()

@@ -1,0 +1,120 @@
+"""The executor's Prometheus exporter: the metric names of notes/controller_api.md, plus health probes.
+
+One registry per executor (no process-global default registry, so tests can run several). Served by a
+small threaded HTTP server:
+
+    /metrics   Prometheus text format (the contract's names, plus streamtopo_sink_latency_seconds: event
+               time to sink commit, the end-to-end latency `streamtopo run` and bench/runtime.py report)
+    /healthz   200 while the micro-batch loop is alive (it iterated recently), 503 otherwise
+    /readyz    200 once the executor is connected, has applied a routing table and owns every unit the
+               table gives it (no acquisition pending), 503 otherwise
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+UNIT = ("topology", "executor", "operator", "kg")
+EXECUTOR = ("topology", "executor")
+LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
+PAUSE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class ExecutorMetrics:
+    """Every metric an executor exports; labels follow the controller's contract exactly."""
+
+    def __init__(self, topology: str, executor: str):
+        self.topology, self.executor = topology, executor
+        r = self.registry = CollectorRegistry()
+        self.busy = Counter("streamtopo_unit_busy_seconds", "CPU-busy seconds of a unit", UNIT, registry=r)
+        self.records_in = Counter("streamtopo_unit_records_in", "Records a unit consumed", UNIT, registry=r)
+        self.records_out = Counter("streamtopo_unit_records_out", "Records a unit produced", UNIT, registry=r)
+        self.kg_records = Counter("streamtopo_kg_records", "Records from one unit to another",
+                                  ("topology", "src_operator", "src_kg", "dst_operator", "dst_kg"), registry=r)
+        self.state_bytes = Gauge("streamtopo_unit_state_bytes", "Encoded state of a unit", UNIT, registry=r)
+        self.backlog = Gauge("streamtopo_unit_backlog_records", "Records waiting for a unit", UNIT, registry=r)
+        self.oldest_age = Gauge("streamtopo_unit_oldest_record_age_seconds",
+                                "Age of the oldest record waiting for a unit", UNIT, registry=r)
+        self.cpu = Counter("streamtopo_executor_cpu_seconds", "CPU seconds of the executor (JVM included)",
+                           EXECUTOR, registry=r)
+        self.memory = Gauge("streamtopo_executor_memory_bytes", "Resident memory (JVM included)", EXECUTOR,
+                            registry=r)
+        self.capacity = Gauge("streamtopo_executor_cpu_capacity_cores", "CPU cores the executor may use",
+                              EXECUTOR, registry=r)
+        self.routing_version = Gauge("streamtopo_routing_version", "Routing table version applied",
+                                     EXECUTOR, registry=r)
+        self.migrations = Counter("streamtopo_migrations", "Key-group hand-overs",
+                                  ("topology", "executor", "role"), registry=r)
+        self.pause = Histogram("streamtopo_migration_pause_seconds", "Pause of a moving key group",
+                               EXECUTOR, buckets=PAUSE_BUCKETS, registry=r)
+        self.dead_letters = Counter("streamtopo_dead_letters", "Records sent to the dead-letter stream",
+                                    ("topology", "executor", "operator"), registry=r)
+        self.sink_latency = Histogram("streamtopo_sink_latency_seconds",
+                                      "Wall time from a record's event time to its sink commit",
+                                      ("topology", "executor", "operator"), buckets=LATENCY_BUCKETS, registry=r)
+        self._cpu_seen = 0.0
+
+    def unit(self, metric, op: str, kg: int):
+        return metric.labels(self.topology, self.executor, op, str(kg))
+
+    def exec(self, metric):
+        return metric.labels(self.topology, self.executor)
+
+    def kg_edge(self, src: str, src_kg: int, dst: str, dst_kg: int):
+        return self.kg_records.labels(self.topology, src, str(src_kg), dst, str(dst_kg))
+
+    def forget_unit(self, op: str, kg: int) -> None:
+        """Drop a unit's gauges when it moves away (its counters stay: they are monotonic per executor)."""
+        for gauge in (self.state_bytes, self.backlog, self.oldest_age):
+            try:
+                gauge.remove(self.topology, self.executor, op, str(kg))
+            except KeyError:
+                pass
+
+    def set_cpu(self, total_seconds: float) -> None:
+        """Advance the CPU counter to a cumulative reading (process tree CPU time)."""
+        if total_seconds > self._cpu_seen:
+            self.exec(self.cpu).inc(total_seconds - self._cpu_seen)
+            self._cpu_seen = total_seconds
+
+
+class Probe:
+    """What /healthz and /readyz answer: callables evaluated per request."""
+
+    def __init__(self, healthy: Callable[[], bool], ready: Callable[[], bool]):
+        self.healthy, self.ready = healthy, ready
+
+
+def serve(metrics: ExecutorMetrics, probe: Probe, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """Start the exporter in a daemon thread; ``port`` 0 picks a free one (``server.server_port``)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0]
+            if path == "/metrics":
+                self._reply(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
+            elif path in ("/healthz", "/readyz"):
+                ok = probe.healthy() if path == "/healthz" else probe.ready()
+                self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n", "text/plain")
+            else:
+                self._reply(404, b"not found\n", "text/plain")
+
+        def _reply(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

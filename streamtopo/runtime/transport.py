@@ -1,0 +1,167 @@
+"""The transport between executors: Valkey/Redis Streams of Arrow IPC record batches.
+
+One stream per (edge, destination key group): ``st:{topology}:s:<from>-><to>:<kg>``. Its only reader is the
+unit ``(to, kg)``, so the stream doubles as that unit's durable input queue: the unit commits the id of
+the last entry it consumed and trims what lies before it. An entry carries
+
+    p   producer unit ``operator/kg``            s   the producer's sequence number towards this unit
+    w   the producer's watermark (punctuation)   n   number of records
+    d   the records, an Arrow IPC stream (absent for a pure punctuation)
+
+``(p, s)`` lets the consumer drop an entry it already applied (docs/exactly-once.md); ``w`` is the C-MR
+punctuation that tells the consumer no later record of ``p`` is older than ``w``.
+
+Every key of a topology shares the hash tag ``{topology}``, so the commit script (state_store.py) that
+touches unit records and streams together is legal on a Valkey cluster too.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import pandas as pd
+import redis
+
+from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame
+
+CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionError, OSError)
+"""What a lost or unreachable Valkey raises; the executor retries these with backoff."""
+
+
+class TransportUnavailable(RuntimeError):
+    """Valkey could not be reached within the retry budget."""
+
+
+class Keys:
+    """Names of every Valkey key of one topology."""
+
+    def __init__(self, topology: str):
+        self.topology = topology
+        self.prefix = f"st:{{{topology}}}"
+
+    def stream(self, producer: str, consumer: str, kg: int) -> str:
+        return f"{self.prefix}:s:{producer}->{consumer}:{kg}"
+
+    def unit(self, unit_key: str) -> str:
+        return f"{self.prefix}:u:{unit_key}"
+
+    def heartbeat(self, instance: str) -> str:
+        return f"{self.prefix}:hb:{instance}"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.prefix}:dead-letter"
+
+    @property
+    def backlog(self) -> str:
+        """Hash stream key -> records appended and not yet consumed (kept exact by the commit script)."""
+        return f"{self.prefix}:backlog"
+
+    @property
+    def pauses(self) -> str:
+        """List of JSON hand-over records (unit, pause seconds, donor, receiver, kind, state bytes)."""
+        return f"{self.prefix}:pauses"
+
+    @property
+    def clock(self) -> str:
+        """Wall-clock start of the topology: sources emit records whose event time has come."""
+        return f"{self.prefix}:t0"
+
+    def sink_stream(self, name: str) -> str:
+        """A user-named sink stream (``sink: {stream: NAME}``) is exactly that name, for other readers."""
+        return name
+
+
+def connect(url: str, *, attempts: int = 8, first_delay: float = 0.25, max_delay: float = 4.0,
+            log: Callable[[str], None] | None = None) -> redis.Redis:
+    """A client for ``url`` after a successful PING, retrying with exponential backoff.
+
+    Raises :class:`TransportUnavailable` naming the URL and the last error once ``attempts`` fail.
+    ``valkey://`` URLs are accepted as aliases of ``redis://``.
+    """
+    url = url.replace("valkeys://", "rediss://", 1).replace("valkey://", "redis://", 1)
+    delay, last = first_delay, None
+    for attempt in range(1, attempts + 1):
+        try:
+            client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=30.0)
+            client.ping()
+            return client
+        except CONNECTION_ERRORS as error:
+            last = error
+            if log:
+                log(f"transport {url} unreachable (attempt {attempt}/{attempts}): {error}; retrying in {delay:.2g}s")
+            if attempt < attempts:
+                time.sleep(delay)
+                delay = min(max_delay, delay * 2)
+    raise TransportUnavailable(f"cannot reach the transport at {url} after {attempts} attempts: {last}")
+
+
+# ---------------------------------------------------------------------------------------------- entries
+
+
+def encode_watermark(wm: float) -> bytes:
+    return b"inf" if wm == math.inf else b"-inf" if wm == -math.inf else repr(float(wm)).encode()
+
+
+def decode_watermark(raw: bytes) -> float:
+    return float(raw)
+
+
+def entry_fields(producer: str, seq: int, watermark: float, records: pd.DataFrame | None) -> list[bytes]:
+    """Field/value pairs of one entry, flat, in the order XADD takes them."""
+    fields = [b"p", producer.encode(), b"s", str(seq).encode(), b"w", encode_watermark(watermark),
+              b"n", str(0 if records is None else len(records)).encode()]
+    if records is not None and len(records):
+        fields += [b"d", frame_to_ipc(records)]
+    return fields
+
+
+@dataclass
+class Entry:
+    """One decoded stream entry."""
+
+    id: str
+    producer: str
+    seq: int
+    watermark: float
+    count: int
+    data: bytes | None
+
+    @property
+    def millis(self) -> int:
+        """Append time from the entry id (Valkey's clock, milliseconds)."""
+        return int(self.id.split("-")[0])
+
+    def records(self) -> pd.DataFrame | None:
+        return ipc_to_frame(self.data) if self.data else None
+
+    @classmethod
+    def parse(cls, entry_id: bytes, fields: dict[bytes, bytes]) -> Entry:
+        return cls(
+            id=entry_id.decode(),
+            producer=fields[b"p"].decode(),
+            seq=int(fields[b"s"]),
+            watermark=decode_watermark(fields[b"w"]),
+            count=int(fields.get(b"n", b"0")),
+            data=fields.get(b"d"),
+        )
+
+
+def read_entries(client: redis.Redis, requests: Iterable[tuple[str, str, int]]) -> list[list[Entry]]:
+    """For each ``(stream, after_id, count)``: up to ``count`` entries after ``after_id``, in one round trip."""
+    requests = list(requests)
+    if not requests:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for stream, after, count in requests:
+        pipe.xrange(stream, min=f"({after}" if after != "0-0" else "-", max="+", count=count)
+    return [[Entry.parse(i, f) for i, f in rows] for rows in pipe.execute()]
+
+
+def append(client: redis.Redis, stream: str, fields: list[bytes]) -> str:
+    """XADD one entry outside a commit (tests, calibration, external producers)."""
+    pairs = dict(zip(fields[::2], fields[1::2]))
+    return client.xadd(stream, pairs).decode()

@@ -1,0 +1,102 @@
+"""Helpers of the executor / exactly-once tests: a topology, its exact expected output, sink readers.
+
+The expected output is computed here from first principles (the sequence generator's definition and
+the window arithmetic written out), independently of the operator library and the executor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+from streamtopo.planner.model import StreamTopology
+from streamtopo.planner.routing import ExecutorEntry, RoutingTable, unit_key
+
+
+def sequence_topology(name: str, *, count: int, rate: float, keys: int, window: float, key_groups: int = 4,
+                      extra: list[dict] | None = None, sink_input: str = "totals") -> StreamTopology:
+    """numbers (sequence) -> totals (keyed tumbling window: count, sum) -> out (file sink)."""
+    operators = [
+        {"name": "numbers", "kind": "source",
+         "source": {"generator": "sequence", "ratePerSecond": rate, "count": count, "keys": keys}},
+        {"name": "totals", "kind": "aggregate", "inputs": ["numbers"], "keyBy": ["key"],
+         "window": {"size": window}, "aggregations": ["count(*) AS n", "sum(value) AS total"]},
+        *(extra or []),
+        {"name": "out", "kind": "sink", "inputs": [sink_input], "sink": {"file": {}}},
+    ]
+    return StreamTopology.model_validate(
+        {"metadata": {"name": name}, "spec": {"keyGroups": key_groups, "operators": operators}})
+
+
+def expected_totals(count: int, rate: float, keys: int, window: float,
+                    dropped=lambda seq: False) -> dict[tuple[int, float], tuple[int, int]]:
+    """(key, window start) -> (count, sum of value) for seq = 0..count-1, key = seq % keys, ts = seq / rate,
+    leaving out the records ``dropped`` says."""
+    out: dict[tuple[int, float], list[int]] = defaultdict(lambda: [0, 0])
+    for seq in range(count):
+        if dropped(seq):
+            continue
+        start = math.floor((seq / rate) / window) * window
+        cell = out[(seq % keys, start)]
+        cell[0] += 1
+        cell[1] += seq
+    return {k: (c, s) for k, (c, s) in out.items()}
+
+
+def read_lines(output: Path, sink: str = "out") -> list[dict]:
+    return [json.loads(line) for path in sorted((Path(output) / sink).glob("kg-*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+def sink_totals(lines: list[dict]) -> dict[tuple[int, float], list[tuple[int, int]]]:
+    """(key, window start) -> every (n, total) written: a duplicate shows as two entries."""
+    out: dict[tuple[int, float], list[tuple[int, int]]] = defaultdict(list)
+    for line in lines:
+        out[(int(line["key"]), float(line["window_start"]))].append((int(line["n"]), int(line["total"])))
+    return out
+
+
+def assert_exactly_once(lines: list[dict], expected: dict) -> None:
+    got = sink_totals(lines)
+    duplicated = {k: v for k, v in got.items() if len(v) > 1}
+    missing = sorted(set(expected) - set(got))
+    wrong = {k: (got[k][0], expected[k]) for k in expected if k in got and got[k][0] != expected[k]}
+    extra = sorted(set(got) - set(expected))
+    assert not duplicated and not missing and not wrong and not extra, (
+        f"duplicated {list(duplicated.items())[:5]}, missing {missing[:5]}, wrong {list(wrong.items())[:5]}, "
+        f"unexpected {extra[:5]}")
+
+
+def round_robin(topology: StreamTopology, executors: list[str], version: int = 1) -> RoutingTable:
+    spec = topology.spec
+    units = {unit_key((op.name, kg)): executors[kg % len(executors)]
+             for op in spec.operators for kg in range(spec.key_groups_of(op.name))}
+    return RoutingTable(topology=topology.metadata.name, version=version,
+                        executors={e: ExecutorEntry() for e in executors}, units=units)
+
+
+def write_routing(path: Path, routing: RoutingTable) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(routing.to_json())
+    tmp.replace(path)
+
+
+class Running:
+    """An Executor run in a thread of the test process (sharing the test session's SparkSession)."""
+
+    def __init__(self, executor):
+        self.executor = executor
+        self.stop_event = threading.Event()
+        executor.start()
+        self.thread = threading.Thread(target=executor.run, args=(self.stop_event, False), daemon=True)
+        self.thread.start()
+
+    def stop(self, release: bool = True) -> None:
+        """``release=False`` abandons the units as a crashed process would (heartbeat stops, no release)."""
+        self.stop_event.set()
+        self.thread.join(timeout=300)
+        if release:
+            self.executor.close(release=True)

