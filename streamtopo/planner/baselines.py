@@ -20,16 +20,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import networkx as nx
-import pymetis
 
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.constraints import GraphConstraints
 from streamtopo.planner.graph import Node
 from streamtopo.planner.lpt import lpt_schedule
+from streamtopo.planner.metis import metis_labels, weight_matrix
 from streamtopo.planner.plan import Plan, evaluate, pe_size
-
-_METIS_SCALE = 1_000_000
-"""Integer resolution of METIS weights: the largest weight maps to this many units."""
 
 
 def place(
@@ -226,40 +223,14 @@ def metis_plan(graph: nx.DiGraph, cluster: Cluster, constraints: GraphConstraint
 def _metis_parts(graph: nx.DiGraph, k: int, seed: int) -> list[list[Node]]:
     """pymetis k-way parts (empty parts dropped); directed arcs merge into undirected edge weights."""
     nodes = list(graph.nodes)
-    if k <= 1 or len(nodes) <= 1:
-        return [nodes]
-    if k >= len(nodes):
+    if k >= len(nodes) > 1:
         return [[n] for n in nodes]
     index = {n: i for i, n in enumerate(nodes)}
-    undirected: dict[tuple[int, int], float] = {}
-    for u, v, data in graph.edges(data=True):
-        a, b = sorted((index[u], index[v]))
-        if a != b:
-            undirected[(a, b)] = undirected.get((a, b), 0.0) + data["w"]
-    node_w = [graph.nodes[n]["w"] for n in nodes]
-    v_scale = _METIS_SCALE / max(max(node_w), 1e-12)
-    e_scale = _METIS_SCALE / max(max(undirected.values(), default=1.0), 1e-12)
-    adjacency: list[list[int]] = [[] for _ in nodes]
-    weights: list[list[int]] = [[] for _ in nodes]
-    for (a, b), w in sorted(undirected.items()):
-        units = max(1, round(w * e_scale))
-        adjacency[a].append(b)
-        weights[a].append(units)
-        adjacency[b].append(a)
-        weights[b].append(units)
-    xadj, adjncy, eweights = [0], [], []
-    for neighbours, ws in zip(adjacency, weights):
-        adjncy.extend(neighbours)
-        eweights.extend(ws)
-        xadj.append(len(adjncy))
-    result = pymetis.part_graph(
-        k, xadj=xadj, adjncy=adjncy, eweights=eweights,
-        vweights=[max(1, round(w * v_scale)) for w in node_w],
-        options=pymetis.Options(seed=seed),
-    )
+    matrix = weight_matrix(len(nodes), ((index[u], index[v], d["w"]) for u, v, d in graph.edges(data=True)))
+    labels = metis_labels(matrix, k, [graph.nodes[n]["w"] for n in nodes], seed=seed)
     parts: dict[int, list[Node]] = {}
-    for node, part in zip(nodes, result.vertex_part):
-        parts.setdefault(part, []).append(node)
+    for node, part in zip(nodes, labels):
+        parts.setdefault(int(part), []).append(node)
     return [parts[p] for p in sorted(parts)]
 
 

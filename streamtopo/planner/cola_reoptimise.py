@@ -19,18 +19,17 @@ Parts are then matched to executors by the assignment that keeps the most key gr
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
 import networkx as nx
 import numpy as np
-import pymetis
 from scipy.optimize import linear_sum_assignment
 
 from streamtopo.planner.albic.metrics import build_rebalance
 from streamtopo.planner.albic.state import StateIndex, check_budget, index_state
 from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
+from streamtopo.planner.metis import metis_labels, weight_matrix
 
 
 @dataclass(frozen=True)
@@ -45,29 +44,14 @@ class ColaReoptConfig:
 def _metis_parts(state: AllocationState, ix: StateIndex, active: list[int], config: ColaReoptConfig,
                  seed: int) -> list[int]:
     """Part index per key group from a capacity-weighted k-way METIS partition."""
-    n = len(ix.kg_ids)
-    adj: list[dict[int, float]] = [defaultdict(float) for _ in range(n)]
-    for (a, b), value in state.traffic.items():
-        i, j = ix.kg[a], ix.kg[b]
-        if i != j and value > 0:
-            adj[i][j] += value
-            adj[j][i] += value
-    top = max((v for row in adj for v in row.values()), default=1.0) or 1.0
-    xadj, adjncy, eweights = [0], [], []
-    for row in adj:
-        for j, v in sorted(row.items()):
-            adjncy.append(j)
-            eweights.append(max(1, round(1000 * v / top)))
-        xadj.append(len(adjncy))
-    ltop = float(ix.load.max(initial=0.0)) or 1.0
-    vweights = [max(1, round(10000 * v / ltop)) for v in ix.load]
-    caps = ix.capacity[active]
     if len(active) == 1:
-        return [0] * n
-    options = pymetis.Options(ufactor=config.ufactor, seed=seed)
-    _, labels = pymetis.part_graph(len(active), xadj=xadj, adjncy=adjncy, vweights=vweights,
-                                   eweights=eweights, tpwgts=list(caps / caps.sum()), options=options)
-    return list(labels)
+        return [0] * len(ix.kg_ids)
+    matrix = weight_matrix(len(ix.kg_ids), ((ix.kg[a], ix.kg[b], value)
+                                            for (a, b), value in state.traffic.items() if value > 0))
+    caps = ix.capacity[active]
+    labels = metis_labels(matrix, len(active), ix.load, target_fractions=list(caps / caps.sum()),
+                          ufactor=config.ufactor, seed=seed)
+    return [int(label) for label in labels]
 
 
 def _fusion_assignment(state: AllocationState, ix: StateIndex, active: list[int], config: ColaReoptConfig,

@@ -32,6 +32,7 @@ from scipy.sparse.csgraph import connected_components, dijkstra
 from streamtopo.planner.cola.exact_cut import exact_sparsest_cut
 from streamtopo.planner.cola.multicommodity import concurrent_flow_metric, leighton_rao_orders
 from streamtopo.planner.cola.options import ColaOptions
+from streamtopo.planner.metis import metis_labels
 
 DENSE_EIGEN_MAX = 120
 
@@ -254,21 +255,8 @@ def _inverse_iteration(matrix: sp.csc_matrix, null: np.ndarray, seed: int, block
 
 
 def metis_bisection(adj: sp.csr_matrix, w: np.ndarray, seed: int = 0) -> np.ndarray:
-    """pymetis 2-way partition balanced by operator weight (weights scaled to integers)."""
-    import pymetis
-
-    csr = sp.csr_matrix(adj)
-    csr.eliminate_zeros()
-    edge = np.maximum(1, np.round(csr.data / csr.data.max() * 1e6)).astype(np.int64)
-    vertex = np.maximum(1, np.round(w / w.max() * 1e5)).astype(np.int64)
-    result = pymetis.part_graph(
-        2,
-        adjacency=pymetis.CSRAdjacency(csr.indptr.astype(np.int64), csr.indices.astype(np.int64)),
-        vweights=vertex,
-        eweights=edge,
-        options=pymetis.Options(seed=seed),
-    )
-    side = np.asarray(result.vertex_part) == 0
+    """pymetis 2-way partition balanced by operator weight."""
+    side = metis_labels(adj, 2, w, seed=seed) == 0
     if side.all() or not side.any():
         side = np.zeros(len(w), dtype=bool)
         side[int(np.argmax(w))] = True
