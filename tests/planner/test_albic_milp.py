@@ -135,6 +135,33 @@ def test_marked_executors_drain_and_never_receive():
     assert "e2" not in set(state.assignment.values())
 
 
+def test_neighbourhood_rounds_drain_set_b_while_relieving_the_hot_node():
+    """Figure 5 in small, solved by neighbourhood rounds: 2 marked executors, 1 overloaded (1OL).
+
+    Every round keeps the bound and Lemma 1, d never gets worse, round 1 already lowers d (the hot
+    node is relieved first, not after draining), and B is empty after ceil(12 / 3) rounds plus slack.
+    """
+    loads, where = [], []
+    for node in range(8):
+        size = 20.0 if node == 2 else 6.0            # e2 is the overloaded executor (60 % against 31 %)
+        loads += [size + 0.1 * (k % 3) for k in range(3)]
+        where += [node] * 3
+    state = make_state(loads, where, marked={0, 1})
+    config = MilpConfig(time_limit=1.0, candidate_nodes=3)
+    active = [f"e{i}" for i in range(2, 8)]
+    mean = sum(loads) / len(active)
+    d_start = max(abs(sum(l for l, w in zip(loads, where) if f"e{w}" == n) - mean) for n in active)
+    history = [d_start]
+    for _ in range(4):
+        result = milp_rebalance(state, max_migrations=3, config=config)
+        check(state, result, max_migrations=3)
+        history.append(result.load_distance)
+        state = AllocationState(state.executors, state.key_groups, result.assignment)
+    assert all(b <= a + 1e-9 for a, b in zip(history, history[1:]))
+    assert history[1] < d_start
+    assert not {"e0", "e1"} & set(state.assignment.values())
+
+
 def test_heterogeneous_capacity_balances_utilisation():
     # e0 is twice as fast: balanced means e0 holds twice the load of e1 (load in % of own capacity).
     state = make_state([10.0] * 6, [1] * 6, caps=[2.0, 1.0])

@@ -26,8 +26,9 @@ MilpConfig). Extensions named in the paper or required by streamtopo:
 - (5) is dropped only when the current allocation itself violates it (e.g. a marked node holds more than
   2 * mean): then the model as written may be infeasible, and at any optimum of the relaxed model
   (5) still holds whenever the written model was feasible;
-- warm start: the current allocation is the solution hint; whatever the solver returns, the current
-  allocation is kept unless the answer is strictly better (guaranteed valid answer);
+- warm start: the current allocation is the solution hint, and a largest-deviation-first greedy within
+  the same constraints is the rounds' starting incumbent (CBC ignores hints); whatever the solver
+  returns, the current allocation is kept unless the answer is strictly better (guaranteed valid answer);
 - solving: models up to ``full_model_limit`` x-columns are solved whole. Larger ones (40 x 800 has
   32,000 columns) are solved by neighbourhood rounds: the same MILP over a sub-cluster (set B, pinned
   nodes, the strongly deviating nodes and the most overloaded / underloaded ones), whose key groups may
@@ -75,6 +76,7 @@ class MilpConfig:
     scale: int = 100
     """Integer resolution of loads: 1/scale percentage points."""
     warm_start: bool = True
+    """Hint the current allocation and start the rounds from a greedy incumbent (``_greedy_incumbent``)."""
     candidate_nodes: int | None = 0
     """Nodes whose key groups may move in one solve: None = every node (the full model as written);
     0 = automatic (the full model up to ``full_model_limit`` x-columns, else neighbourhoods of
@@ -85,10 +87,11 @@ class MilpConfig:
     lns_nodes: int = 4
     """Neighbourhood size: half the most overloaded, half the most underloaded nodes."""
     lns_round_time: float = 0.3
+    """Wall-second limit of one neighbourhood round (the whole solve stays within ``time_limit``)."""
     lns_max_nodes: int = 16
     """Cap on the strongly deviating nodes added to a round (when every node deviates alike, e.g. while
-    set B still holds load, including them all would be the whole model)."""
-    """Wall-second limit of one neighbourhood round (the whole solve stays within ``time_limit``)."""
+    set B still holds load, including them all would be the whole model); halved when a round finds
+    nothing in time."""
 
 
 @dataclass(frozen=True)
@@ -182,13 +185,17 @@ def _prepare(state: AllocationState, ix: StateIndex, units: Sequence[Sequence[in
     allowed_hosts = state.rules.allowed_hosts
     cap_memory = resource == "cpu" and np.isfinite(ix.memory_capacity).any()
     allowed: list[list[int]] = []
+    unmarked = ~ix.marked
     for u_i, u in enumerate(units):
-        ops = {ix.kg_ids[k][0] for k in u}
         here = {int(ix.current[k]) for k in u}
-        cols = [i for i in range(n_nodes)
-                if not (ix.marked[i] and here != {i})            # set B never receives (Lemma 1 enforced)
-                and not any(op in allowed_hosts and node_host[i] not in allowed_hosts[op] for op in ops)
-                and not (cap_memory and u_mem[u_i] > ix.memory_capacity[i] * (1 + 1e-9))]
+        ok = unmarked.copy()                                     # set B never receives (Lemma 1 enforced)
+        if len(here) == 1:
+            ok[next(iter(here))] = True
+        for op in {ix.kg_ids[k][0] for k in u} & set(allowed_hosts):
+            ok &= np.array([h in allowed_hosts[op] for h in node_host])
+        if cap_memory:
+            ok &= ~(u_mem[u_i] > ix.memory_capacity * (1 + 1e-9))
+        cols = np.flatnonzero(ok).tolist()
         if u_i in pinned:
             cols = [pinned[u_i]] if pinned[u_i] in cols else []
         if not cols:
@@ -201,6 +208,7 @@ def _prepare(state: AllocationState, ix: StateIndex, units: Sequence[Sequence[in
 def _solve_neighbourhood(state: AllocationState, pb: _Problem, place: np.ndarray, movable: np.ndarray,
                          config: MilpConfig, time_limit: float, seed: int) -> tuple[np.ndarray | None, str, dict]:
     """One MILP solve where only units on ``movable`` nodes (under ``place``) may change node."""
+    be = make_backend(config.backend)   # first: a MIP backend's wall clock then covers building the model
     ix, S = pb.ix, config.scale
     n_nodes = len(ix.names)
     columns = [cols if movable[place[u_i]] else [int(place[u_i])] for u_i, cols in enumerate(pb.allowed)]
@@ -209,7 +217,6 @@ def _solve_neighbourhood(state: AllocationState, pb: _Problem, place: np.ndarray
     ruled = rule_operators(state)
     fixed = [len(cols) == 1 and not any(ix.kg_ids[k][0] in ruled for k in pb.units[u_i])
              for u_i, cols in enumerate(columns)]
-    be = make_backend(config.backend)
     x = [{} if fixed[u_i] else {i: be.bool() for i in cols} for u_i, cols in enumerate(columns)]
     const_bal = np.zeros(n_nodes, dtype=np.int64)
     const_mem = np.zeros(n_nodes)
@@ -323,26 +330,37 @@ def solve_units(state: AllocationState, ix: StateIndex, units: Sequence[Sequence
         return w
 
     start = score(~ix.marked, node_loads(place), pb.mean)
+    if config.warm_start:
+        place = _greedy_incumbent(state, pb, place, config.scale, config.cpu_cap)
     spent, rounds, status, info, best = 0.0, 0, "unknown", {}, None
-    size, last = config.candidate_nodes or config.lns_nodes, start
-    while spent < config.time_limit - 1e-3:
-        movable = _candidate_nodes(ix, node_loads(place), pb.mean, units, place, pinned, config, size)
+    size, last = config.candidate_nodes or config.lns_nodes, score(~ix.marked, node_loads(place), pb.mean)
+    cap = config.lns_max_nodes
+    if _better(last, start):
+        status, best = "feasible", place
+    last_round = 0.0
+    while spent + last_round < config.time_limit - 1e-3:   # CBC overruns short limits: the previous
+        # round's duration predicts the next one's, so no round starts that would end past the limit
+        movable = _candidate_nodes(ix, node_loads(place), pb.mean, units, place, pinned, config, size, cap)
         budget = config.time_limit - spent if movable.all() else min(config.lns_round_time,
                                                                       config.time_limit - spent)
         new, st, inf = _solve_neighbourhood(state, pb, place, movable, config, budget, seed + rounds)
         spent += inf["seconds"]
+        last_round = inf["seconds"]
         rounds += 1
         if new is None:
             if best is None:
                 status, info = st, inf
-            break
-        status, info, best = st, inf, new
+            if movable.all() or size <= 2:
+                break
+            size, cap = max(size // 2, 2), max(cap // 2, 2)   # nothing found in time: a smaller round
+            continue
+        new_score, before = score(~ix.marked, node_loads(new), pb.mean), last
+        if best is None or not _better(last, new_score):   # a time-limited round may end worse: keep the incumbent
+            status, info, best, place, last = st, inf, new, new, new_score
         if movable.all():
             break
-        new_score = score(~ix.marked, node_loads(new), pb.mean)
-        if not _better(new_score, last) and st == "optimal":
+        if not _better(new_score, before) and st == "optimal":
             size *= 2          # optimal yet stuck: widen the neighbourhood, up to the full model
-        last, place = new_score, new
     details = {"mean": pb.mean, "resource": pb.resource, "rounds": rounds,
                "columns": info.get("columns", 0), "score_current": start}
     if best is None:
@@ -353,11 +371,80 @@ def solve_units(state: AllocationState, ix: StateIndex, units: Sequence[Sequence
     top, low = float(loads.max()), float(loads[~ix.marked].min())
     return MilpOutcome(where_of(best), status, d=final[0], d_u=max(min(final[0], pb.mean + final[0] - top), 0.0),
                        d_l=max(min(final[0], low - pb.mean + final[0]), 0.0), seconds=spent,
-                       relaxed_5=bool(info["relaxed_5"]), details=details)
+                       relaxed_5=bool(info.get("relaxed_5")), details=details)
+
+
+def _greedy_incumbent(state: AllocationState, pb: _Problem, place: np.ndarray, scale: int,
+                      cpu_cap: float) -> np.ndarray:
+    """A largest-deviation-first start for the rounds, within the same budget (2), set B and columns.
+
+    Each step considers moving one unit from a donor (set B while it holds units, and the most
+    overloaded nodes) to one of the most underloaded nodes of A, per pair the unit that leaves the pair
+    closest to the mean, and makes the move that scores best (d, then leximax) if it beats the incumbent:
+    lowering d comes first, so B drains while the overloaded nodes are relieved, not before. Units touching a
+    PlacementRule stay put (the MILP handles them). The MILP rounds then spend the time limit improving
+    this incumbent instead of first re-finding these moves; the current allocation is the fallback.
+    CBC ignores solution hints, so without this its rounds start from the current allocation only.
+    """
+    ix, n_nodes = pb.ix, len(pb.ix.names)
+    ruled = rule_operators(state)
+    free = np.array([not any(ix.kg_ids[k][0] in ruled for k in u) for u in pb.units])
+    unit_idx = np.arange(len(pb.units))
+    place = place.copy()
+    loads = np.bincount(place, weights=pb.u_bal[place, unit_idx], minlength=n_nodes).astype(float)
+    spent = [int(uc[place, unit_idx].sum()) for uc in pb.u_cost]
+    cap_memory = pb.resource == "cpu" and np.isfinite(ix.memory_capacity).any()
+    mem = np.bincount(place, weights=pb.u_mem[unit_idx], minlength=n_nodes)
+    cpu = np.bincount(place, weights=pb.u_cpu[place, unit_idx], minlength=n_nodes)
+    active = ~ix.marked
+    mean_s = pb.mean * scale
+    current = score(active, loads, mean_s)
+    for _ in range(4 * len(pb.units)):
+        dev = loads - mean_s
+        holds = np.bincount(place, minlength=n_nodes) > 0
+        donors = [*sorted(np.flatnonzero(ix.marked & holds), key=lambda i: -loads[i])[:4],
+                  *[i for i in np.argsort(-dev, kind="stable") if active[i] and dev[i] > 0][:4]]
+        receivers = [i for i in np.argsort(dev, kind="stable") if active[i]][:4]
+        step = None
+        for a in donors:
+            for b in receivers:
+                best = None
+                for u in np.flatnonzero((place == a) & free):
+                    if b not in pb.allowed[u] or any(
+                            s - int(uc[a, u]) + int(uc[b, u]) > bound
+                            for s, uc, (_, bound) in zip(spent, pb.u_cost, pb.cost_rows)):
+                        continue
+                    if cap_memory and mem[b] + pb.u_mem[u] > ix.memory_capacity[b] * (1 + 1e-9):
+                        continue
+                    if pb.resource == "memory" and cpu[b] + pb.u_cpu[b, u] > cpu_cap * (1 - 1e-9):
+                        continue
+                    gap = max(0.0 if ix.marked[a] else abs(dev[a] - pb.u_bal[a, u]), abs(dev[b] + pb.u_bal[b, u]))
+                    if best is None or gap < best[0]:
+                        best = (gap, u)
+                if best is None:
+                    continue
+                u = best[1]
+                trial = loads.copy()
+                trial[a] -= pb.u_bal[a, u]
+                trial[b] += pb.u_bal[b, u]
+                trial_score = score(active, trial, mean_s)
+                if _better(trial_score, step[4] if step else current):
+                    step = (u, a, b, trial, trial_score)
+        if step is None:
+            break
+        u, a, b, loads, current = step
+        spent = [s - int(uc[a, u]) + int(uc[b, u]) for s, uc in zip(spent, pb.u_cost)]
+        mem[a] -= pb.u_mem[u]
+        mem[b] += pb.u_mem[u]
+        cpu[a] -= pb.u_cpu[a, u]
+        cpu[b] += pb.u_cpu[b, u]
+        place[u] = b
+    return place
 
 
 def _candidate_nodes(ix: StateIndex, loads: np.ndarray, mean: float, units: Sequence[Sequence[int]],
-                     place: np.ndarray, pinned: dict[int, int], config: MilpConfig, size: int) -> np.ndarray:
+                     place: np.ndarray, pinned: dict[int, int], config: MilpConfig, size: int,
+                     cap: int) -> np.ndarray:
     """Nodes whose units get decision columns this round (see ``MilpConfig.candidate_nodes``): set B,
     pinned nodes, then alternately the most overloaded and most underloaded nodes, as many as ``size``
     or the number of nodes deviating at least half the maximum deviation (capped by ``lns_max_nodes``),
@@ -373,7 +460,7 @@ def _candidate_nodes(ix: StateIndex, loads: np.ndarray, mean: float, units: Sequ
         mask[place[u_i]] = True
     dev = np.where(ix.marked, 0.0, loads - mean)
     strong = int(np.count_nonzero(np.abs(dev) >= 0.5 * np.abs(dev).max()))
-    want = max(want, min(strong, config.lns_max_nodes))   # the nodes that could decide d, within a cap
+    want = max(want, min(strong, cap))   # the nodes that could decide d, within a cap
     over, under = np.argsort(-dev, kind="stable"), np.argsort(dev, kind="stable")
     for rank in range(n_nodes):
         for i in (over[rank], under[rank]):
