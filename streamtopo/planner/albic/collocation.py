@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
-import pymetis
 
 from streamtopo.planner.albic.metrics import load_distance
 from streamtopo.planner.albic.milp import (
@@ -46,6 +45,7 @@ from streamtopo.planner.albic.milp import (
 from streamtopo.planner.albic.rules import host_of
 from streamtopo.planner.albic.state import StateIndex, check_budget, index_state
 from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
+from streamtopo.planner.metis import metis_labels, weight_matrix
 
 Pair = tuple[KeyGroupId, KeyGroupId]
 
@@ -115,21 +115,9 @@ def _split(members: list[KeyGroupId], parts: int, weight: dict[KeyGroupId, float
     if parts >= len(members):
         return [[m] for m in members]
     pos = {m: i for i, m in enumerate(members)}
-    adj: list[dict[int, float]] = [defaultdict(float) for _ in members]
-    for (a, b), value in traffic.items():
-        if a in pos and b in pos and a != b:
-            adj[pos[a]][pos[b]] += value
-            adj[pos[b]][pos[a]] += value
-    top = max((v for row in adj for v in row.values()), default=1.0) or 1.0
-    xadj, adjncy, eweights = [0], [], []
-    for row in adj:
-        for j, v in sorted(row.items()):
-            adjncy.append(j)
-            eweights.append(max(1, round(1000 * v / top)))
-        xadj.append(len(adjncy))
-    wtop = max(weight[m] for m in members) or 1.0
-    vweights = [max(1, round(1000 * weight[m] / wtop)) for m in members]
-    _, labels = pymetis.part_graph(parts, xadj=xadj, adjncy=adjncy, vweights=vweights, eweights=eweights)
+    matrix = weight_matrix(len(members), ((pos[a], pos[b], value) for (a, b), value in traffic.items()
+                                          if a in pos and b in pos and a != b))
+    labels = metis_labels(matrix, parts, [weight[m] for m in members])
     out: dict[int, list[KeyGroupId]] = defaultdict(list)
     for m, lab in zip(members, labels):
         out[lab].append(m)
