@@ -11,14 +11,27 @@ Run with ``streamtopo operator`` (or ``kopf run -m streamtopo.controller.operato
   daemons need one to be stopped cleanly; owned objects go by garbage collection (ownerReferences).
 - Node events mark the cluster as changed; each daemon compares hosts and re-plans if they differ.
 
+Planning (COLA + Aeolus, and ALBIC's Algorithm 1 every SPL) runs in one worker process
+(:mod:`streamtopo.controller.planner_worker`): this process only talks to the API and applies what the
+worker computed, so it never imports the solvers (OR-Tools) and stays small with many topologies.
+``STREAMTOPO_PLANNER_TASKS_PER_CHILD`` sets after how many calls the worker is replaced.
+
+Prometheus basic auth comes from ``spec.metrics.prometheus.basicAuthSecret``: one key of one Secret in
+the topology's namespace, read every period (rotation needs no restart), never logged nor written to
+status or events. Reading it needs ``get`` on that Secret (the chart's ``rbac.secretNames``); when it
+cannot be read the period is skipped with a condition naming the field and the API's reason.
+
 Safety: every write is by deterministic name (create-or-patch), the routing ConfigMap is the record of
 the last good deployment, and the user's spec is never written. One replica with the Recreate strategy
-is the default (docs/operator.md); ``--peering`` lets several replicas take turns.
+is the default (docs/operator.md); for standby replicas, kopf peering (``--peering``) lets exactly one
+replica handle resources at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import os
 import threading
@@ -37,8 +50,11 @@ from streamtopo.controller.kubernetes import (
     NoHosts,
     RenderSettings,
     patch_status,
+    read_topology,
 )
-from streamtopo.controller.platform import DesiredState, MetricsSource
+from streamtopo.controller.planner_worker import DEFAULT_TASKS_PER_CHILD, WorkerPlanner
+from streamtopo.controller.platform import DesiredState, MetricsSource, MetricsUnavailable
+from streamtopo.controller.prometheus import PrometheusMetricsSource
 from streamtopo.controller.reconcile import (
     AdaptationLoop,
     ConditionChange,
@@ -48,6 +64,7 @@ from streamtopo.controller.reconcile import (
     now_iso,
     reconcile,
 )
+from streamtopo.planner.model import SecretKeyRef
 
 RECONCILES = Counter("streamtopo_operator_reconciles_total", "Reconciles by result", ["result"])
 RECONCILE_SECONDS = Histogram("streamtopo_operator_reconcile_seconds", "Duration of one reconcile")
@@ -55,6 +72,10 @@ SPL_STEPS = Counter("streamtopo_operator_spl_steps_total", "SPL rounds by outcom
 MIGRATIONS = Counter("streamtopo_operator_migrations_total", "Key groups moved by the SPL loop")
 SCALING = Counter("streamtopo_operator_scaling_decisions_total", "Executor set changes", ["direction"])
 TOPOLOGIES = Gauge("streamtopo_operator_topologies", "StreamTopologies handled by this operator")
+
+
+def planner_from_env() -> WorkerPlanner:
+    return WorkerPlanner(int(os.environ.get("STREAMTOPO_PLANNER_TASKS_PER_CHILD", DEFAULT_TASKS_PER_CHILD)))
 
 
 class OperatorState:
@@ -68,6 +89,8 @@ class OperatorState:
         self.nodes_version = 0
         self.topologies: set[tuple[str, str]] = set()
         self.lock = threading.Lock()
+        self.planner = planner_from_env()
+        """Plans in a worker process (created on the first plan, replaced after N calls)."""
 
     def client(self) -> Any:
         if self.api is None:
@@ -104,6 +127,13 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     STATE.tick = float(os.environ.get("STREAMTOPO_TICK_SECONDS", "5"))
     STATE.api = None  # a new run may talk to another API server (kubeconfig re-read)
     STATE.client()
+    STATE.planner = planner_from_env()
+
+
+@kopf.on.cleanup()
+def stop_planner(**_: Any) -> None:
+    """The planning worker goes with the operator (no orphan process)."""
+    STATE.planner.shutdown()
 
 
 @kopf.on.login()
@@ -137,15 +167,16 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         platform = _platform(body)
         nodes_version = STATE.nodes_version  # node events from now on are looked at by the daemon
         try:
-            outcome = reconcile(body, platform, previous=_previous(platform))
+            outcome = reconcile(body, platform, previous=_previous(platform), planner=STATE.planner)
         except NoHosts as error:
-            publish(body, platform, Outcome(conditions=[ConditionChange("Degraded", "True", "NoHosts", str(error))]))
+            publish(body, platform, Outcome(conditions=[ConditionChange("Degraded", "True", "NoHosts", str(error))]),
+                    observed=True)
             raise kopf.TemporaryError(str(error), delay=30) from None
         if outcome.cluster is not None:
             memo.cluster = outcome.cluster.model_dump_json()
             memo.nodes_version = nodes_version
+        publish(body, platform, outcome, observed=True)
     RECONCILES.labels("applied" if outcome.desired else "refused").inc()
-    publish(body, platform, outcome)
 
 
 def _previous(platform: KubernetesPlatform) -> DesiredState | None:
@@ -156,10 +187,25 @@ def _previous(platform: KubernetesPlatform) -> DesiredState | None:
         return None
 
 
-def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outcome) -> None:
-    """Write the outcome: status (conditions merged per API conventions, Ready from the pods), Events."""
+def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outcome, *, observed: bool) -> None:
+    """Write the outcome: status (conditions merged per API conventions, Ready from the pods), Events.
+
+    Called under the topology's lock, so the handlers' and the daemon's writes never interleave. The
+    current status is read from the API, not from ``body``: the daemon's body can lag behind a status
+    the handler has just written, and merging into a stale one would drop its conditions. ``observed``:
+    only the spec handlers, which act on the spec, advance ``observedGeneration`` (API conventions); the
+    SPL daemon and node re-plans keep it.
+    """
+    from kubernetes.client.exceptions import ApiException
+
     meta = body["metadata"]
-    current = dict(body.get("status") or {})
+    try:
+        current = dict(read_topology(STATE.client(), meta["namespace"], meta["name"]).get("status") or {})
+    except ApiException as error:
+        if error.status == 404:
+            return  # deleted meanwhile: nothing to report on
+        raise
+    generation = meta.get("generation") if observed else current.get("observedGeneration")
     phases = platform.pod_phases()
     deployment = outcome.desired
     changes = list(outcome.conditions)
@@ -170,8 +216,7 @@ def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outc
         changes.append(ConditionChange("Ready", "True" if ready else "False",
                                        "ExecutorsRunning" if ready else "ExecutorsPending",
                                        f"{running} of {executors} executor pods running"))
-    conditions = merge_conditions(current.get("conditions") or [], changes, now=now_iso(),
-                                  generation=meta.get("generation"))
+    conditions = merge_conditions(current.get("conditions") or [], changes, now=now_iso(), generation=generation)
     by_type = {c["type"]: c for c in conditions}
     if by_type.get("Planned", {}).get("status") == "False":
         phase = "Degraded" if phases else "Failed"
@@ -182,7 +227,7 @@ def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outc
     else:
         phase = "Planned" if deployment or current.get("phase") else "Pending"
     status = {**outcome.status, "conditions": conditions, "phase": phase,
-              "observedGeneration": meta.get("generation"),
+              "observedGeneration": generation,
               "routingConfigMap": f"{meta['name']}-routing" if phases or deployment else current.get("routingConfigMap")}
     patch_status(STATE.client(), meta["namespace"], meta["name"], {k: v for k, v in status.items() if v is not None})
     for event in outcome.events:
@@ -214,12 +259,17 @@ def _signature(platform: KubernetesPlatform) -> str:
 
 
 def metrics_source(deployment: DesiredState, platform: KubernetesPlatform) -> MetricsSource:
-    """Prometheus when the spec or the operator names one, else direct scrape of the executor pods."""
+    """Prometheus when the spec or the operator names one, else direct scrape of the executor pods.
+
+    Basic auth: the spec's ``basicAuthSecret`` (read from the topology's namespace every period), else
+    the operator-wide credentials of the chart's ``prometheus.basicAuth`` (environment).
+    """
     prometheus = deployment.topology.spec.metrics.prometheus
     url = prometheus.url if prometheus else os.environ.get("STREAMTOPO_PROMETHEUS_URL")
     if url:
-        from streamtopo.controller.prometheus import PrometheusMetricsSource
-
+        if prometheus and prometheus.basic_auth_secret:
+            namespace, ref = platform.namespace, prometheus.basic_auth_secret
+            return PrometheusMetricsSource(url, credentials=lambda: read_basic_auth(namespace, ref))
         auth = (os.environ.get("STREAMTOPO_PROMETHEUS_USERNAME"), os.environ.get("STREAMTOPO_PROMETHEUS_PASSWORD"))
         return PrometheusMetricsSource(url, auth=auth if all(auth) else None)
     from streamtopo.controller.scrape import ScrapeMetricsSource
@@ -229,7 +279,37 @@ def metrics_source(deployment: DesiredState, platform: KubernetesPlatform) -> Me
                                         for name, ip in platform.pod_ips().items() if ip})
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10.0)
+AUTH_FIELD = "spec.metrics.prometheus.basicAuthSecret"
+
+
+def read_basic_auth(namespace: str, ref: SecretKeyRef) -> tuple[str, str]:
+    """``user:password`` from one key of one Secret; MetricsUnavailable (never the value) when unreadable.
+
+    The reason is the API's (Forbidden: the operator may not get this Secret, see ``rbac.secretNames``;
+    NotFound) prefixed with ``Secret``; the message names the field, the Secret and the key.
+    """
+    from kubernetes.client import CoreV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    where = f"{AUTH_FIELD}: key {ref.key!r} of Secret {namespace}/{ref.name}"
+    try:
+        secret = CoreV1Api(STATE.client()).read_namespaced_secret(ref.name, namespace)
+    except ApiException as error:
+        reason = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound"}.get(error.status, f"Http{error.status}")
+        raise MetricsUnavailable(f"Secret{reason}", f"{where} cannot be read ({reason})") from None
+    encoded = (secret.data or {}).get(ref.key)
+    if encoded is None:
+        raise MetricsUnavailable("SecretKeyNotFound", f"{where}: the Secret has no such key (NotFound)")
+    try:
+        user, colon, password = base64.b64decode(encoded, validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        user, colon, password = "", "", ""
+    if not colon:
+        raise MetricsUnavailable("SecretInvalid", f"{where} does not hold 'user:password'")
+    return user, password
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_backoff=10.0, cancellation_timeout=10.0)
 async def spl_loop(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger,
                    **_: Any) -> None:
     """Every SPL: one AdaptationLoop step. Every tick: re-plan on node changes, keep pods converged.
@@ -237,6 +317,10 @@ async def spl_loop(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo
     The daemon itself is a coroutine that holds no thread while it waits; a period's blocking work (API
     calls, planners) runs in a worker thread. A sync daemon would pin one of kopf's worker threads per
     topology for its whole life and starve the create/update handlers once topologies outnumber workers.
+
+    On deletion kopf first only signals ``stopped`` and waits (``cancellation_backoff``) before it
+    cancels: cancelling would abandon a period's thread mid-apply, which could then recreate owned
+    objects after kopf released the finalizer. An idle daemon exits at once; a busy one after its period.
     """
     period = Period(next_step=time.monotonic() + _interval(body))
     while not stopped:
@@ -247,7 +331,7 @@ async def spl_loop(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo
         if not nodes_changed and time.monotonic() < period.next_step:
             continue  # nothing to do: no API call between periods
         try:
-            await asyncio.to_thread(period.run, body, memo, nodes_changed)
+            await asyncio.to_thread(period.run, body, memo, nodes_changed, stopped)
         except Exception:  # one bad period must not end the loop
             logger.exception("SPL period failed")
             SPL_STEPS.labels("error").inc()
@@ -260,9 +344,17 @@ class Period:
         self.next_step = next_step
         self.loop: AdaptationLoop | None = None
 
-    def run(self, body: kopf.Body, memo: kopf.Memo, nodes_changed: bool) -> None:
+    def run(self, body: kopf.Body, memo: kopf.Memo, nodes_changed: bool, stopped: kopf.DaemonStopped) -> None:
+        """One wake-up in a worker thread.
+
+        A stopped daemon (the topology is being deleted) neither applies nor publishes: the thread can
+        outlive the daemon's wait, and an apply after kopf released the finalizer would recreate owned
+        objects of a deleted owner; a status write would race the finalizer removal.
+        """
         platform = _platform(body)
         with _lock(memo):
+            if stopped:
+                return
             deployment = _previous(platform)
             if deployment is None:
                 return  # not planned yet (or the spec was never valid)
@@ -274,14 +366,17 @@ class Period:
             self.next_step = time.monotonic() + _interval(body)
             if self.loop is None or self.loop.topology != deployment.topology:
                 self.loop = AdaptationLoop(platform, metrics_source(deployment, platform), deployment.topology,
-                                           routing=deployment.routing)
+                                           routing=deployment.routing, planner=STATE.planner)
                 self.loop.scaling_state = getattr(memo, "scaling_state", self.loop.scaling_state)
             self.loop.platform, self.loop.routing = platform, deployment.routing
+            if stopped:
+                return
             platform.apply(deployment)  # recreate executor pods that died since the last period
             result = self.loop.step(time.time())
             memo.scaling_state = self.loop.scaling_state
+            if not stopped:
+                publish(body, platform, result.outcome, observed=False)
         _count(result)
-        publish(body, platform, result.outcome)
 
 
 def _interval(body: Mapping[str, Any]) -> float:
@@ -302,12 +397,13 @@ def _replan_if_cluster_changed(body: Mapping[str, Any], memo: Any, platform: Kub
         return
     if signature == getattr(memo, "cluster", None):
         return
-    outcome = reconcile(deployment.topology, platform, previous=deployment, force_replan=True)
+    outcome = reconcile(deployment.topology, platform, previous=deployment, force_replan=True,
+                        planner=STATE.planner)
     if outcome.cluster is not None:
         memo.cluster = outcome.cluster.model_dump_json()
     if outcome.desired is not None:
         outcome.events.insert(0, Event("NodesChanged", "the set of schedulable nodes changed: re-planned"))
-    publish(body, platform, outcome)
+    publish(body, platform, outcome, observed=False)
 
 
 def _count(result: Any) -> None:

@@ -11,7 +11,9 @@ read as their latest value. The source refuses to answer (``MetricsUnavailable``
 - ``MetricsStale``: the newest busy-time sample is older than ``staleness`` (default: one SPL plus 30 s),
   so the exporters or the scrape stopped;
 - ``MetricsIncomplete``: no series for the topology yet (a rate needs two samples inside the window),
-  or units missing (checked by the loop against the routing table).
+  or units missing (checked by the loop against the routing table);
+- a ``credentials`` callable (basic auth read from a Secret reference each period) may raise its own
+  ``MetricsUnavailable`` (e.g. ``SecretNotFound``) before any query is sent.
 
 The loop then skips the period (no rebalancing, no scaling), reports why in a condition, and tries again
 next period: recovery needs no intervention.
@@ -19,7 +21,7 @@ next period: recovery needs no intervention.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import pairwise
 from typing import Any
 
@@ -37,15 +39,21 @@ def window(seconds: float) -> str:
 
 
 class PrometheusMetricsSource:
-    """:class:`~streamtopo.controller.platform.MetricsSource` backed by a Prometheus HTTP API."""
+    """:class:`~streamtopo.controller.platform.MetricsSource` backed by a Prometheus HTTP API.
 
-    def __init__(self, url: str, *, auth: tuple[str, str] | None = None, timeout: float = 5.0,
+    Basic auth is either fixed (``auth``) or fetched at the start of every ``collect`` (``credentials``,
+    e.g. from a Kubernetes Secret), so a rotated password is picked up without a restart.
+    """
+
+    def __init__(self, url: str, *, auth: tuple[str, str] | None = None,
+                 credentials: Callable[[], tuple[str, str]] | None = None, timeout: float = 5.0,
                  staleness: float | None = None, headers: Mapping[str, str] | None = None):
         from prometheus_api_client import PrometheusConnect
         from urllib3.util.retry import Retry
 
         self.url = url
         self.staleness = staleness
+        self.credentials = credentials
         self.client = PrometheusConnect(url=url, disable_ssl=not url.startswith("https"), auth=auth,
                                         headers=dict(headers) if headers else None, timeout=timeout,
                                         # one quick retry: a down Prometheus must not stall the loop
@@ -62,6 +70,8 @@ class PrometheusMetricsSource:
                                      f"Prometheus at {self.url} did not answer: {type(error).__name__}") from None
 
     def collect(self, topology: str, window_seconds: float) -> RuntimeStats:
+        if self.credentials is not None:
+            self.client.auth = self.credentials()
         match = _selector(topology)
         busy = COUNTERS["busy"]
         age = self.query(f"time() - max(timestamp({busy}{match}))")

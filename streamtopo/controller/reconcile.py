@@ -189,8 +189,35 @@ def same_deployment(previous: DesiredState, topology: StreamTopology, cluster: C
     return all(e.host is None or e.host in names for e in previous.executors.values())
 
 
+class Planner:
+    """Where the planning computations run; this one runs them in the calling process.
+
+    The seam keeps the reconcile logic the same wherever planning happens: ``streamtopo run`` plans in
+    process, the Kubernetes operator hands the same calls to a worker process
+    (:class:`streamtopo.controller.planner_worker.WorkerPlanner`) so the solvers' memory never lands in
+    the long-lived kopf process. Both methods only compute; applying stays with the caller.
+    """
+
+    def plan(self, topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None,
+             seed: int) -> tuple[DesiredState, Plan]:
+        """:func:`plan_deployment` (COLA + Aeolus); raises TopologyError or ValueError like it."""
+        return plan_deployment(topology, cluster, previous, seed)
+
+    def adapt(self, topology: StreamTopology, state: AllocationState, scaling_state: Any, *, now: float,
+              window: float, scaling_overrides: Mapping[str, Any], seed: int) -> AdaptationResult:
+        """One round of ALBIC's Algorithm 1 with the spec's settings (:func:`adaptation_config`)."""
+        from streamtopo.planner.adaptation import adapt
+
+        return adapt(state, scaling_state, time=now, window=window,
+                     config=adaptation_config(topology, scaling_overrides), seed=seed)
+
+
+IN_PROCESS = Planner()
+
+
 def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, *,
-              previous: DesiredState | None = None, force_replan: bool = False, seed: int = 0) -> Outcome:
+              previous: DesiredState | None = None, force_replan: bool = False, seed: int = 0,
+              planner: Planner = IN_PROCESS) -> Outcome:
     """Validate, plan and apply one StreamTopology; never raises for bad input.
 
     With ``previous`` (the last good deployment, e.g. read back from the routing ConfigMap) and an
@@ -209,7 +236,7 @@ def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, 
                        status={"executors": len(previous.executors),
                                "routingVersion": previous.routing.version})
     try:
-        desired, plan = plan_deployment(topology, cluster, previous.routing if previous else None, seed)
+        desired, plan = planner.plan(topology, cluster, previous.routing if previous else None, seed)
     except TopologyError as error:
         return invalid_outcome("InvalidSpec", error.problems)
     except ValueError as error:  # COLA's NoValidPlan names the constraints that cannot be met
@@ -399,7 +426,7 @@ class AdaptationLoop:
 
     def __init__(self, platform: Platform, metrics: MetricsSource, topology: StreamTopology, *,
                  routing: RoutingTable | None = None, seed: int = 0,
-                 scaling_overrides: Mapping[str, Any] | None = None):
+                 scaling_overrides: Mapping[str, Any] | None = None, planner: Planner = IN_PROCESS):
         from streamtopo.planner.scaling import ScalingState
 
         self.scaling_overrides = dict(scaling_overrides or {})
@@ -408,6 +435,7 @@ class AdaptationLoop:
         self.topology = topology
         self.routing = routing
         self.seed = seed
+        self.planner = planner
         self.scaling_state = ScalingState()
         self.history: list[StepResult] = []
 
@@ -418,15 +446,13 @@ class AdaptationLoop:
     def deploy(self) -> Outcome:
         """Plan and apply the initial deployment (re-applies the current one when already deployed)."""
         previous = DesiredState(self.topology, self.routing) if self.routing else None
-        outcome = reconcile(self.topology, self.platform, previous=previous, seed=self.seed)
+        outcome = reconcile(self.topology, self.platform, previous=previous, seed=self.seed, planner=self.planner)
         if outcome.desired is not None:
             self.routing = outcome.desired.routing
         return outcome
 
     def step(self, now: float) -> StepResult:
         """One period of ALBIC's Algorithm 1; missing metrics skip the round instead of raising."""
-        from streamtopo.planner.adaptation import adapt
-
         if self.routing is None:
             deployed = self.deploy()
             return self._record(StepResult(applied=deployed.desired is not None, routing=self.routing,
@@ -442,8 +468,8 @@ class AdaptationLoop:
             state = allocation_state(stats, before, self.topology.spec, cluster)
         except MetricsUnavailable as why:
             return self._record(self._skip(why.reason, f"{why}: no rebalancing or scaling this period", count))
-        result = adapt(state, self.scaling_state, time=now, window=self.interval,
-                       config=adaptation_config(self.topology, self.scaling_overrides), seed=self.seed)
+        result = self.planner.adapt(self.topology, state, self.scaling_state, now=now, window=self.interval,
+                                    scaling_overrides=self.scaling_overrides, seed=self.seed)
         if result.safe:
             return self._record(self._skip("AllocationKept", result.reason, count))
         self.scaling_state = result.scaling_state

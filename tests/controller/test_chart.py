@@ -34,7 +34,7 @@ VALKEY_MONITORING = {
                    "basicAuth": {"existingSecret": "prom-auth"}},
 }
 HA = {"replicaCount": 2, "strategy": {"type": "RollingUpdate"}, "peering": {"enabled": True},
-      "leaderElection": {"enabled": True}, **NAMESPACED}
+      "rbac": {"secretNames": ["prom-auth", "team-prom"]}, **NAMESPACED}
 VALUE_SETS = {"default": {}, "namespaced": NAMESPACED, "valkey+monitoring": VALKEY_MONITORING, "ha": HA}
 
 
@@ -92,6 +92,9 @@ def test_strict_validation_has_teeth() -> None:
         ({"valkey": {"enabled": True}, "transport": {"url": "redis://elsewhere:6379"}}, "url"),
         ({"watchScope": "everywhere"}, "watchScope"),
         ({"valkey": {"password": "hunter2"}}, "password"),
+        ({"leaderElection": {"enabled": True}}, "leaderElection"),  # removed: kopf peering is the HA mode
+        ({"replicaCount": 2, "peering": {"enabled": False}}, "peering"),
+        ({"rbac": {"secretNames": ["Not_A_Name"]}}, "secretNames"),
     ],
 )
 def test_values_schema_refuses_unsafe_or_contradictory_values(values: dict[str, Any], message: str) -> None:
@@ -246,21 +249,32 @@ NEEDED_IN_NAMESPACE = [
 ] + [("", r, v) for r in ("pods", "services", "configmaps") for v in ("get", "list", "watch", "create", "patch", "delete")]
 
 
+def secret_rules(documents: list[Document]) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """(kind, namespace, rule) of every Role/ClusterRole rule that names secrets."""
+    return [(d.kind, d.obj["metadata"].get("namespace"), rule)
+            for d in documents if d.kind in ("Role", "ClusterRole")
+            for rule in d.obj["rules"] if "secrets" in rule["resources"]]
+
+
 def test_rbac_is_least_privilege(rendered: tuple[str, list[Document]]) -> None:
     name, documents = rendered
     permissions = grants(documents)
     everything = set().union(*permissions.values())
     assert everything
+    secret_names = VALUE_SETS[name].get("rbac", {}).get("secretNames", [])
     for group, resource, verb in everything:
         assert "*" not in (group, resource, verb), (group, resource, verb)
-        assert resource != "secrets", "the operator never reads Secrets; pods get secretKeyRefs"
+        # Secrets: only `get`, and only when rbac.secretNames lists some (checked by name below).
+        assert resource != "secrets" or (verb == "get" and secret_names), (resource, verb)
         assert not (resource == "nodes" and verb not in ("get", "list", "watch"))
         assert verb not in ("escalate", "bind", "impersonate", "deletecollection")
     for document in documents:
         for rule in document.obj.get("rules", []) if document.kind in ("Role", "ClusterRole") else []:
             assert "nonResourceURLs" not in rule
+    for _, _, rule in secret_rules(documents):
+        assert rule["resources"] == ["secrets"] and rule["resourceNames"] == secret_names
     leases = any(resource == "leases" for _, resource, _ in everything)
-    assert leases == (name == "ha")
+    assert not leases, "no Lease-based leader election: standby replicas use kopf peering"
     peering = any(group == "kopf.dev" for group, _, _ in everything)
     assert peering == (name == "ha")
 
@@ -290,13 +304,37 @@ def test_namespaced_scope_rbac() -> None:
     assert None not in strict and set(strict) == {"team-a", "team-b"}
 
 
-def test_leader_election_lease_is_confined_to_the_release_namespace() -> None:
-    permissions = grants(render_chart(HA, chart_dir=CHART))
-    assert allowed(permissions, NAMESPACE, "coordination.k8s.io", "leases", "update")
-    assert not allowed(permissions, "team-a", "coordination.k8s.io", "leases", "update")
-    (role,) = [r for r in of_kind(render_chart(HA, chart_dir=CHART), "Role") if r["metadata"]["namespace"] == NAMESPACE]
-    named = [rule for rule in role["rules"] if "update" in rule["verbs"]]
-    assert named and all(rule["resourceNames"] == ["streamtopo-operator"] for rule in named)
+@pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster", "namespaces"])
+def test_secret_get_only_for_the_configured_names(values: dict[str, Any]) -> None:
+    """spec.metrics.prometheus.basicAuthSecret needs `get` on that Secret: granted by name, per watched
+    namespace (or cluster-wide in cluster scope), only when rbac.secretNames lists it."""
+    assert secret_rules(render_chart(values, chart_dir=CHART)) == []
+    names = ["prom-auth", "team-prom"]
+    documents = render_chart({**values, "rbac": {"secretNames": names}}, chart_dir=CHART)
+    rules = secret_rules(documents)
+    expected_scopes = {("ClusterRole", None)} if not values else {("Role", "team-a"), ("Role", "team-b")}
+    assert {(kind, namespace) for kind, namespace, _ in rules} == expected_scopes
+    assert all(rule == {"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": ["get"]}
+               for _, _, rule in rules)
+    permissions = grants(documents)
+    inside = "default" if not values else "team-a"
+    assert allowed(permissions, inside, "", "secrets", "get")
+    assert not allowed(permissions, inside, "", "secrets", "list")
+    assert not allowed(permissions, inside, "", "secrets", "watch")
+    if values:
+        assert not allowed(permissions, "team-c", "", "secrets", "get")
+
+
+def test_standby_replicas_use_kopf_peering_not_a_lease() -> None:
+    """replicaCount > 1 renders only with peering; nothing about Leases is rendered in any mode."""
+    documents = render_chart(HA, chart_dir=CHART)
+    assert not any("coordination.k8s.io" in rule["apiGroups"] for d in documents
+                   if d.kind in ("Role", "ClusterRole") for rule in d.obj["rules"])
+    assert not any(e["name"].startswith("STREAMTOPO_LEASE") or e["name"] == "STREAMTOPO_LEADER_ELECTION"
+                   for e in operator_container(documents).get("env", []))
+    assert {p.kind for p in documents} >= {"KopfPeering"}
+    with pytest.raises(helm.HelmError, match="peering"):
+        render_chart({"replicaCount": 2, "strategy": {"type": "RollingUpdate"}}, chart_dir=CHART)
 
 
 # ------------------------------------------------------------------------------------------ manifests

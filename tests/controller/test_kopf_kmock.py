@@ -262,3 +262,150 @@ def test_killed_mid_reconcile_converges_without_duplicates(kube: EmulatedKuberne
     assert len(names) == len(set(names)) == len(table["executors"])  # no duplicates, nothing extra
     assert set(done) == set(table["executors"])
     assert final_routing == table  # the restart re-applied the recorded deployment, not a new plan
+
+
+class BasicAuthPrometheus:
+    """A stand-in for Prometheus's HTTP API behind basic auth (as with its web.config.file): requests
+    without the right ``Authorization`` header get 401; authorised queries get an empty result. It
+    records the header of every request, so the test sees exactly what the operator sent on the wire."""
+
+    def __init__(self, user: str, password: str):
+        import base64
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        seen = self.authorizations = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append(self.headers.get("Authorization"))
+                ok = self.headers.get("Authorization") == expected
+                body = b'{"status":"success","data":{"resultType":"vector","result":[]}}' if ok else b"Unauthorized"
+                self.send_response(200 if ok else 401)
+                self.send_header("Content-Type", "application/json" if ok else "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.expected = expected
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_prometheus_basic_auth_comes_from_the_secret_reference(kube: EmulatedKubernetes,
+                                                                 monkeypatch: pytest.MonkeyPatch):
+    """spec.metrics.prometheus.basicAuthSecret: absent Secret -> the SPL loop skips with a condition naming
+    the field (NotFound) and sends nothing; once the Secret exists its `user:password` reaches Prometheus
+    as basic auth, and the value appears nowhere in status or events."""
+    import base64
+    import json
+
+    user, password = "reader", "s3cret-Pa55"
+    prometheus = BasicAuthPrometheus(user, password)
+    cluster(kube)
+    doc = topology(exlocated=False)
+    doc["spec"]["metrics"] = {"prometheus": {"url": prometheus.url,
+                                             "basicAuthSecret": {"name": "prom-auth", "key": "auth"}}}
+    try:
+        with operator(kube, monkeypatch):
+            kube.create(CR_PATH, doc)
+            missing = wait_for(lambda: (c := condition(kube, "Degraded")).get("reason") == "SecretNotFound" and c,
+                               what="Degraded=SecretNotFound")
+            assert prometheus.authorizations == []  # no query goes out without the credentials
+            kube.create(f"/api/v1/namespaces/{NS}/secrets", {
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "prom-auth", "namespace": NS},
+                "data": {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}})
+            wait_for(lambda: prometheus.expected in prometheus.authorizations, what="basic auth sent to Prometheus")
+            # Authorised, Prometheus answers; it just has no series yet: the loop says so, not "unreachable".
+            after = wait_for(lambda: (c := condition(kube, "Degraded")).get("reason") == "MetricsIncomplete" and c,
+                             what="Degraded=MetricsIncomplete once the Secret is readable")
+            published = json.dumps([status(kube), kube.list(f"/api/v1/namespaces/{NS}/events")])
+    finally:
+        prometheus.close()
+    assert missing["status"] == "True"
+    assert "spec.metrics.prometheus.basicAuthSecret" in missing["message"] and "NotFound" in missing["message"]
+    assert "prom-auth" in missing["message"] and "no rebalancing or scaling" in missing["message"]
+    assert set(prometheus.authorizations) == {prometheus.expected}  # never a request without or with other auth
+    assert after["status"] == "True"
+    assert password not in published and base64.b64encode(f"{user}:{password}".encode()).decode() not in published
+
+
+WORKER_SCRIPT = """
+import json, sys
+import streamtopo.controller.operator  # the kopf process's imports
+from streamtopo.controller.planner_worker import WorkerPlanner
+from streamtopo.planner.cluster import Cluster, Host
+from streamtopo.planner.model import TopologyError, load_topology
+
+heavy = sorted(m for m in ("ortools", "pyspark", "pymetis") if m in sys.modules)
+topology = load_topology(json.loads(sys.argv[1]))
+cluster = Cluster(hosts=[Host(name="node-a", cpu=4.0, labels={"disk": "ssd"}), Host(name="node-b", cpu=4.0),
+                         Host(name="node-c", cpu=4.0)])
+planner = WorkerPlanner(tasks_per_child=1)  # a fresh worker for every call
+try:
+    plans = [planner.plan(topology, cluster, None, 0)[0].routing.model_dump(mode="json") for _ in range(2)]
+    crowded = Cluster(hosts=[Host(name="node-a", cpu=8.0, labels={"disk": "ssd"})])  # exlocation needs 2 hosts
+    try:
+        planner.plan(topology.model_copy(update={"spec": topology.spec.model_copy(update={
+            "constraints": topology.spec.constraints.model_copy(update={"host_exlocation": [["src", "agg"]]})})}),
+            crowded, None, 0)
+        refused = None
+    except ValueError as error:
+        refused = [type(error).__name__, str(error)]
+finally:
+    planner.shutdown()
+heavy_after = sorted(m for m in ("ortools", "pyspark", "pymetis") if m in sys.modules)
+print(json.dumps({"heavy": heavy, "heavy_after": heavy_after, "plans": plans, "refused": refused}))
+"""
+
+
+def test_operator_process_never_imports_the_planning_stack():
+    """The kopf process imports neither OR-Tools nor PySpark, also after planning: plans come from the
+    worker process, and they equal the same plan computed in process (the reference, here in pytest)."""
+    import json
+
+    from streamtopo.controller.reconcile import IN_PROCESS
+    from streamtopo.planner.cluster import Cluster, Host
+
+    doc = topology(exlocated=False)
+    run = subprocess.run([sys.executable, "-c", WORKER_SCRIPT, json.dumps(doc)], check=False, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["heavy"] == [] and result["heavy_after"] == []
+    cluster = Cluster(hosts=[Host(name="node-a", cpu=4.0, labels={"disk": "ssd"}), Host(name="node-b", cpu=4.0),
+                             Host(name="node-c", cpu=4.0)])
+    reference = IN_PROCESS.plan(load_topology(doc), cluster, None, 0)[0].routing.model_dump(mode="json")
+    assert result["plans"] == [reference, reference]
+    assert result["refused"] is not None and result["refused"][0] in ("ValueError", "TopologyError")
+
+
+def test_planning_worker_is_replaced_after_n_calls_without_deadlock():
+    """Calls queued from several threads (as kopf's handlers and daemons do) all finish, and the worker is
+    replaced every ``tasks_per_child`` calls: 12 calls at 2 per worker are served by 12 / 2 = 6 processes,
+    none of them this one. (``max_tasks_per_child`` would hang here on Python 3.11: CPython gh-115634.)"""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from streamtopo.controller.planner_worker import WorkerPlanner
+
+    planner = WorkerPlanner(tasks_per_child=2)
+    try:
+        with ThreadPoolExecutor(6) as threads:
+            pids = list(threads.map(lambda _: planner._call(os.getpid), range(12)))
+    finally:
+        planner.shutdown()
+    assert len(pids) == 12 and os.getpid() not in pids
+    assert len(set(pids)) == 6 and all(pids.count(pid) == 2 for pid in set(pids))

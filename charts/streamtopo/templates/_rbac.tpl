@@ -1,7 +1,8 @@
 {{/*
 Rules for what the operator does inside a namespace that holds StreamTopologies. Used by the ClusterRole
 (cluster scope) or by one Role per watched namespace (namespaces scope). Every verb is one the operator
-calls; nothing reads Secrets (executor pods get secretKeyRefs, which need no RBAC).
+calls. Secrets: `get` on exactly rbac.secretNames (Prometheus basic auth named by topologies), nothing
+when that list is empty (executor pods get secretKeyRefs, which need no RBAC).
 */}}
 {{- define "streamtopo.topologyRules" -}}
 # kopf watches StreamTopologies and patches them (finalizers, progress annotations).
@@ -27,6 +28,13 @@ calls; nothing reads Secrets (executor pods get secretKeyRefs, which need no RBA
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- with .Values.rbac.secretNames }}
+# spec.metrics.prometheus.basicAuthSecret: one key of these Secrets, read each SPL.
+- apiGroups: [""]
+  resources: ["secrets"]
+  resourceNames: {{ toJson . }}
+  verbs: ["get"]
+{{- end }}
 {{- if and .Values.peering.enabled (include "streamtopo.namespaced" .) }}
 # kopf peering between operator replicas, per watched namespace.
 - apiGroups: ["kopf.dev"]
