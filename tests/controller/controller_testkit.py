@@ -101,7 +101,15 @@ def make_emulator_class() -> type:
                 # kmock keeps every request for assertions and finds each new one by scanning that
                 # history (quadratic over a long run); these tests assert on objects, so keep it short.
                 del self._requests[:-REQUEST_HISTORY]
-                return await super().__call__(raw_request)
+                response = await super().__call__(raw_request)
+                if (raw_request.method == "PATCH" and response.status == 500
+                        and raw_request.content_type == "application/json-patch+json"):
+                    # A JSON patch whose `test` operation fails is 422 Invalid on a real API server
+                    # (kopf then re-reads instead of retrying the stale patch); kmock answers 500.
+                    return aiohttp.web.json_response(
+                        {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Invalid",
+                         "code": 422, "message": "the JSON patch test operation failed"}, status=422)
+                return response
             if raw_request.query.get("watch") == "true":  # the namespaces never change
                 response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
                 await response.prepare(raw_request)
