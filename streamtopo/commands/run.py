@@ -21,6 +21,14 @@ def run(
     hosts: int | None = typer.Option(None, "--hosts", min=1, help="Hosts of the planning cluster (default 1)."),
     host_cpu: float = typer.Option(2.0, "--host-cpu", min=0.1, help="CPU cores per planning host."),
     seed: int = typer.Option(0, "--seed", help="Seed of the drills' random choices and of the planner."),
+    autoscale: bool | None = typer.Option(None, "--autoscale/--no-autoscale", show_default=False,
+                                          help="Run the SPL adaptation loop (ALBIC rebalancing + scaling) "
+                                          "[default: spec.autoscaling.enabled]."),
+    interval: float | None = typer.Option(None, "--interval", min=1.0,
+                                          help="SPL of this run in seconds [default: spec.autoscaling.interval, "
+                                          "capped at duration / 6, at least 5]."),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", min=0.0001,
+                                     help="Multiply every source's ratePerSecond (and declared costs) by F."),
 ) -> None:
     """Plan and run the pipeline locally with live progress; print a summary at the end."""
     from rich.console import Console
@@ -36,7 +44,8 @@ def run(
         console.print(f"[red]error:[/red] {file}:\n{error}", highlight=False)
         raise typer.Exit(2) from None
     options = RunOptions(duration=duration, executors=executors, output=output, migrate_every=migrate_every,
-                         kill_every=kill_every, hosts=hosts, host_cpu=host_cpu, seed=seed,
+                         kill_every=kill_every, hosts=hosts, host_cpu=host_cpu, seed=seed, autoscale=autoscale,
+                         interval=interval, rate_scale=rate_scale,
                          live=console.is_terminal, progress_every=None if console.is_terminal else 5.0)
     summary = run_topology(topology, options, console)
     print_summary(summary, console)

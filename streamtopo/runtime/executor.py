@@ -199,7 +199,7 @@ class Executor:
         """Connect (with retries), start the exporter, the heartbeat and Spark."""
         from streamtopo.runtime.spark import get_spark
 
-        self.client = connect(self.transport_url, log=log.warning)
+        self.client = connect(self.transport_url, log=log.warning, password=transport_password())
         self.store = StateStore(self.client, self.keys)
         self.client.set(self.keys.clock, repr(time.time()), nx=True)
         self.t0 = float(self.client.get(self.keys.clock))
@@ -223,7 +223,7 @@ class Executor:
         client = None
         while not self._closed.is_set():
             try:
-                client = client or connect(self.transport_url, attempts=1)
+                client = client or connect(self.transport_url, attempts=1, password=transport_password())
                 client.set(self.keys.heartbeat(self.instance), b"1", px=int(self.config.heartbeat_ttl * 1000))
             except (TransportUnavailable, *CONNECTION_ERRORS):
                 client = None
@@ -318,6 +318,9 @@ class Executor:
             unit = Hosted(op, kg, epoch, rec or UnitRecord(), None)
             self._load(unit)
             self.hosted[key] = unit
+            # Export the unit's busy counter at once (0 while it gets no input): the controller counts a
+            # unit as measured when it has a busy series, and an idle unit is a measurement too.
+            self.metrics.unit(self.metrics.busy, op, kg)
             del self.waiting[key]
             if kind != "fresh":
                 pause = Pause(key, time.time() - pause_start(kind, ownership, since), self.name, kind,
@@ -639,6 +642,14 @@ def _at(records: pd.DataFrame, kg: int) -> pd.DataFrame:
 def _input_of(stream: str) -> str:
     """The producing operator of a stream key ``...:s:<from>-><to>:<kg>``."""
     return stream.rsplit(":s:", 1)[1].split("->", 1)[0]
+
+
+def transport_password() -> str | None:
+    """The transport's password from ``STREAMTOPO_TRANSPORT_PASSWORD`` (a secretKeyRef on Kubernetes).
+
+    Passed to the client, never put into the URL, so no log line or error message can carry it.
+    """
+    return os.environ.get("STREAMTOPO_TRANSPORT_PASSWORD") or None
 
 
 def run_executor(topology_path: Path, routing_path: Path, name: str, transport_url: str, *,

@@ -55,6 +55,12 @@ class RunOptions:
     """Without a live display: print a one-line progress summary this often (seconds)."""
     workdir: Path | None = None
     ready_timeout: float = 180.0
+    autoscale: bool | None = None
+    """Drive the SPL AdaptationLoop (ALBIC + scaling); None: ``spec.autoscaling.enabled``."""
+    interval: float | None = None
+    """SPL of this run, seconds; None: :func:`local_interval`."""
+    rate_scale: float = 1.0
+    """Factor on every source's ratePerSecond for this run (:func:`scale_rates`)."""
 
 
 @dataclass
@@ -69,6 +75,12 @@ class RunSummary:
     backlog: int = 0
     routing_version: int = 0
     failed: str | None = None
+    rebalances: list[str] = field(default_factory=list)
+    """The loop's RebalanceReport messages (migrations, load distance, executor load before -> after)."""
+    scalings: list[str] = field(default_factory=list)
+    """The loop's ScalingReport messages (executors from -> to, the rule's reason)."""
+    periods: int = 0
+    """SPL periods the loop ran (skipped ones included)."""
 
     def pause_stats(self, kind: str | None = None) -> tuple[float, float] | None:
         values = [p.seconds for p in self.pauses if kind is None or p.kind == kind]
@@ -159,6 +171,74 @@ def batch_sizes(topology: StreamTopology) -> dict[str, int]:
         planned = {}
     return {f"{u}->{op.name}": max(int(planned.get(f"{u}->{op.name}", 1)), default_batch_records(spec, u))
             for op in spec.operators for u in op.inputs}
+
+
+def scale_rates(topology: StreamTopology, factor: float) -> StreamTopology:
+    """The topology with every source's ratePerSecond multiplied by ``factor`` (a local run's scale-down).
+
+    The examples declare cluster rates (VWAP: 40k + 60k rec/s); a laptop's executors sustain a fraction of
+    that, so ``--rate-scale 0.05`` keeps the shape of the job (ratios, key distribution) at a rate the
+    machine can carry. Declared costs (cores at the declared rate) scale with it.
+    """
+    if factor == 1.0:
+        return topology
+    if factor <= 0:
+        raise ValueError(f"--rate-scale must be > 0, got {factor}")
+    data = topology.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for op in data["spec"]["operators"]:
+        if op.get("source", {}).get("ratePerSecond") is not None:
+            op["source"]["ratePerSecond"] = op["source"]["ratePerSecond"] * factor
+        if op.get("cost", {}).get("cpu") is not None:
+            op["cost"]["cpu"] = op["cost"]["cpu"] * factor
+    for stream in data["spec"].get("streams", []):
+        if stream.get("rate") is not None:
+            stream["rate"] = stream["rate"] * factor
+    return StreamTopology.model_validate(data)
+
+
+def local_interval(topology: StreamTopology, duration: float | None, interval: float | None) -> float:
+    """The SPL of a local run: ``--interval``, else the spec's, capped at duration / 6 (at least 5 s) so a
+    ``--duration`` run sees several periods (the first only records the metrics baseline)."""
+    if interval is not None:
+        return interval
+    spec_interval = topology.spec.autoscaling.interval
+    return spec_interval if duration is None else max(5.0, min(spec_interval, duration / 6))
+
+
+def local_loop(platform: LocalPlatform, topology: StreamTopology, routing: RoutingTable, interval: float,
+               seed: int):
+    """The controller's AdaptationLoop over this run's processes, scraped directly, tuned to a short run.
+
+    The spec's interval becomes ``interval``; the scaling rule's metric window and stabilisation shrink to
+    one period (ScalingConfig.from_spec would force a 300 s window otherwise) and scale-down waits
+    3 periods, so decisions come within a minutes-long run while keeping every safeguard's order.
+    """
+    from streamtopo.controller.reconcile import AdaptationLoop
+    from streamtopo.controller.scrape import ScrapeMetricsSource
+
+    auto = topology.spec.autoscaling.model_copy(update={"interval": interval})
+    local = topology.model_copy(update={"spec": topology.spec.model_copy(update={"autoscaling": auto})})
+    overrides = {"metric_window": interval, "stabilization": interval, "scale_down_delay": 3 * interval,
+                 "scale_up_grace": 3 * interval, "dstreams_interval": interval}
+    return AdaptationLoop(platform, ScrapeMetricsSource(platform.endpoints), local, routing=routing,
+                          seed=seed, scaling_overrides=overrides)
+
+
+def loop_line(step) -> str | None:
+    """One line for the progress view: what a loop period decided (None when it only warmed up)."""
+    if step.skipped:
+        return f"period skipped: {step.skipped}"
+    result = step.adaptation
+    if result is None:
+        return None
+    parts = []
+    if result.rebalance.migrations:
+        parts.append(f"rebalance: {len(result.rebalance.migrations)} key groups moved, load distance "
+                     f"{result.rebalance.load_distance:.1f}")
+    if result.added or result.marked or result.terminated:
+        parts.append(f"scaling: executors {step.executors_before} -> {step.executors_after} "
+                     f"({result.decision.reason})")
+    return "; ".join(parts) or f"kept: {result.decision.reason}"
 
 
 # ---------------------------------------------------------------------------------------- progress
@@ -266,6 +346,9 @@ def finalize_sinks(store: StateStore, topology: StreamTopology, output: Path) ->
 def run_topology(topology: StreamTopology, options: RunOptions, console: Console | None = None) -> RunSummary:
     """Run until the sources are exhausted, ``duration`` passes, or Ctrl-C; always cleans up."""
     console = console or Console()
+    topology = scale_rates(topology, options.rate_scale)
+    autoscale = topology.spec.autoscaling.enabled if options.autoscale is None else options.autoscale
+    interval = local_interval(topology, options.duration, options.interval)
     rng = random.Random(options.seed)
     cluster = Cluster.uniform(options.hosts or 1, options.host_cpu)
     routing = initial_routing(topology, cluster, options.executors, options.seed)
@@ -282,6 +365,8 @@ def run_topology(topology: StreamTopology, options: RunOptions, console: Console
     valkey = EmbeddedValkey().start()
     platform = store = None
     summary = RunSummary(False, 0.0, {}, failed="the transport could not be reached")
+    summary_log: dict[str, list[str]] = {"RebalanceReport": [], "ScalingReport": []}
+    loop = None
     try:
         store = StateStore(connect(valkey.url), Keys(topology.metadata.name))
         platform = LocalPlatform(workdir, valkey.url, cluster, output_dir=output)
@@ -290,6 +375,9 @@ def run_topology(topology: StreamTopology, options: RunOptions, console: Console
         for name, entry in routing.executors.items():
             platform.start(name, entry.host, entry.cpu)
         progress = Progress()
+        loop = local_loop(platform, topology, routing, interval, options.seed) if autoscale else None
+        next_period = math.inf
+        last_decision = "adaptation loop off" if loop is None else f"adaptation loop: SPL {interval:g}s, warming up"
         # Drills start once every executor runs (JVMs up), so they exercise hand-overs, not start-up.
         next_migration = next_kill = math.inf
         drilling = False
@@ -305,14 +393,25 @@ def run_topology(topology: StreamTopology, options: RunOptions, console: Console
                     break
                 for name, when in list(restarts.items()):
                     if now >= when:
-                        platform.restart(name)
+                        if name in routing.executors:  # not meanwhile removed by the loop
+                            platform.restart(name)
                         del restarts[name]
+                # One routing writer: drills and the loop run in this thread and share `routing` (the loop's
+                # table is kept equal to it), so every change is the next version of the current table.
                 if now >= next_migration:
                     moved = _migrate(routing, rng)
                     migrations += moved.version > routing.version
                     routing = moved
                     platform.write_routing(routing)
+                    if loop is not None:
+                        loop.routing = routing
                     next_migration += options.migrate_every
+                if loop is not None and now >= next_period:
+                    step = loop.step(time.monotonic())
+                    routing = loop.routing
+                    _record_step(summary_log, step)
+                    last_decision = loop_line(step) or last_decision
+                    next_period = time.time() + interval
                 if now >= next_kill and not restarts and all(map(progress.running, platform.running_executors())):
                     # The next kill waits until the last victim runs again: a drill, not a livelock.
                     victim = rng.choice(sorted(platform.running_executors()))
@@ -326,12 +425,16 @@ def run_topology(topology: StreamTopology, options: RunOptions, console: Console
                     drilling = True
                     next_migration = now + options.migrate_every if options.migrate_every else math.inf
                     next_kill = now + options.kill_every if options.kill_every else math.inf
-                title = (f"{topology.metadata.name}: {now - started:,.0f}s, routing v{routing.version}, "
+                    if loop is not None:  # the first period only records the metrics baseline
+                        loop.step(time.monotonic())
+                        next_period = now + interval
+                title = (f"{topology.metadata.name}: {now - started:,.0f}s, {len(routing.executors)} executors, "
+                         f"routing v{routing.version}, "
                          f"{migrations} migrations, {kills} kills")
-                live.update(progress.table(title, set(platform.running_executors())))
+                live.update(progress.table(f"{title}\n{last_decision}", set(platform.running_executors())))
                 if options.progress_every and now - last_line >= options.progress_every:
                     last_line = now
-                    console.print(progress.line(title), highlight=False, soft_wrap=True)
+                    console.print(f"{progress.line(title)}; {last_decision}", highlight=False, soft_wrap=True)
                 if not restarts and finished(store, topology):
                     done = True
                     break
@@ -348,6 +451,8 @@ def run_topology(topology: StreamTopology, options: RunOptions, console: Console
         try:
             if store is not None:
                 summary = _summary(store, topology, done, started, migrations, kills, routing, failed)
+                summary.rebalances, summary.scalings = summary_log["RebalanceReport"], summary_log["ScalingReport"]
+                summary.periods = len(loop.history) if loop is not None else 0
                 if output is not None:
                     finalize_sinks(store, topology, output)
         except CONNECTION_ERRORS as error:
@@ -370,10 +475,18 @@ def _summary(store: StateStore, topology: StreamTopology, done: bool, started: f
                       backlog, routing.version, failed)
 
 
+def _record_step(log: dict[str, list[str]], step) -> None:
+    """Keep the period's RebalanceReport / ScalingReport messages (the same Events the operator emits)."""
+    for event in step.outcome.events:
+        if event.reason in log:
+            log[event.reason].append(event.message)
+
+
 def _migrate(routing: RoutingTable, rng: random.Random) -> RoutingTable:
-    """Move one random unit to another executor (the normal hand-over, a new routing version)."""
+    """Move one random unit to another executor (the normal hand-over, a new routing version); executors
+    the loop is draining receive nothing."""
     assignment = routing.assignment()
-    executors = sorted(routing.executors)
+    executors = sorted(n for n, entry in routing.executors.items() if not entry.draining)
     if len(executors) < 2:
         return routing
     unit = rng.choice(sorted(assignment))
@@ -402,12 +515,18 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     console.print(table)
     status = "finished (end of stream)" if summary.finished else "stopped"
     console.print(f"{status} after {summary.seconds:.1f}s; routing version {summary.routing_version}; "
-                  f"migrations {summary.migrations}; kills {summary.kills}; backlog {summary.backlog:,} records")
+                  f"drill migrations {summary.migrations}; kills {summary.kills}; backlog {summary.backlog:,} records")
     for kind, label in (("released", "hand-over pauses"), ("recovered", "recovery pauses (after kills)")):
         stats = summary.pause_stats(kind)
         if stats:
             console.print(f"{label}: p50 {stats[0]:.3f}s, max {stats[1]:.3f}s "
                           f"({sum(p.kind == kind for p in summary.pauses)})")
+    if summary.periods:
+        console.print(f"adaptation loop: {summary.periods} periods, {len(summary.rebalances)} rebalances, "
+                      f"{len(summary.scalings)} scaling decisions")
+        for label, messages in (("rebalance", summary.rebalances), ("scaling", summary.scalings)):
+            for i, message in enumerate(messages, 1):
+                console.print(f"  {label} {i}: {message}", highlight=False, soft_wrap=True)
     if summary.failed:
         console.print(f"[red]{summary.failed}[/red]")
 

@@ -76,17 +76,19 @@ class Keys:
 
 
 def connect(url: str, *, attempts: int = 8, first_delay: float = 0.25, max_delay: float = 4.0,
-            log: Callable[[str], None] | None = None) -> redis.Redis:
+            log: Callable[[str], None] | None = None, password: str | None = None) -> redis.Redis:
     """A client for ``url`` after a successful PING, retrying with exponential backoff.
 
     Raises :class:`TransportUnavailable` naming the URL and the last error once ``attempts`` fail.
-    ``valkey://`` URLs are accepted as aliases of ``redis://``.
+    ``valkey://`` URLs are accepted as aliases of ``redis://``. ``password`` (from a Secret, never in the
+    URL) authenticates without appearing in any message.
     """
     url = url.replace("valkeys://", "rediss://", 1).replace("valkey://", "redis://", 1)
     delay, last = first_delay, None
     for attempt in range(1, attempts + 1):
         try:
-            client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=30.0)
+            extra = {"password": password} if password else {}
+            client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=30.0, **extra)
             client.ping()
             return client
         except CONNECTION_ERRORS as error:

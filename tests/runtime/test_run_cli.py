@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -57,6 +58,31 @@ def test_executor_exits_clearly_when_valkey_is_unreachable(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_executor_sends_the_transport_password_from_the_environment_and_never_prints_it(tmp_path):
+    """A Valkey with requirepass: the right password connects; the executor, given a wrong one through
+    STREAMTOPO_TRANSPORT_PASSWORD, is refused as a wrong password (so it sent it) and prints it nowhere."""
+    import redis
+
+    from streamtopo.runtime.embedded import EmbeddedValkey
+    from streamtopo.runtime.transport import connect
+
+    topology = sequence_topology("cli-password", count=10, rate=10, keys=1, window=1.0)
+    valkey = EmbeddedValkey().start()
+    try:
+        redis.Redis.from_url(valkey.url).config_set("requirepass", "right-Pa55")
+        assert connect(valkey.url, password="right-Pa55").ping()
+        result = subprocess.run(
+            [sys.executable, "-m", "streamtopo.runtime.executor", "--topology", str(write(tmp_path, topology)),
+             "--routing", str(tmp_path / "routing.json"), "--name", "ex-0", "--transport", valkey.url],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "STREAMTOPO_TRANSPORT_PASSWORD": "wrong-Pa55"})
+    finally:
+        valkey.stop()
+    assert result.returncode == 3, result.stderr
+    assert "invalid username-password pair" in result.stderr.lower() or "wrongpass" in result.stderr.lower()
+    assert "Pa55" not in result.stdout + result.stderr
+
+
 @pytest.mark.slow
 def test_run_with_drills_ends_by_itself_with_exact_output_and_no_leftovers(tmp_path):
     count, rate, keys, window = 1500, 100, 9, 1.0
@@ -74,3 +100,29 @@ def test_run_with_drills_ends_by_itself_with_exact_output_and_no_leftovers(tmp_p
     leftovers = [p.pid for p in psutil.process_iter(["cmdline"])
                  if p.info["cmdline"] and str(out) in " ".join(p.info["cmdline"])]
     assert leftovers == []
+
+
+@pytest.mark.slow
+def test_run_with_the_adaptation_loop_decides_and_keeps_the_output_exact(tmp_path):
+    """Three executors with a 3 s SPL: the loop (metric window and stabilisation of one SPL) decides
+    while the job runs (on a shared 2-core machine, three JVMs measure busy above the 0.7 target, so
+    it scales out and ALBIC fills the new executors), and the output stays exact across its hand-overs."""
+    # 120 s of source time: the sources pace by a clock that starts with the first executor, so the job
+    # keeps running for several periods after the slowest JVM start (tens of seconds on a busy machine).
+    count, rate, keys, window = 4800, 40, 9, 1.0
+    topology = sequence_topology("cli-loop", count=count, rate=rate, keys=keys, window=window)
+    auto = topology.spec.autoscaling.model_copy(update={"max_executors": 4})  # bounded: a shared machine
+    topology = topology.model_copy(update={"spec": topology.spec.model_copy(update={"autoscaling": auto})})
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [*STREAMTOPO, "run", str(write(tmp_path, topology)), "--executors", "3", "--output", str(out),
+         "--interval", "3", "--duration", "600"],
+        capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "finished (end of stream)" in result.stdout
+    loop = next(line for line in result.stdout.splitlines() if line.startswith("adaptation loop:"))
+    rebalances, scalings = (int(loop.split(", ")[i].split()[0]) for i in (1, 2))
+    assert rebalances + scalings >= 1, result.stdout
+    if scalings:  # the decision's figures are printed: executors from -> to, with the rule's reason
+        assert "executors 3 -> " in result.stdout and "utilisation" in result.stdout
+    assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))

@@ -139,7 +139,8 @@ class JoinOperator(UnitOperator):
         clash = (set(left.columns) & set(right.columns)) - {*self.keys, KG, TS}
 
         def windowed(frame: pd.DataFrame, name: str):
-            renamed = {c: f"{name}_{c}" for c in frame.columns if c in clash}
+            # An input's own window bounds (a windowed aggregate upstream) would collide with the join's.
+            renamed = {c: f"{name}_{c}" for c in frame.columns if c in clash or c in (WINDOW_START, WINDOW_END)}
             sdf = to_spark(spark, frame.drop(columns=[TS]).rename(columns=renamed).assign(__ts=frame[TS]))
             sdf = sdf.withColumn(WINDOW, F.explode(F.expr(w.windows_sql(w.pane_sql("__ts"))))).drop("__ts")
             end = F.col(WINDOW).cast("double") * w.slide + w.size
