@@ -265,10 +265,6 @@ def table(title: str, columns: list[str], rows: list[list]) -> Table:
     return t
 
 
-
-
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one short comparison of every policy")

@@ -277,8 +277,6 @@ def plot(rows: list[Row], path: Path) -> None:
     plt.close(fig)
 
 
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer gap graphs, 1,000 instead of 5,000 operators")

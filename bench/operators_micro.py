@@ -209,7 +209,5 @@ def main() -> None:
     console.print(f"wrote {image.relative_to(ROOT)} and the {SECTION} section of docs/benchmarks.md")
 
 
-
-
 if __name__ == "__main__":
     main()

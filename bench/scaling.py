@@ -179,8 +179,6 @@ def plot_diurnal(results: dict[str, SimulationResult], path: Path) -> None:
     plt.close(fig)
 
 
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", default="flux", help="rebalancing policy under both rules (default flux)")

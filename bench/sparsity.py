@@ -166,10 +166,6 @@ def plot(samples: list[Sample], path: Path) -> None:
     plt.close(fig)
 
 
-
-
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4 graphs per size instead of 10")
