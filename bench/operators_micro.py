@@ -74,7 +74,8 @@ def spec() -> StreamTopologySpec:
 
 
 def batch(n: int) -> pd.DataFrame:
-    df = generators.generate("trades", np.arange(n), 1000.0)
+    """``n`` trades as pandas (the operators' input), routed to key groups by symbol."""
+    df = generators.frame(get_spark(), "trades", [(0, 0, n)], 1, 1000.0).drop("_kg").toPandas()
     df["_kg"] = route(df, ("symbol",), K, 0)
     return df
 

@@ -5,7 +5,9 @@ rates here: per unit (or executor, or kg pair), the summed increase of its serie
 handled as PromQL's ``rate`` does) divided by the time those series cover. Unlike ``rate()``, which
 divides by the whole window, this stays right for a series younger than the window: a unit that just
 moved (its receiver's series starts, its donor's stops) or an executor that just started. Gauges are
-read as their latest value. The source refuses to answer (``MetricsUnavailable``) rather than guess:
+read as their latest value; a generator unit's due-record counter becomes its records-in rate (its
+arrivals, :func:`streamtopo.controller.scrape.with_arrivals`). The source refuses to answer
+(``MetricsUnavailable``) rather than guess:
 
 - ``PrometheusUnreachable``: the HTTP API fails (down, refused, timeout, error status);
 - ``MetricsStale``: the newest busy-time sample is older than ``staleness`` (default: one SPL plus 30 s),
@@ -26,6 +28,7 @@ from itertools import pairwise
 from typing import Any
 
 from streamtopo.controller.platform import COUNTERS, GAUGES, MetricsUnavailable, RuntimeStats, runtime_stats
+from streamtopo.controller.scrape import ARRIVALS, with_arrivals
 
 
 def _selector(topology: str) -> str:
@@ -82,11 +85,11 @@ class PrometheusMetricsSource:
         if newest > limit:
             raise MetricsUnavailable("MetricsStale", f"newest sample is {newest:.0f}s old (limit {limit:.0f}s)")
         series: dict[str, list[tuple[Mapping[str, str], float]]] = {}
-        for key, name in COUNTERS.items():
+        for key, name in (*COUNTERS.items(), ("records_in", ARRIVALS)):
             series[name] = window_rates(self.query(f"{name}{match}[{window(window_seconds)}]"), ENTITY[key])
         for name in GAUGES.values():
             series[name] = [(item["metric"], float(item["value"][1])) for item in self.query(f"{name}{match}")]
-        return runtime_stats(topology, window_seconds, series)
+        return runtime_stats(topology, window_seconds, with_arrivals(series))
 
 
 ENTITY = {

@@ -4,6 +4,10 @@
 Prometheus is configured. Counters become rates between two consecutive collections (the loop collects
 once per SPL, so the rate window is the SPL); the first collection only records a baseline and reports
 ``WarmingUp``. A counter that went down (its executor restarted) restarts from zero, as PromQL's rate does.
+
+A generator source unit consumes nothing: its arrivals are the records that came due
+(``streamtopo_unit_records_due_total``), which :func:`with_arrivals` makes its records-in rate, so the
+scaling rule's input rate is the sources' target rate, not 0 (both metric sources do this).
 """
 
 from __future__ import annotations
@@ -21,7 +25,21 @@ Endpoints = Mapping[str, str] | Callable[[], Mapping[str, str]]
 """Executor -> metrics URL, or a callable returning that map (re-read at every collection)."""
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
-WANTED = set(COUNTERS.values()) | set(GAUGES.values())
+ARRIVALS = "streamtopo_unit_records_due_total"
+"""Counter of a generator unit's due records: its arrival rate (a stream-fed unit's is its records in)."""
+RATES = set(COUNTERS.values()) | {ARRIVALS}
+WANTED = RATES | set(GAUGES.values())
+
+
+def with_arrivals(series: dict[str, list]) -> dict[str, list]:
+    """``series`` with generator units' due-record rates as their records-in rates (DS2's arrival rate).
+
+    The executor never counts records in for a generator unit, so its records-in series is absent and
+    adding the arrivals' samples sets it. Returns the same dict, without the arrivals' own entry.
+    """
+    due = series.pop(ARRIVALS, [])
+    series.setdefault(COUNTERS["records_in"], []).extend(due)
+    return series
 
 
 def parse_metrics(text: str, topology: str) -> dict[SampleKey, float]:
@@ -71,7 +89,7 @@ class ScrapeMetricsSource:
         if fresh:
             raise MetricsUnavailable("WarmingUp", f"first sample of {', '.join(fresh)}: rates need a second "
                                      f"one, {window_seconds:g}s from now")
-        counters = set(COUNTERS.values())
+        counters = RATES
         series: dict[str, list] = {}
         for executor, samples in current.items():
             then, before = previous[executor]
@@ -83,5 +101,5 @@ class ScrapeMetricsSource:
                     old = before.get((name, labels), 0.0)
                     value = (value - old if value >= old else value) / elapsed
                 series.setdefault(name, []).append((dict(labels), value))
-        return runtime_stats(topology, window_seconds, series)
+        return runtime_stats(topology, window_seconds, with_arrivals(series))
 

@@ -9,7 +9,9 @@ Here the whole job is sized at once, because executors host units of every opera
     catch-up     = ceil((demand + backlog_work / catchUp) / c)
     required     = clamp(max(steady, catch-up), minExecutors, maxExecutors)
 
-``backlog_work = sum_k lag_k / true_rate_k`` is the busy time the backlog needs. Catch-up may use the
+``backlog_work = sum_k lag_k / true_rate_k`` is the busy time the backlog needs; a source's lag (records
+a generator has due but not emitted, or a source stream's queue) needs the whole job's work per input
+record, ``lag_k * demand / input``. Catch-up may use the
 full capacity (utilisation 1) rather than the target, so a backlog that the target's headroom drains
 within ``catchUp`` adds no executor: this is what keeps a rate step from overshooting.
 
@@ -188,24 +190,36 @@ def observe(state: AllocationState, plan: Rebalance | None, *, time: float, wind
     Per key group the true processing rate is ``rate / (load / 100)`` records per busy second.
     ``arrivals`` (records/s reaching each key group) default to the processed rate, which is exact
     unless the group falls behind; a group that did no measurable work borrows the job-wide true rate.
-    The job's input rate counts the key groups that receive no kg-to-kg traffic (the sources).
+    The job's input rate counts the key groups that receive no kg-to-kg traffic (the sources; a
+    generator's rate is the records that came due, its target rate). A source's backlog costs the whole
+    job's work per input record (``demand / input_rate``), which is what catching up on it takes.
     """
     fed = {dst for (_, dst), value in state.traffic.items() if value > 0}
     measured = [(kg.rate, kg.load / 100.0) for kg in state.key_groups if kg.load / 100.0 > 0 and kg.rate > 0]
     busy_total = sum(busy for _, busy in measured)
     job_rate = sum(rate for rate, _ in measured) / busy_total if busy_total > 0 else math.inf
     demand = backlog_work = input_rate = backlog = 0.0
+    source_work = source_backlog = 0.0
     for kg in state.key_groups:
         arrival = kg.rate if arrivals is None else arrivals.get(kg.id, kg.rate)
         busy = kg.load / 100.0
         true_rate = kg.rate / busy if busy > 0 and kg.rate > 0 else job_rate
+        work = 0.0
         if busy > 0 and kg.rate == 0:
             demand += busy  # busy without output: the work is real, its rate unknown
         elif math.isfinite(true_rate):
             demand += arrival / true_rate
-            backlog_work += kg.backlog / true_rate
-        input_rate += arrival if kg.id not in fed else 0.0
+            work = kg.backlog / true_rate
+        if kg.id in fed:
+            backlog_work += work
+        else:
+            input_rate += arrival
+            source_work += work
+            source_backlog += kg.backlog
         backlog += kg.backlog
+    # A record waiting at a source (a generator's due records, a source stream's queue) has all of the
+    # job's work ahead of it, not only the source's: the job's busy seconds per input record.
+    backlog_work += source_backlog * demand / input_rate if input_rate > 0 else source_work
     active = [e for e in state.executors if not e.marked_for_removal]
     return ScalingObservation(
         time=time, window=window, executors=len(active), capacity=sum(e.capacity for e in active),

@@ -1,9 +1,15 @@
-"""Built-in source generators: trades, quotes, words, sequence.
+"""Built-in source generators: trades, quotes, words, sequence, as lazy Spark DataFrames.
 
 Replay after a crash must yield identical records, and a key group may resume on another executor from
 nothing but its offset. So every field is a pure function of ``(seed, seq)``: a counter-based generator
-(SplitMix64 applied to the record's sequence number) instead of a stateful RNG. Any slice of the
-sequence can be regenerated independently, in any process, in vectorised numpy.
+(Spark's ``xxhash64`` of the record's sequence number and a salt) instead of a stateful RNG. Any slice
+of the sequence can be regenerated independently, in any process.
+
+Generation runs in the JVM (``spark.range`` plus SQL expressions, whole-stage code generation) and stays
+lazy: building a Spark DataFrame from pandas costs ~100k records per CPU-second, ``spark.range`` plus
+expressions ~2M. Only IEEE basic arithmetic, ``floor`` and ``xxhash64`` touch the values (no ``sin`` or
+``pow`` in the JVM, whose results may differ in the last bit between JVMs), so the same
+``(name, seed, keys, seq)`` gives bit-identical records everywhere.
 
 Event time is ``_ts = seq / rate_per_second``: the stream is generated in event time order, and the
 source's watermark is simply the event time of the next record it will emit.
@@ -11,13 +17,14 @@ source's watermark is simply the event time of the next record it will emit.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from functools import cache
 
-import numpy as np
-import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MASK = (1 << 64) - 1
 
 TICKERS = (
     "AAPL", "MSFT", "GOOG", "AMZN", "META", "NVDA", "TSLA", "IBM", "ORCL", "INTC",
@@ -35,83 +42,129 @@ VOCABULARY = (  # noqa: SIM905 - a paragraph reads better than 200 quoted words
     "even land here must big high such follow act why ask men change went light kind off need house "
     "picture try us again animal point mother world near build self earth father stream window key group"
 ).split()
-
-
-def splitmix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser (Steele et al. 2014), vectorised: a bijective, well-mixed hash of uint64."""
-    with np.errstate(over="ignore"):
-        z = (x.astype(np.uint64) + _GOLDEN) & _MASK
-        z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK
-        z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK
-        return z ^ (z >> np.uint64(31))
-
-
-def uniforms(seed: int, seq: np.ndarray, stream: int) -> np.ndarray:
-    """Uniform [0, 1) floats, one per seq, independent across ``stream`` ids and seeds."""
-    with np.errstate(over="ignore"):
-        base = splitmix64(np.asarray([seed * 1_000_003 + stream], dtype=np.int64).astype(np.uint64))[0]
-        h = splitmix64(seq.astype(np.uint64) ^ base)
-    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
-
-
-def names(pool: tuple[str, ...], count: int | None, prefix: str) -> np.ndarray:
-    """``count`` distinct names: the pool's first ones, then synthetic ``prefix<i>`` beyond it."""
-    n = count or len(pool)
-    return np.array([pool[i] if i < len(pool) else f"{prefix}{i}" for i in range(n)], dtype=object)
-
-
-def _symbols(seed: int, seq: np.ndarray, keys: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Symbol per record (uniform) and the symbol's index, the basis of its price level."""
-    pool = names(TICKERS, keys, "SYM")
-    idx = np.minimum((uniforms(seed, seq, 0) * len(pool)).astype(np.int64), len(pool) - 1)
-    return pool[idx], idx
-
-
-def _price_level(seed: int, idx: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """A per-symbol base price with a slow deterministic drift, so VWAP windows differ over time."""
-    base = 20.0 + 480.0 * uniforms(seed, idx, 7)
-    return base * (1.0 + 0.05 * np.sin(2 * np.pi * ts / 600.0 + idx))
-
-
-def trades(seq: np.ndarray, ts: np.ndarray, seed: int, keys: int | None) -> pd.DataFrame:
-    """Trades {symbol, price, volume}: the VWAP input of the COLA paper."""
-    symbol, idx = _symbols(seed, seq, keys)
-    price = _price_level(seed, idx, ts) * (1.0 + 0.004 * (uniforms(seed, seq, 1) - 0.5))
-    volume = 1 + (uniforms(seed, seq, 2) * 1000).astype(np.int64)
-    return pd.DataFrame({"symbol": symbol, "price": np.round(price, 4), "volume": volume})
-
-
-def quotes(seq: np.ndarray, ts: np.ndarray, seed: int, keys: int | None) -> pd.DataFrame:
-    """Quotes {symbol, bid, ask, volume}: bid below the drifting level, ask a small spread above."""
-    symbol, idx = _symbols(seed, seq, keys)
-    mid = _price_level(seed, idx, ts) * (1.0 + 0.004 * (uniforms(seed, seq, 1) - 0.5))
-    spread = mid * (0.0002 + 0.001 * uniforms(seed, seq, 3))
-    volume = 100 * (1 + (uniforms(seed, seq, 2) * 50).astype(np.int64))
-    return pd.DataFrame(
-        {"symbol": symbol, "bid": np.round(mid - spread / 2, 4), "ask": np.round(mid + spread / 2, 4),
-         "volume": volume}
-    )
-
-
 ZIPF_EXPONENT = 1.1
+# A filtered range over the seq span beats a union of per-key-group ranges while at most this share of the
+# span is filtered away (the filter costs a few arithmetic operations per id, a record several hashes).
+MAX_FILTERED_SHARE = 0.75
 
 
-def words(seq: np.ndarray, ts: np.ndarray, seed: int, keys: int | None) -> pd.DataFrame:
-    """Words from a fixed vocabulary with Zipf(1.1) frequencies: a few hot keys, a long tail."""
-    vocab = names(tuple(VOCABULARY), keys, "word")
-    weights = 1.0 / np.arange(1, len(vocab) + 1) ** ZIPF_EXPONENT
-    cdf = np.cumsum(weights) / weights.sum()
-    idx = np.minimum(np.searchsorted(cdf, uniforms(seed, seq, 4), side="right"), len(vocab) - 1)
-    return pd.DataFrame({"word": vocab[idx]})
+def splitmix64(x: int) -> int:
+    """SplitMix64 finaliser (Steele et al. 2014): a bijective, well-mixed hash of a 64-bit integer."""
+    z = (x + 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
 
 
-def sequence(seq: np.ndarray, ts: np.ndarray, seed: int, keys: int | None) -> pd.DataFrame:
+def salt(seed: int, stream: int) -> int:
+    """The signed 64-bit salt of one random stream under ``seed`` (streams are independent)."""
+    s = splitmix64((seed * 1_000_003 + stream) & _MASK)
+    return s - (1 << 64) if s >= 1 << 63 else s
+
+
+def uniform(column: str, seed: int, stream: int) -> str:
+    """SQL for a uniform double in [0, 1) per value of ``column``: the top 53 bits of its salted xxhash64.
+    (``shiftrightunsigned`` keeps it non-negative; long * double is a double, so no ANSI overflow.)"""
+    return f"(shiftrightunsigned(xxhash64({column}, {salt(seed, stream)}L), 11) * {2.0 ** -53!r}D)"
+
+
+def _double(x: float) -> str:
+    return f"{x!r}D"
+
+
+def _names(pool: tuple[str, ...] | list[str], index: str, count: int, prefix: str) -> str:
+    """SQL naming index ``0 <= index < count``: the pool's names first, synthetic ``prefix<i>`` beyond.
+    The pool is one string literal split in the JVM (constant-folded once per query): an ``array(...)`` of
+    hundreds of literals costs far more to parse and analyse on every micro-batch."""
+    head = f"element_at(split('{','.join(pool[:count])}', ','), CAST({index} + 1 AS INT))"
+    if count <= len(pool):
+        return head
+    return f"CASE WHEN {index} < {len(pool)} THEN {head} ELSE concat('{prefix}', CAST({index} AS STRING)) END"
+
+
+def _round4(expr: str) -> str:
+    """Round half up to 4 decimals with arithmetic only (Spark's ``round`` goes through BigDecimal)."""
+    return f"(floor(({expr}) * 10000.0D + 0.5D) / 10000.0D)"
+
+
+def _symbol_stage(df: DataFrame, seed: int, keys: int | None) -> tuple[DataFrame, str]:
+    """Adds ``_idx`` (uniform symbol index) and returns the SQL of the symbol name."""
+    n = keys or len(TICKERS)
+    df = df.selectExpr("*", f"least(floor({uniform('seq', seed, 0)} * {n}.0D), {n - 1}L) AS _idx")
+    return df, _names(TICKERS, "_idx", n, "SYM")
+
+
+def _mid(seed: int) -> str:
+    """A per-symbol base price (20 .. 500) with a slow deterministic drift, so VWAP windows differ over time,
+    times a per-record jitter of +-0.2%. The drift is a triangle wave of period 600 s (a sine in the JVM
+    is not guaranteed bit-identical across JVMs), phase-shifted per symbol."""
+    base = f"(20.0D + 480.0D * {uniform('_idx', seed, 7)})"
+    phase = "(_ts / 600.0D + _idx * 0.6180339887498949D)"
+    wave = f"(4.0D * abs({phase} - floor({phase}) - 0.5D) - 1.0D)"
+    return f"({base} * (1.0D + 0.05D * {wave}) * (1.0D + 0.004D * ({uniform('seq', seed, 1)} - 0.5D)))"
+
+
+def trades(df: DataFrame, seed: int, keys: int | None) -> DataFrame:
+    """Trades {symbol, price, volume}: the VWAP input of the COLA paper."""
+    df, symbol = _symbol_stage(df, seed, keys)
+    return df.selectExpr(f"{symbol} AS symbol", f"{_round4(_mid(seed))} AS price",
+                         f"1L + floor({uniform('seq', seed, 2)} * 1000.0D) AS volume", "_ts", "_kg")
+
+
+def quotes(df: DataFrame, seed: int, keys: int | None) -> DataFrame:
+    """Quotes {symbol, bid, ask, volume}: bid half a spread (0.02% .. 0.12% of mid) below the drifting
+    level, ask half a spread above; even after rounding to 4 decimals bid < ask (spread >= 0.0038)."""
+    df, symbol = _symbol_stage(df, seed, keys)
+    df = df.selectExpr(f"{symbol} AS symbol", f"{_mid(seed)} AS _mid",
+                       f"0.0002D + 0.001D * {uniform('seq', seed, 3)} AS _spread",
+                       f"100L * (1L + floor({uniform('seq', seed, 2)} * 50.0D)) AS volume", "_ts", "_kg")
+    return df.selectExpr("symbol", f"{_round4('_mid * (1.0D - _spread / 2.0D)')} AS bid",
+                         f"{_round4('_mid * (1.0D + _spread / 2.0D)')} AS ask", "volume", "_ts", "_kg")
+
+
+@cache
+def zipf_alias_table(n: int, exponent: float = ZIPF_EXPONENT) -> tuple[float, ...]:
+    """Walker's alias table (Vose's construction) of Zipf(``exponent``) over ranks 1..n, packed one double
+    per column ``j``: ``alias_j + q_j``, where column j keeps rank j+1 with probability ``q_j`` in [0, 1)
+    and otherwise yields rank ``alias_j + 1`` (a full column is encoded as its own alias, q = 0).
+    Sampling is exact (up to double rounding of the weights and ~39 bits of q for n <= 10k)."""
+    weights = [1.0 / (r ** exponent) for r in range(1, n + 1)]
+    total = sum(weights)
+    scaled = [w * n / total for w in weights]
+    alias, q = list(range(n)), [0.0] * n
+    small = [j for j, s in enumerate(scaled) if s < 1.0]
+    large = [j for j, s in enumerate(scaled) if s >= 1.0]
+    while small and large:
+        j, big = small.pop(), large[-1]
+        alias[j], q[j] = big, scaled[j]
+        scaled[big] -= 1.0 - scaled[j]
+        if scaled[big] < 1.0:
+            small.append(large.pop())
+    # Leftovers are full columns up to rounding: alias_j = j, q_j = 0 (either branch picks j).
+    return tuple(alias[j] + q[j] for j in range(n))
+
+
+def words(df: DataFrame, seed: int, keys: int | None) -> DataFrame:
+    """Words from a vocabulary of ``keys`` words (default 200) with Zipf(1.1) frequencies: a few hot keys,
+    a long tail. Exact sampling in O(1) per record with Walker's alias method (Walker 1977; Vose 1991):
+    one uniform u gives the column j = floor(u n) and, from the fractional part of u n, the coin that picks
+    rank j or its alias. The table is one JSON string literal that the optimiser folds into an array
+    constant once per query (a 10k-element ``array(...)`` literal would cost seconds to parse)."""
+    n = keys or len(VOCABULARY)
+    table = f"from_json('{json.dumps(zipf_alias_table(n))}', 'array<double>')"
+    df = df.selectExpr("_ts", "_kg", f"{uniform('seq', seed, 4)} * {n}.0D AS _x")
+    df = df.selectExpr("_ts", "_kg", "_x", f"least(floor(_x), {n - 1}L) AS _j")
+    df = df.selectExpr("_ts", "_kg", "_x", "_j", f"element_at({table}, CAST(_j + 1 AS INT)) AS _v")
+    df = df.selectExpr("_ts", "_kg", "IF(_x - _j < _v - floor(_v), _j, floor(_v)) AS _rank")
+    return df.selectExpr(f"{_names(VOCABULARY, '_rank', n, 'word')} AS word", "_ts", "_kg")
+
+
+def sequence(df: DataFrame, seed: int, keys: int | None) -> DataFrame:
     """{seq, key, value}: key = seq % keys, value = seq; exact sums make loss or duplication visible."""
-    seq = seq.astype(np.int64)
-    return pd.DataFrame({"seq": seq, "key": seq % (keys or 1), "value": seq})
+    return df.selectExpr("seq", f"seq % {keys or 1}L AS key", "seq AS value", "_ts", "_kg")
 
 
-GENERATORS: dict[str, Callable[[np.ndarray, np.ndarray, int, int | None], pd.DataFrame]] = {
+GENERATORS: dict[str, Callable[[DataFrame, int, int | None], DataFrame]] = {
     "trades": trades,
     "quotes": quotes,
     "words": words,
@@ -119,13 +172,47 @@ GENERATORS: dict[str, Callable[[np.ndarray, np.ndarray, int, int | None], pd.Dat
 }
 
 
-def generate(name: str, seq: np.ndarray, rate_per_second: float, seed: int = 0,
-             keys: int | None = None) -> pd.DataFrame:
-    """The records numbered ``seq`` of generator ``name``, with ``_ts = seq / rate_per_second``."""
+def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -> DataFrame:
+    """Columns ``seq`` (long) and ``_kg`` (int) of the parts' records.
+
+    The records of all key groups up to some event time are one contiguous seq range, so the common case
+    is one ``spark.range`` (a union of per-key-group ranges measured 1.2-1.6x the CPU). A near-contiguous
+    request (key groups a record or so apart, or most of the key groups) is one range over the span
+    filtered by per-key-group bounds; anything sparser is a union of strided ranges, one per part.
+    """
+    parts = [p for p in parts if p[2] > 0]
+    if not parts:
+        return spark.range(0).selectExpr("id AS seq", "CAST(0 AS INT) AS _kg")
+    total = sum(n for _, _, n in parts)
+    lo = min(kg + first * k for kg, first, _ in parts)
+    hi = max(kg + (first + n - 1) * k for kg, first, n in parts) + 1
+    kg_of = f"CAST(id % {k}L AS INT) AS _kg"
+    distinct = len({kg for kg, _, _ in parts}) == len(parts)
+    if distinct and hi - lo == total:  # no gaps: exactly the span
+        return spark.range(lo, hi).selectExpr("id AS seq", kg_of)
+    if distinct and hi - lo - total <= MAX_FILTERED_SHARE * (hi - lo):
+        starts, ends = [0] * k, [0] * k
+        for kg, first, n in parts:
+            starts[kg], ends[kg] = first, first + n
+        arrays = (f"array({', '.join(f'{v}L' for v in bounds)})" for bounds in (starts, ends))
+        start, end = (f"element_at({a}, CAST(id % {k}L + 1 AS INT))" for a in arrays)
+        return (spark.range(lo, hi).where(f"id div {k}L >= {start} AND id div {k}L < {end}")
+                .selectExpr("id AS seq", kg_of))
+    frames = [spark.range(kg + first * k, kg + (first + n) * k, k)
+              .selectExpr("id AS seq", f"CAST({kg} AS INT) AS _kg") for kg, first, n in parts]
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionAll(f)
+    return out
+
+
+def frame(spark: SparkSession, name: str, parts: list[tuple[int, int, int]], k: int, rate_per_second: float,
+          seed: int = 0, keys: int | None = None) -> DataFrame:
+    """Lazy Spark DataFrame of the records of the given parts: each part ``(kg, first, n)`` is the records
+    ``seq = kg + (first + i) * k`` for ``i in range(n)``, with the generator's columns, ``_ts`` (double,
+    ``seq / rate_per_second``) and ``_kg`` (int, = kg). Nothing is computed until an action runs."""
     if name not in GENERATORS:
         raise ValueError(f"source.generator: unknown generator {name!r} (known: {', '.join(GENERATORS)})")
-    seq = np.asarray(seq, dtype=np.int64)
-    ts = seq / float(rate_per_second)
-    frame = GENERATORS[name](seq, ts, seed, keys)
-    frame["_ts"] = ts
-    return frame
+    ts = (F.col("seq") / F.lit(float(rate_per_second))).alias("_ts")
+    df = _seq_frame(spark, parts, k).select("seq", ts, "_kg")
+    return GENERATORS[name](df, seed, keys)

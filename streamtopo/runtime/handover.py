@@ -1,8 +1,11 @@
 """Key-group hand-over: when a receiver may take a unit, and how long the unit paused.
 
-The donor side is simple: on a routing version that no longer gives it a unit, the donor finishes the
-micro-batch in progress (every step ends in a commit), then releases the unit (``owner = ""``,
-``released_at = now``, only if its epoch is still current). The receiver waits for one of:
+The donor side is simple: on a routing version that no longer gives it a unit, the donor keeps running the
+unit until the receiver is ready (its ``ready`` key, set once its JVM is warm; at most
+``release_timeout``), finishes the micro-batch in progress (every step ends in a commit), then releases
+the unit (``owner = ""``, ``released_at = now``, only if its epoch is still current). A unit moving to an
+executor that is still starting therefore keeps running instead of pausing for the JVM start.
+The receiver waits for one of:
 
 - ``released``: the donor released it (a clean hand-over, the normal migration path);
 - ``fresh``: nobody ever owned it (first start);

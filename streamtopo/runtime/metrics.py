@@ -5,6 +5,7 @@ small threaded HTTP server:
 
     /metrics   Prometheus text format (the contract's names, plus streamtopo_sink_latency_seconds: event
                time to sink commit, the end-to-end latency `streamtopo run` and bench/runtime.py report)
+               and streamtopo_unit_records_due: a generator unit's arrivals (records whose event time came)
     /healthz   200 while the micro-batch loop is alive (it iterated recently), 503 otherwise
     /readyz    200 once the executor is connected, has applied a routing table and owns every unit the
                table gives it (no acquisition pending), 503 otherwise
@@ -12,8 +13,11 @@ small threaded HTTP server:
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -23,6 +27,35 @@ UNIT = ("topology", "executor", "operator", "kg")
 EXECUTOR = ("topology", "executor")
 LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 PAUSE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass(frozen=True)
+class SourcePace:
+    """When a generator unit's records come due: its i-th record (global seq ``i * key_groups + kg``) has
+    event time ``seq / rate`` seconds after the topology's start ``t0``, and is due once wall time passes it.
+
+    A generator has no input stream, so what waits for it is not queued anywhere: it is the records due by
+    now and not yet emitted, a function of the clock that must be evaluated when it is read (a gauge set
+    once per step reads 0 right after the step emitted everything, however long the next step takes).
+    """
+
+    t0: float
+    rate: float
+    kg: int
+    key_groups: int
+    count: int | None = None
+    """Records of the whole source (all key groups), None for an endless one."""
+
+    def due(self, now: float) -> int:
+        """Records of this unit whose event time is <= ``now`` (capped by the unit's share of ``count``)."""
+        due = max(0, math.floor(((now - self.t0) * self.rate - self.kg) / self.key_groups) + 1)
+        if self.count is not None:
+            due = min(due, max(0, -(-(self.count - self.kg) // self.key_groups)))
+        return due
+
+    def event_time(self, index: int) -> float:
+        """Seconds after ``t0`` of the unit's ``index``-th record."""
+        return (index * self.key_groups + self.kg) / self.rate
 
 
 class ExecutorMetrics:
@@ -40,6 +73,8 @@ class ExecutorMetrics:
         self.backlog = Gauge("streamtopo_unit_backlog_records", "Records waiting for a unit", UNIT, registry=r)
         self.oldest_age = Gauge("streamtopo_unit_oldest_record_age_seconds",
                                 "Age of the oldest record waiting for a unit", UNIT, registry=r)
+        self.records_due = Counter("streamtopo_unit_records_due",
+                                   "Records that came due at a generator source unit (its arrivals)", UNIT, registry=r)
         self.cpu = Counter("streamtopo_executor_cpu_seconds", "CPU seconds of the executor (JVM included)",
                            EXECUTOR, registry=r)
         self.memory = Gauge("streamtopo_executor_memory_bytes", "Resident memory (JVM included)", EXECUTOR,
@@ -54,10 +89,16 @@ class ExecutorMetrics:
                                EXECUTOR, buckets=PAUSE_BUCKETS, registry=r)
         self.dead_letters = Counter("streamtopo_dead_letters", "Records sent to the dead-letter stream",
                                     ("topology", "executor", "operator"), registry=r)
+        self.scheduling = Counter("streamtopo_scheduling_steps",
+                                  "Steps whose input queues exceeded the budget, by the C-MR policy that chose",
+                                  ("topology", "executor", "policy"), registry=r)
         self.sink_latency = Histogram("streamtopo_sink_latency_seconds",
                                       "Wall time from a record's event time to its sink commit",
                                       ("topology", "executor", "operator"), buckets=LATENCY_BUCKETS, registry=r)
         self._cpu_seen = 0.0
+        self._sources: dict[tuple[str, int], tuple[SourcePace, int, int]] = {}
+        """Generator unit -> (pace, records emitted, records due already counted)."""
+        self._lock = threading.Lock()
 
     def unit(self, metric, op: str, kg: int):
         return metric.labels(self.topology, self.executor, op, str(kg))
@@ -68,8 +109,40 @@ class ExecutorMetrics:
     def kg_edge(self, src: str, src_kg: int, dst: str, dst_kg: int):
         return self.kg_records.labels(self.topology, src, str(src_kg), dst, str(dst_kg))
 
+    def source_progress(self, op: str, kg: int, pace: SourcePace, emitted: int) -> None:
+        """Record that generator unit (op, kg) has emitted ``emitted`` records in all (its committed count).
+
+        The first call starts the unit's arrivals counter at the records due now (like every counter, it
+        counts from when this executor took the unit); :meth:`refresh` does the rest when metrics are read.
+        """
+        with self._lock:
+            if (op, kg) not in self._sources:
+                self.unit(self.records_due, op, kg)  # exported from now on, at 0
+            _, _, counted = self._sources.get((op, kg), (pace, 0, pace.due(time.time())))
+            self._sources[(op, kg)] = (pace, emitted, counted)
+
+    def refresh(self, now: float | None = None) -> None:
+        """Bring the generator units' backlog, oldest-record age and arrivals counter to ``now``.
+
+        Called before every exposition: backlog = records due but not emitted, oldest age = how long ago
+        the first of them came due. Stream-fed units' gauges are the executor's (their queue is in Valkey).
+        """
+        now = time.time() if now is None else now
+        with self._lock:
+            for (op, kg), (pace, emitted, counted) in self._sources.items():
+                due = pace.due(now)
+                if due > counted:
+                    self.unit(self.records_due, op, kg).inc(due - counted)
+                    self._sources[(op, kg)] = (pace, emitted, due)
+                backlog = max(0, due - emitted)
+                self.unit(self.backlog, op, kg).set(backlog)
+                self.unit(self.oldest_age, op, kg).set(
+                    max(0.0, now - pace.t0 - pace.event_time(emitted)) if backlog else 0.0)
+
     def forget_unit(self, op: str, kg: int) -> None:
         """Drop a unit's gauges when it moves away (its counters stay: they are monotonic per executor)."""
+        with self._lock:
+            self._sources.pop((op, kg), None)
         for gauge in (self.state_bytes, self.backlog, self.oldest_age):
             try:
                 gauge.remove(self.topology, self.executor, op, str(kg))
@@ -97,6 +170,7 @@ def serve(metrics: ExecutorMetrics, probe: Probe, port: int, host: str = "127.0.
         def do_GET(self) -> None:
             path = self.path.split("?")[0]
             if path == "/metrics":
+                metrics.refresh()
                 self._reply(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
             elif path in ("/healthz", "/readyz"):
                 ok = probe.healthy() if path == "/healthz" else probe.ready()

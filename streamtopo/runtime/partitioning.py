@@ -1,59 +1,221 @@
 """Key groups: which key group of a downstream operator a record goes to.
 
-A key group is ``hash(key) mod K``. The hash must agree in every process on every machine (a key group
-that moves must keep receiving the same keys), so Python's salted ``hash()`` is out;
-``pandas.util.hash_pandas_object`` uses a fixed key (SipHash with a constant) and is stable across
-processes and runs. It is dtype-sensitive (``5`` and ``5.0`` hash differently), so keys are first brought
-to a canonical form: every numeric or boolean key becomes float64, any string dtype becomes object. Two
-upstream operators that carry the same key with different numeric types (the two sides of a join) then
-still meet in the same key group. (Integers beyond 2**53 may share a float and so a key group: harmless,
-a key group holds many keys anyway, and equal keys still always meet.)
+A key group is ``pmod(hash(key), K)``. The hash must agree in every process on every machine (a key group
+that moves must keep receiving the same keys), so Python's salted ``hash()`` is out. It must also agree
+between the two places records are routed: pandas frames in the executor (:func:`route`) and lazy Spark
+DataFrames that never leave the JVM (:func:`route_column`). So the hash is Spark's own ``hash()``
+(``Murmur3Hash``: Murmur3_x86_32, seed 42, key columns folded left to right, each column's hash the seed
+of the next, a null column leaving the running hash unchanged), and :func:`key_hash` re-implements it in
+vectorised numpy, bit for bit.
+
+Both sides hash a canonical form of the key, so equal keys meet whatever their types (the two sides of a
+join may carry ``5``, ``5.0``, an int32 or an int64 5):
+
+* every numeric or boolean key becomes a double (integers beyond 2**53 may share a double and so a key
+  group: harmless, a key group holds many keys anyway, and equal keys still always meet); ``-0.0`` and
+  ``0.0`` hash alike (Spark normalises ``-0.0``);
+* NaN and null are both null, and a null column is skipped by the hash;
+* strings stay strings, hashed as their UTF-8 bytes.
+
+Unsupported, on both sides: dates, timestamps, timedeltas, decimals, binary, nested and collated (non
+UTF8_BINARY) strings, mixed-type object columns. Their canonical form would need exact agreement on
+time zones, units or scale between pandas and Spark that nothing enforces, and keys of these types are
+rare; cast them (to a string or a number) before ``keyBy``. :func:`route` raises ValueError naming
+``keyBy``, the column and its type; :func:`route_column` fails when Spark runs it: via ``raise_error``
+naming the same (timestamps, decimals, collated strings), or at analysis, since Spark cannot cast
+dates, binary or nested values to double.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pandas.api import types as ptypes
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 
 from streamtopo.planner.graph import partition_key
 
-__all__ = ["canonical_keys", "key_hash", "partition_key", "route"]
+__all__ = ["key_hash", "partition_key", "route", "route_column"]
 # partition_key (keyBy, else inherited through a single non-source input, else None) is the planner's
 # function: the runtime must route exactly as the planner's unit graph assumes, so there is one copy.
 
+SEED = 42  # Murmur3Hash's seed in Spark's hash()
 
-def canonical_keys(df: pd.DataFrame, key: tuple[str, ...]) -> pd.DataFrame:
-    """The key columns in the canonical dtypes the hash is computed on (see the module docstring)."""
-    missing = [c for c in key if c not in df.columns]
-    if missing:
-        raise ValueError(f"keyBy: column(s) {', '.join(missing)} not in the records (have: {', '.join(df.columns)})")
-    out = {}
-    for column in key:
-        values = df[column]
-        if ptypes.is_bool_dtype(values) or ptypes.is_numeric_dtype(values):
-            values = values.astype(np.float64)
-        elif ptypes.is_string_dtype(values) or ptypes.is_object_dtype(values):
-            values = values.astype(object)
-        out[column] = values.to_numpy()
-    return pd.DataFrame(out)
+# Spark type names (typeof) hashed as doubles; 'void' is an all-null column.
+_SPARK_NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double", "boolean", "void")
+# pandas.api.types.infer_dtype results of object columns that canonicalise to doubles.
+_OBJECT_NUMERIC = ("boolean", "integer", "floating", "mixed-integer-float", "empty")
+
+# ------------------------------------------------------------------ Murmur3_x86_32, as Spark has it
+# numpy uint32 arithmetic wraps modulo 2**32 exactly as Java's int does, so no explicit masking is
+# needed; the bit patterns are Java's, read unsigned.
+
+_C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _mix_k1(k1: np.ndarray) -> np.ndarray:
+    return _rotl(k1 * _C1, 15) * _C2
+
+
+def _mix_h1(h1: np.ndarray, k1: np.ndarray) -> np.ndarray:
+    return _rotl(h1 ^ k1, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+
+
+def _fmix(h1: np.ndarray, length: np.ndarray | int) -> np.ndarray:
+    h1 = h1 ^ np.asarray(length, dtype=np.uint32)
+    h1 = (h1 ^ (h1 >> np.uint32(16))) * np.uint32(0x85EBCA6B)
+    h1 = (h1 ^ (h1 >> np.uint32(13))) * np.uint32(0xC2B2AE35)
+    return h1 ^ (h1 >> np.uint32(16))
+
+
+def _hash_doubles(values: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Spark's hash of a double column with per-row seeds ``h``: ``hashLong(doubleToLongBits(v))``,
+    low word then high word; -0.0 hashed as 0.0; NaN (null) rows keep their seed."""
+    bits = (values + 0.0).view(np.uint64)  # -0.0 + 0.0 == +0.0
+    low = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    high = (bits >> np.uint64(32)).astype(np.uint32)
+    hashed = _fmix(_mix_h1(_mix_h1(h, _mix_k1(low)), _mix_k1(high)), 8)
+    return np.where(np.isnan(values), h, hashed)
+
+
+def _hash_bytes(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """Spark's ``Murmur3_x86_32.hashUnsafeBytes`` of many byte strings at once (``flat[start:start+length]``
+    each, ``flat`` padded by 3 zero bytes): 4-byte little-endian words, then each remaining byte mixed
+    alone as a sign-extended int (Spark's legacy variant, not the reference Murmur3 tail), then fmix
+    with the byte length. Loops over word positions, never over strings."""
+    h = seeds.astype(np.uint32, copy=True)
+    flat32 = flat.astype(np.uint32)
+    words = lengths // 4
+    for j in range(int(words.max(initial=0))):
+        rows = np.flatnonzero(words > j)
+        p = starts[rows] + 4 * j
+        word = flat32[p] | (flat32[p + 1] << np.uint32(8)) | (flat32[p + 2] << np.uint32(16)) \
+            | (flat32[p + 3] << np.uint32(24))
+        h[rows] = _mix_h1(h[rows], _mix_k1(word))
+    signed = flat.view(np.int8).astype(np.int32).view(np.uint32)
+    for t in range(3):
+        rows = np.flatnonzero(lengths % 4 > t)
+        h[rows] = _mix_h1(h[rows], _mix_k1(signed[starts[rows] + 4 * words[rows] + t]))
+    return _fmix(h, lengths.astype(np.uint32))
+
+
+def _hash_strings(values: pd.Series, h: np.ndarray) -> np.ndarray:
+    """Spark's hash of a string column with per-row seeds ``h``; null rows keep their seed.
+
+    Arrow dictionary-encodes the column (its UTF-8 bytes come for free, and unlike ``pd.factorize``,
+    which stops at a NUL character, it keeps ``"a"`` and ``"a\\x00"`` apart). Each distinct (seed, string)
+    pair is then hashed once: for the first key column that is each distinct string (the seed is 42
+    everywhere), so a batch costs one encoding pass plus work per distinct value."""
+    array = pa.array(values, type=pa.large_string(), from_pandas=True)
+    encoded = (array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array).dictionary_encode()
+    uniques = encoded.dictionary
+    offsets = np.frombuffer(uniques.buffers()[1], dtype=np.int64)[uniques.offset:uniques.offset + len(uniques) + 1]
+    data = uniques.buffers()[2]
+    flat = np.concatenate([np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8),
+                           np.zeros(3, np.uint8)])
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    codes = pc.fill_null(encoded.indices, -1).to_numpy()
+    present = codes >= 0
+    out = h.copy()
+    if not present.any():
+        return out
+    seeds, rows = h[present], codes[present]
+    if (seeds == seeds[0]).all():
+        out[present] = _hash_bytes(flat, starts, lengths, np.full(len(uniques), seeds[0]))[rows]
+        return out
+    pairs, inverse = np.unique((seeds.astype(np.uint64) << np.uint64(32)) | rows.astype(np.uint64),
+                               return_inverse=True)
+    code = (pairs & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    hashed = _hash_bytes(flat, starts[code], lengths[code], (pairs >> np.uint64(32)).astype(np.uint32))
+    out[present] = hashed[inverse]
+    return out
+
+
+# ------------------------------------------------------------------------------- canonical form
+
+
+def _unsupported(column: str, kind: object) -> ValueError:
+    return ValueError(f"keyBy: column {column!r} has type {kind}, which has no pandas/Spark-identical "
+                      "key-group hash; supported: numbers, booleans, strings (cast the key first)")
+
+
+def _canonical(values: pd.Series, column: str) -> tuple[str, np.ndarray | pd.Series]:
+    """('double', float64 array with NaN for null) or ('string', the column), per the module docstring."""
+    dtype = values.dtype
+    if ptypes.is_bool_dtype(dtype) or (ptypes.is_numeric_dtype(dtype) and not ptypes.is_complex_dtype(dtype)):
+        return "double", values.to_numpy(dtype=np.float64, na_value=np.nan)
+    if isinstance(dtype, pd.StringDtype):
+        return "string", values
+    if ptypes.is_object_dtype(dtype) or isinstance(dtype, pd.CategoricalDtype):
+        objects = values.to_numpy(dtype=object)
+        kind = ptypes.infer_dtype(objects, skipna=True)
+        if kind == "string":
+            return "string", pd.Series(objects, copy=False)
+        if kind in _OBJECT_NUMERIC:
+            array = pd.array(objects) if kind != "empty" else pd.array(objects, dtype="Float64")
+            if ptypes.is_bool_dtype(array.dtype) or ptypes.is_numeric_dtype(array.dtype):
+                return "double", array.to_numpy(dtype=np.float64, na_value=np.nan)
+        raise _unsupported(column, f"object ({kind})")
+    raise _unsupported(column, dtype)
 
 
 def key_hash(df: pd.DataFrame, key: tuple[str, ...]) -> np.ndarray:
-    """uint64 hash of each record's key, identical in every process."""
-    return pd.util.hash_pandas_object(canonical_keys(df, key), index=False).to_numpy()
+    """Spark's ``hash(canonical key columns...)`` of every record, as int32, identical in every process."""
+    missing = [c for c in key if c not in df.columns]
+    if missing:
+        raise ValueError(f"keyBy: column(s) {', '.join(missing)} not in the records (have: {', '.join(df.columns)})")
+    h = np.full(len(df), SEED, dtype=np.uint32)
+    for column in key:
+        kind, values = _canonical(df[column], column)
+        h = _hash_doubles(values, h) if kind == "double" else _hash_strings(values, h)
+    return h.view(np.int32)
 
 
 def route(df: pd.DataFrame, dest_key: tuple[str, ...] | None, dest_k: int, src_kg: int) -> np.ndarray:
-    """Destination key group of every record of ``df``.
+    """Destination key group (int32) of every record of ``df``.
 
-    Keyed destination: ``hash(key) mod dest_k``. Unkeyed: ``src_kg mod dest_k``, a forward edge that keeps
-    a producer's records together (and its order) on one consumer unit.
+    Keyed destination: ``pmod(key_hash, dest_k)``. Unkeyed: ``src_kg mod dest_k``, a forward edge that
+    keeps a producer's records together (and its order) on one consumer unit.
     """
     if dest_k < 1:
         raise ValueError(f"keyGroups must be at least 1, got {dest_k}")
     if dest_key is None:
         return np.full(len(df), src_kg % dest_k, dtype=np.int32)
-    if len(df) == 0:
-        return np.zeros(0, dtype=np.int32)
-    return (key_hash(df, dest_key) % np.uint64(dest_k)).astype(np.int32)
+    return np.mod(key_hash(df, dest_key), np.int32(dest_k))  # numpy's mod of ints is Spark's pmod
+
+
+# ------------------------------------------------------------------------------------ Spark side
+
+
+def _spark_canonical(column: str) -> tuple[Column, Column]:
+    """(double-or-null, string-or-null) for one key column: whichever applies to its type carries the
+    value, the other is null and so skipped by the hash. ``typeof`` is foldable, so Spark's optimizer
+    drops the branch that does not apply."""
+    c, kind = F.col(column), F.typeof(F.col(column))
+    as_double = c.cast("double")
+    double = (F.when(kind.isin(*_SPARK_NUMERIC), F.when(~F.isnan(as_double), as_double))
+              .when(kind == "string", F.lit(None))
+              .otherwise(F.raise_error(F.concat(F.lit(f"keyBy: column '{column}' has type "), kind,
+                                                F.lit(", which has no pandas/Spark-identical key-group hash; "
+                                                      "supported: numbers, booleans, strings")))))
+    return double, F.when(kind == "string", c.cast("string"))
+
+
+def route_column(dest_key: tuple[str, ...] | None, dest_k: int, src_kg: int | Column) -> Column:
+    """The Spark expression (int) giving each row exactly the key group :func:`route` gives it in pandas:
+    ``pmod(hash(canonical key columns...), dest_k)``, or ``pmod(src_kg, dest_k)`` when unkeyed.
+    ``src_kg`` is the producer's key group, an int or a column (e.g. ``F.col("_kg")``)."""
+    if dest_k < 1:
+        raise ValueError(f"keyGroups must be at least 1, got {dest_k}")
+    if dest_key is None:
+        kg = src_kg if isinstance(src_kg, Column) else F.lit(src_kg)
+        return F.pmod(kg, F.lit(dest_k)).cast("int")
+    parts = [part for column in dest_key for part in _spark_canonical(column)]
+    return F.pmod(F.hash(*parts), F.lit(dest_k)).cast("int")

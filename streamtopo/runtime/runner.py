@@ -36,6 +36,7 @@ from streamtopo.runtime import sinks
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.handover import Pause
 from streamtopo.runtime.local import LocalPlatform
+from streamtopo.runtime.metrics import SourcePace
 from streamtopo.runtime.state_store import StateStore
 from streamtopo.runtime.transport import CONNECTION_ERRORS, Keys, connect
 
@@ -73,6 +74,9 @@ class RunSummary:
     kills: int = 0
     pauses: list[Pause] = field(default_factory=list)
     backlog: int = 0
+    """Records waiting at the end: queued in streams, plus ``source_backlog``."""
+    source_backlog: int = 0
+    """Records generator sources had due (event time passed) but had not generated."""
     routing_version: int = 0
     failed: str | None = None
     rebalances: list[str] = field(default_factory=list)
@@ -96,9 +100,6 @@ def check_pipeline(topology: StreamTopology) -> None:
     from streamtopo.runtime.operators import OperatorError, build_operator
 
     for op in topology.spec.operators:
-        if op.kind == "source" and op.source.stream is not None:
-            raise ValueError(f"operator {op.name!r}, source.stream: reading an external stream is not "
-                             "supported by the local runtime yet")
         try:
             build_operator(op, topology.spec)
         except OperatorError as error:
@@ -244,14 +245,21 @@ def loop_line(step) -> str | None:
 # ---------------------------------------------------------------------------------------- progress
 
 
+OLDEST_AGE = "streamtopo_unit_oldest_record_age_seconds"
+
+
 def _samples(text: str) -> dict[str, float]:
-    """Sum of each metric family's samples in one scrape (totals per executor)."""
+    """Sum of each metric family's samples in one scrape (totals per executor); the oldest-record age is
+    the maximum over the executor's units (how far behind its most lagging unit is), not a sum."""
     out: dict[str, float] = defaultdict(float)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name.endswith(("_bucket", "_created")):
                 continue
-            out[sample.name] += sample.value
+            if sample.name == OLDEST_AGE:
+                out[sample.name] = max(out[sample.name], sample.value)
+            else:
+                out[sample.name] += sample.value
     return out
 
 
@@ -276,7 +284,9 @@ class Progress:
                                  - before[1]["streamtopo_unit_records_out_total"]) / dt
             count = values["streamtopo_sink_latency_seconds_count"]
             row["latency"] = values["streamtopo_sink_latency_seconds_sum"] / count if count else math.nan
+            # Records waiting: a generator unit's due but not yet emitted, a stream-fed unit's queued.
             row["lag"] = values["streamtopo_unit_backlog_records"]
+            row["age"] = values[OLDEST_AGE]
             row["version"] = values["streamtopo_routing_version"]
             self.previous[name] = (now, values)
             self.rows[name] = row
@@ -292,16 +302,18 @@ class Progress:
     def line(self, title: str) -> str:
         rows = self.rows.values()
         return (f"{title}; in {sum(r['in'] for r in rows):,.0f} rec/s, out {sum(r['out'] for r in rows):,.0f} "
-                f"rec/s, lag {sum(r['lag'] for r in rows):,.0f} rec")
+                f"rec/s, lag {sum(r['lag'] for r in rows):,.0f} rec, "
+                f"oldest {max((r['age'] for r in rows), default=0.0):,.1f} s")
 
     def table(self, title: str, running: set[str]) -> Table:
         table = Table(title=title)
-        for column in ("executor", "state", "in rec/s", "out rec/s", "lag rec", "mean latency s", "routing v"):
+        for column in ("executor", "state", "in rec/s", "out rec/s", "lag rec", "lag s", "mean latency s",
+                       "routing v"):
             table.add_column(column, justify="right" if column != "executor" else "left")
         for name in sorted(set(self.rows) | running):
             row = self.rows.get(name, {})
             table.add_row(name, "up" if name in running else "down", f"{row.get('in', 0):,.0f}",
-                          f"{row.get('out', 0):,.0f}", f"{row.get('lag', 0):,.0f}",
+                          f"{row.get('out', 0):,.0f}", f"{row.get('lag', 0):,.0f}", f"{row.get('age', 0):,.1f}",
                           f"{row.get('latency', math.nan):.2f}", f"{row.get('version', 0):.0f}")
         return table
 
@@ -310,9 +322,11 @@ class Progress:
 
 
 def finished(store: StateStore, topology: StreamTopology) -> bool:
-    """Every sink unit has committed the end-of-stream watermark (finite sources only)."""
+    """Every sink unit has committed the end-of-stream watermark (finite generators, or streams whose
+    writers all ended)."""
     spec = topology.spec
-    if any(op.kind == "source" and op.source.count is None for op in spec.operators):
+    if any(op.kind == "source" and op.source.generator is not None and op.source.count is None
+           for op in spec.operators):
         return False
     for op in spec.operators:
         if op.kind == "sink":
@@ -446,11 +460,12 @@ def run_topology(topology: StreamTopology, options: RunOptions, console: Console
     except CONNECTION_ERRORS as error:
         failed = f"the embedded Valkey was lost: {error}"
     finally:
+        ended = time.time()  # generators' due records are counted up to here, not while executors stop
         if platform is not None:
             platform.close()
         try:
             if store is not None:
-                summary = _summary(store, topology, done, started, migrations, kills, routing, failed)
+                summary = _summary(store, topology, done, started, ended, migrations, kills, routing, failed)
                 summary.rebalances, summary.scalings = summary_log["RebalanceReport"], summary_log["ScalingReport"]
                 summary.periods = len(loop.history) if loop is not None else 0
                 if output is not None:
@@ -467,12 +482,30 @@ def run_topology(topology: StreamTopology, options: RunOptions, console: Console
     return summary
 
 
-def _summary(store: StateStore, topology: StreamTopology, done: bool, started: float, migrations: int,
-             kills: int, routing: RoutingTable, failed: str | None) -> RunSummary:
+def _summary(store: StateStore, topology: StreamTopology, done: bool, started: float, ended: float,
+             migrations: int, kills: int, routing: RoutingTable, failed: str | None) -> RunSummary:
     pauses = [Pause.from_json(p) for p in store.client.lrange(store.keys.pauses, 0, -1)]
-    backlog = sum(max(0, int(v)) for v in store.client.hvals(store.keys.backlog))
+    due = source_backlog(store, topology, ended)
+    backlog = sum(max(0, int(v)) for v in store.client.hvals(store.keys.backlog)) + due
     return RunSummary(done, time.time() - started, sink_totals(store, topology), migrations, kills, pauses,
-                      backlog, routing.version, failed)
+                      backlog, due, routing.version, failed)
+
+
+def source_backlog(store: StateStore, topology: StreamTopology, now: float) -> int:
+    """Records the generator sources had due at ``now`` beyond what they committed as emitted."""
+    t0 = store.client.get(store.keys.clock)
+    if t0 is None:
+        return 0
+    spec = topology.spec
+    total = 0
+    for op in spec.operators:
+        if op.kind == "source" and op.source.generator is not None:
+            k = spec.key_groups_of(op.name)
+            for kg in range(k):
+                _, rec = store.load(unit_key((op.name, kg)))
+                pace = SourcePace(float(t0), op.source.rate_per_second, kg, k, op.source.count)
+                total += max(0, pace.due(now) - (rec.emitted if rec else 0))
+    return total
 
 
 def _record_step(log: dict[str, list[str]], step) -> None:
@@ -515,7 +548,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     console.print(table)
     status = "finished (end of stream)" if summary.finished else "stopped"
     console.print(f"{status} after {summary.seconds:.1f}s; routing version {summary.routing_version}; "
-                  f"drill migrations {summary.migrations}; kills {summary.kills}; backlog {summary.backlog:,} records")
+                  f"drill migrations {summary.migrations}; kills {summary.kills}; backlog {summary.backlog:,} records "
+                  f"({summary.source_backlog:,} due at generators, not yet generated)")
     for kind, label in (("released", "hand-over pauses"), ("recovered", "recovery pauses (after kills)")):
         stats = summary.pause_stats(kind)
         if stats:

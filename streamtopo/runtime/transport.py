@@ -11,12 +11,17 @@ the last entry it consumed and trims what lies before it. An entry carries
 ``(p, s)`` lets the consumer drop an entry it already applied (docs/exactly-once.md); ``w`` is the C-MR
 punctuation that tells the consumer no later record of ``p`` is older than ``w``.
 
+A user-named stream (``sink: {stream: NAME}``, ``source: {stream: NAME}``) is the key ``NAME`` itself, so
+other topologies and programs can read or write it. Sink units add ``k``, how many units write it (the
+sink's key groups), and a last punctuation ``w = inf`` when their input ends. Readers never trim it.
+
 Every key of a topology shares the hash tag ``{topology}``, so the commit script (state_store.py) that
 touches unit records and streams together is legal on a Valkey cluster too.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -50,6 +55,11 @@ class Keys:
 
     def heartbeat(self, instance: str) -> str:
         return f"{self.prefix}:hb:{instance}"
+
+    def ready(self, executor: str) -> str:
+        """Present (with a TTL) while executor ``executor`` is warm and stepping: donors hand units to it
+        only then, so a unit keeps running on its donor while a new executor's JVM starts."""
+        return f"{self.prefix}:ready:{executor}"
 
     @property
     def dead_letters(self) -> str:
@@ -112,10 +122,16 @@ def decode_watermark(raw: bytes) -> float:
     return float(raw)
 
 
-def entry_fields(producer: str, seq: int, watermark: float, records: pd.DataFrame | None) -> list[bytes]:
-    """Field/value pairs of one entry, flat, in the order XADD takes them."""
+def entry_fields(producer: str, seq: int, watermark: float, records: pd.DataFrame | None,
+                 producers: int | None = None) -> list[bytes]:
+    """Field/value pairs of one entry, flat, in the order XADD takes them.
+
+    ``producers`` (a sink stream's entries) is how many units write the stream, so a reader knows
+    whose watermarks it must wait for before its own can advance."""
     fields = [b"p", producer.encode(), b"s", str(seq).encode(), b"w", encode_watermark(watermark),
               b"n", str(0 if records is None else len(records)).encode()]
+    if producers is not None:
+        fields += [b"k", str(producers).encode()]
     if records is not None and len(records):
         fields += [b"d", frame_to_ipc(records)]
     return fields
@@ -123,7 +139,12 @@ def entry_fields(producer: str, seq: int, watermark: float, records: pd.DataFram
 
 @dataclass
 class Entry:
-    """One decoded stream entry."""
+    """One decoded stream entry.
+
+    Entries written by streamtopo carry producer, sequence number, watermark and Arrow IPC records.
+    A user-named stream may also hold entries other programs wrote (``XADD NAME * json '{...}'``): no
+    producer (``""``), sequence 0, no watermark, and a ``json`` field with one object or a list of them.
+    """
 
     id: str
     producer: str
@@ -131,6 +152,8 @@ class Entry:
     watermark: float
     count: int
     data: bytes | None
+    json: bytes | None = None
+    producers: int | None = None
 
     @property
     def millis(self) -> int:
@@ -138,10 +161,15 @@ class Entry:
         return int(self.id.split("-")[0])
 
     def records(self) -> pd.DataFrame | None:
+        if self.json is not None:
+            return json_records(self.json, self.millis / 1000)
         return ipc_to_frame(self.data) if self.data else None
 
     @classmethod
     def parse(cls, entry_id: bytes, fields: dict[bytes, bytes]) -> Entry:
+        if b"p" not in fields:
+            return cls(id=entry_id.decode(), producer="", seq=0, watermark=-math.inf, count=1,
+                       data=None, json=fields.get(b"json", b"null"))
         return cls(
             id=entry_id.decode(),
             producer=fields[b"p"].decode(),
@@ -149,7 +177,28 @@ class Entry:
             watermark=decode_watermark(fields[b"w"]),
             count=int(fields.get(b"n", b"0")),
             data=fields.get(b"d"),
+            producers=int(fields[b"k"]) if b"k" in fields else None,
         )
+
+
+class MalformedEntry(ValueError):
+    """An entry of a user-named stream that is not a JSON object or a list of objects."""
+
+
+def json_records(raw: bytes, arrival: float) -> pd.DataFrame:
+    """Records of an external ``json`` entry; event time ``_ts`` is the record's numeric ``ts`` field,
+    else the entry's arrival time (its id's milliseconds)."""
+    try:
+        value = json.loads(raw)
+    except ValueError as error:
+        raise MalformedEntry(f"field json is not JSON: {error}") from None
+    rows = value if isinstance(value, list) else [value]
+    if not rows or not all(isinstance(r, dict) for r in rows):
+        raise MalformedEntry("field json must hold an object or a list of objects")
+    frame = pd.DataFrame(rows)
+    ts = pd.to_numeric(frame["ts"], errors="coerce") if "ts" in frame.columns else pd.Series(float("nan"), index=frame.index)
+    frame["_ts"] = ts.fillna(arrival).astype("float64")
+    return frame.drop(columns=["ts"], errors="ignore")
 
 
 def read_entries(client: redis.Redis, requests: Iterable[tuple[str, str, int]]) -> list[list[Entry]]:

@@ -219,3 +219,20 @@ def test_constant_demand_settles_without_reversal(demand: float, start: int) -> 
     required = min(max(math.ceil(demand / 0.7 - 1e-9), 1), 20)
     utilization = demand / count
     assert count == required or abs(utilization - 0.7) <= 0.1 + 1e-9 or count == 20
+
+
+def test_a_sources_backlog_costs_the_whole_jobs_work_per_record() -> None:
+    # Generator src (1000 rec/s due, 10 % busy) feeds agg (1000 rec/s, 90 % busy): the job needs 1 core per
+    # 1000 input rec/s, so 60k records due at src need 60 busy seconds, not src's own 6.
+    state = AllocationState(
+        executors=[ExecutorInfo("e0", 1.0)],
+        key_groups=[KeyGroupStats(("src", 0), load=10, rate=1000, backlog=60_000),
+                    KeyGroupStats(("agg", 0), load=90, rate=1000)],
+        assignment={("src", 0): "e0", ("agg", 0): "e0"},
+        traffic={(("src", 0), ("agg", 0)): 1000.0},
+    )
+    o = observe(state, None, time=60, window=60)
+    assert o.input_rate == pytest.approx(1000) and o.demand == pytest.approx(1.0)
+    assert o.backlog_work == pytest.approx(60.0)
+    decision, _ = decide_target(o, ScalingState(), replace(CFG, metric_window=60, catch_up=30))
+    assert decision.executors == 3  # 1 core of demand + 60 busy s in 30 s: catch-up needs 3 one-core executors

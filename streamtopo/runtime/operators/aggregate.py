@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -41,12 +42,17 @@ from streamtopo.runtime.operators.aggregations import (
 )
 from streamtopo.runtime.operators.base import (
     KG,
+    SRC,
     TS,
+    Batch,
     OperatorError,
     OperatorResult,
     UnitOperator,
+    computed,
     ensure_reserved,
     guarded,
+    is_spark,
+    lazily,
     to_pandas,
     to_spark,
 )
@@ -55,6 +61,8 @@ from streamtopo.runtime.operators.windows import Windowing, combine_pays
 from streamtopo.runtime.partitioning import partition_key
 
 BUCKET = "__bucket"
+COUNT = "__n"
+POS = "__pos"
 WINDOW_START, WINDOW_END = "window_start", "window_end"
 
 
@@ -85,6 +93,8 @@ def _ancestors(spec: StreamTopologySpec, name: str) -> set[str]:
 
 
 class AggregateOperator(UnitOperator):
+    lazy_input = True
+    counts_input = True
     stateful = True
 
     def __init__(self, op: Operator, spec: StreamTopologySpec, combine: bool | None = None):
@@ -105,31 +115,50 @@ class AggregateOperator(UnitOperator):
 
     # ------------------------------------------------------------------------------------------ Spark
 
-    def _partials(self, spark: SparkSession, batch: pd.DataFrame) -> pd.DataFrame:
-        """Partials of one batch per (_kg, keys, bucket): the record-level work, in Spark."""
-        frame = to_spark(spark, batch)
+    def _partials(self, frame: SparkFrame) -> SparkFrame:
+        """Partials of one batch per (_kg, keys, bucket): the record-level work, in Spark. An input
+        carrying ``__src`` is grouped by it too and counted (the executor's records per unit pair);
+        a record folded into several windows counts once, in its first."""
         group = [KG, *self.keys]
         extra = []
-        if self.windowing is not None:
-            pane = self.windowing.pane_sql(TS)
-            bucket = f"explode({self.windowing.windows_sql(pane)})" if not self.combine else pane
-            frame = frame.withColumn(BUCKET, F.expr(bucket))
+        first = F.lit(True)
+        w = self.windowing
+        if w is not None:
+            pane = w.pane_sql(TS)
+            if self.combine:
+                frame = frame.withColumn(BUCKET, F.expr(pane))
+            elif w.a == w.b:  # windows do not overlap: the one window of each record
+                frame = frame.withColumn(BUCKET, F.expr(f"CAST(FLOOR({pane} / {w.a}) AS BIGINT)"))
+            else:
+                frame = frame.select("*", F.posexplode(F.expr(w.windows_sql(pane))).alias(POS, BUCKET))
+                first = F.col(POS) == 0
             group.append(BUCKET)
         else:
             extra.append(F.max(TS).alias(TS))
+        if SRC in frame.columns:
+            group.append(SRC)
+            extra.append(F.sum(F.when(first, 1).otherwise(0)).alias(COUNT))
         exprs = [F.expr(sql) for agg in self.aggs for sql in agg.partial_sql()]
-        return to_pandas(frame.groupBy(*group).agg(*exprs, *extra))
+        return frame.groupBy(*group).agg(*exprs, *extra)
 
     # ---------------------------------------------------------------------------------------- process
 
-    def process(self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any],
+    def process(self, spark: SparkSession, batch: Batch, states: dict[int, Any],
                 watermarks: dict[int, float]) -> OperatorResult:
-        fresh = None
-        if len(batch):
+        fresh, counts = None, None
+        if is_spark(batch):
+            # Records still in the JVM: only the partials (a few rows per key and bucket) reach Python.
+            partials = lazily(self.name, "aggregations", lambda: self._partials(batch))
+            fresh = computed(lambda: to_pandas(partials))
+            if SRC in fresh.columns:
+                sized = fresh.dropna(subset=[SRC]).groupby([SRC, KG])[COUNT].sum()
+                counts = {(int(s), int(d)): int(n) for (s, d), n in sized.items()}
+                fresh = fresh.drop(columns=[SRC, COUNT])
+        elif len(batch):
             batch = ensure_reserved(batch, self.name)
-            fresh = guarded(self.name, "aggregations", lambda b: self._partials(spark, b), batch)
+            fresh = guarded(self.name, "aggregations", lambda b: to_pandas(self._partials(to_spark(spark, b))), batch)
         parts = [] if fresh is None else [fresh]
-        kgs = sorted(set(states) | (set(batch[KG].unique().tolist()) if len(batch) else set()))
+        kgs = sorted(set(states) | (set(fresh[KG].unique().tolist()) if fresh is not None else set()))
         for kg in kgs:
             state = states.get(kg)
             if state is not None and len(state["rows"]):
@@ -137,9 +166,9 @@ class AggregateOperator(UnitOperator):
         by = [KG, *self.keys] + ([BUCKET] if self.windowing else [])
         rows = merge_partials(pd.concat(parts, ignore_index=True), by, self.kinds,
                               extra_max=() if self.windowing else (TS,)) if parts else None
-        if self.windowing is None:
-            return self._running(rows, fresh, kgs)
-        return self._fire(rows, kgs, states, watermarks)
+        result = self._running(rows, fresh, kgs) if self.windowing is None else self._fire(rows, kgs, states, watermarks)
+        result.input_counts = counts
+        return result
 
     def _running(self, rows: pd.DataFrame | None, fresh: pd.DataFrame | None, kgs: list[int]) -> OperatorResult:
         if rows is None:

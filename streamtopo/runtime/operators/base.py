@@ -15,13 +15,20 @@ Errors come in two kinds the executor treats differently:
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import threading
+import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
@@ -33,7 +40,12 @@ from streamtopo.planner.model import Operator, StreamTopologySpec
 TS = "_ts"
 KG = "_kg"
 INPUT = "_input"
+SRC = "__src"
+"""On a lazy input an operator counts (``counts_input``): the producing unit of each record."""
 RESERVED = (TS, KG)
+
+Batch = pd.DataFrame | SparkFrame
+"""Records between operators: pandas in the driver, or a lazy Spark DataFrame that has not left the JVM."""
 
 
 class OperatorError(Exception):
@@ -42,6 +54,12 @@ class OperatorError(Exception):
     def __init__(self, operator: str, field: str, message: str):
         self.operator, self.field, self.message = operator, field, message
         super().__init__(f"operator {operator!r}, {field}: {message}")
+
+
+class LazyFailure(Exception):
+    """Computing a lazy frame failed at run time: some record broke an operator upstream, but which
+    operator and which record cannot be told from inside one Spark job. The executor redoes the step
+    eagerly, where :func:`guarded` finds the records and the operator."""
 
 
 class RecordError(OperatorError):
@@ -55,14 +73,21 @@ class RecordError(OperatorError):
 
 @dataclass
 class OperatorResult:
-    output: pd.DataFrame
+    output: Batch
     states: dict[int, Any] = field(default_factory=dict)
+    input_counts: dict[tuple[int, int], int] | None = None
+    """Records per (producing unit, key group) of an input carrying ``__src``, counted in the operator's
+    own Spark job so the executor need not run another one over the same records."""
 
 
 class UnitOperator:
     """Base of all operators: identity and the stateless defaults."""
 
     stateful = False
+    lazy_input = False
+    """Whether ``process`` takes a lazy Spark frame (else the executor hands it pandas)."""
+    counts_input = False
+    """Whether ``process`` counts a lazy input carrying ``__src`` (:attr:`OperatorResult.input_counts`)."""
 
     def __init__(self, op: Operator, spec: StreamTopologySpec):
         self.op = op
@@ -99,8 +124,48 @@ def spark_schema(df: pd.DataFrame) -> T.StructType:
     return from_arrow_schema(arrow)
 
 
+PARQUET_ROWS = 20_000
+"""From this many rows on, pandas reaches Spark through a Parquet file: PySpark 4's ``createDataFrame``
+moves about 100k records per CPU-second into the JVM, Spark's vectorised Parquet reader about 800k."""
+
+
+def is_spark(batch: Batch | None) -> bool:
+    return isinstance(batch, SparkFrame)
+
+
 def to_spark(spark: SparkSession, df: pd.DataFrame) -> SparkFrame:
-    return spark.createDataFrame(df.reset_index(drop=True), schema=spark_schema(df))
+    """A Spark DataFrame of ``df``; large frames go through a Parquet file in the scratch directory,
+    which must outlive every lazy frame built on it (the executor clears it after each step)."""
+    df = df.reset_index(drop=True)
+    if len(df) < PARQUET_ROWS:
+        return spark.createDataFrame(df, schema=spark_schema(df))
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.cast(pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in table.schema]))
+    path = scratch_dir() / f"{uuid.uuid4().hex}.parquet"
+    pq.write_table(table, path, compression="none")
+    return spark.read.parquet(str(path))
+
+
+def _scratch() -> Path:
+    # Per thread: executors sharing a process (tests, benchmarks) each clear only their own hand-offs.
+    return Path(tempfile.gettempdir()) / f"streamtopo-scratch-{os.getpid()}-{threading.get_ident()}"
+
+
+def scratch_dir() -> Path:
+    """This thread's directory for Parquet hand-offs to Spark (created on first use)."""
+    path = _scratch()
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def clear_scratch() -> None:
+    """Remove the Parquet hand-offs of finished steps (no lazy frame refers to them any more)."""
+    shutil.rmtree(_scratch(), ignore_errors=True)
+
+
+def materialize(batch: Batch) -> pd.DataFrame:
+    """A pandas frame of ``batch`` (runs the Spark job of a lazy frame)."""
+    return computed(lambda: to_pandas(batch)) if is_spark(batch) else batch
 
 
 def to_pandas(frame: SparkFrame) -> pd.DataFrame:
@@ -156,6 +221,24 @@ def guarded(operator: str, field: str, work: Callable[[pd.DataFrame], pd.DataFra
     if not len(bad):
         raise OperatorError(operator, field, _first_line(first))
     raise RecordError(operator, field, _first_line(first), bad)
+
+
+def lazily(operator: str, field: str, build: Callable[[], SparkFrame]) -> SparkFrame:
+    """Build a lazy frame; an analysis error (bad expression, unknown column) is the operator's fault."""
+    try:
+        return build()
+    except AnalysisException as error:
+        raise OperatorError(operator, field, _first_line(error)) from None
+
+
+def computed(work: Callable[[], Any]) -> Any:
+    """Run a Spark action over lazy frames; a run-time failure becomes :class:`LazyFailure`."""
+    try:
+        return work()
+    except (OperatorError, AnalysisException):
+        raise
+    except Exception as error:  # any run-time failure inside the lazy chain
+        raise LazyFailure(_first_line(error)) from error
 
 
 def _fails(check: Callable[[pd.DataFrame], Any], part: pd.DataFrame) -> bool:

@@ -3,7 +3,8 @@
 Key group ``kg`` of ``k`` emits the records ``seq = kg, kg + k, kg + 2k, ...`` so the union over all key
 groups is 0, 1, 2, ... (up to ``count``). A key group's state is just how many records it has emitted:
 the offset a replay or a move resumes from. Its watermark is the event time of the next record it will
-emit (the stream is generated in event-time order), ``+inf`` once the count is exhausted.
+emit (the stream is generated in event-time order), ``+inf`` once the count is exhausted. Records are
+generated in Spark as one lazy frame for all requested key groups (see generators.py for why).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import math
 import struct
 from typing import Any
 
-import numpy as np
 import pandas as pd
+from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime import generators
-from streamtopo.runtime.operators.base import KG, OperatorError, OperatorResult, UnitOperator
+from streamtopo.runtime.operators.base import OperatorError, OperatorResult, UnitOperator
 
 
 class SourceOperator(UnitOperator):
@@ -33,22 +34,28 @@ class SourceOperator(UnitOperator):
         """Records a source hands on unchanged (a stream source's input, read by the executor)."""
         return OperatorResult(batch)
 
-    def generate(self, kg: int, k: int, state: int | None, max_records: int) -> tuple[pd.DataFrame, int, float]:
-        """Up to ``max_records`` next records of key group ``kg``: (records, new state, watermark)."""
+    def generate(self, spark: SparkSession, requests: list[tuple[int, int | None, int]]
+                 ) -> tuple[SparkFrame | None, dict[int, tuple[int, int, float]]]:
+        """Up to ``max_records`` next records of each requested ``(kg, state, max_records)``, as one lazy
+        frame (``None`` when no key group has any), and per kg ``(n emitted now, new state, watermark)``,
+        computed here without running a Spark job: the executor learns counts and watermarks for free
+        and the records stay lazy into the next operator."""
         if self.source.generator is None:
             raise OperatorError(self.name, "source", "a stream source is read by the executor, not generated")
-        done = state or 0
-        count = self.source.count
-        # Records of this kg still to come: seq = kg + i*k < count  <=>  i < ceil((count - kg) / k).
-        total = None if count is None else max(0, -(-(count - kg) // k))
-        n = max(0, max_records if total is None else min(max_records, total - done))
-        seq = kg + (done + np.arange(n, dtype=np.int64)) * k
-        frame = generators.generate(self.source.generator, seq, self.source.rate_per_second,
-                                    self.source.seed, self.source.keys)
-        frame[KG] = np.int32(kg)
-        done += n
-        watermark = math.inf if total is not None and done >= total else (kg + done * k) / self.source.rate_per_second
-        return frame, done, watermark
+        k, count, rate = self.key_groups, self.source.count, self.source.rate_per_second
+        parts, out = [], {}
+        for kg, state, max_records in requests:
+            done = state or 0
+            # Records of this kg still to come: seq = kg + i*k < count  <=>  i < ceil((count - kg) / k).
+            total = None if count is None else max(0, -(-(count - kg) // k))
+            n = max(0, max_records if total is None else min(max_records, total - done))
+            if n:
+                parts.append((kg, done, n))
+            done += n
+            out[kg] = (n, done, math.inf if total is not None and done >= total else (kg + done * k) / rate)
+        df = None if not parts else generators.frame(spark, self.source.generator, parts, k, rate,
+                                                       self.source.seed, self.source.keys)
+        return df, out
 
     def encode_state(self, state: Any) -> bytes:
         return b"" if state is None else struct.pack("<q", state)

@@ -4,36 +4,49 @@ Both keep the reserved columns: a record's key group (``_kg``) and event time (`
 unless a map's select list defines them itself (``"ts_col AS _ts"`` re-timestamps a stream). A map whose
 select list defines a name twice (``"*", "price * 2 AS price"``) keeps the last definition, so ``*``
 followed by overrides works as users expect.
+
+A lazy Spark input gives a lazy Spark output: records the executor generated or received in the JVM stay
+there until a stateful operator or a transport needs them. Analysis errors (a bad expression) are raised
+at once as :class:`OperatorError`; runtime failures of lazy records surface where the frame is computed,
+and the executor redoes that step eagerly (pandas between operators), where :func:`guarded` isolates the
+offending records. A pandas input is processed eagerly as before.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
+from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streamtopo.runtime.operators.base import (
     RESERVED,
+    Batch,
     OperatorResult,
     UnitOperator,
     ensure_reserved,
     guarded,
+    is_spark,
+    lazily,
     to_pandas,
     to_spark,
 )
 
 
 class MapOperator(UnitOperator):
-    def process(self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any],
-                watermarks: dict[int, float]) -> OperatorResult:
-        batch = ensure_reserved(batch, self.name)
-        return OperatorResult(guarded(self.name, "select", lambda b: self._select(spark, b), batch))
+    lazy_input = True
 
-    def _select(self, spark: SparkSession, batch: pd.DataFrame) -> pd.DataFrame:
+    def process(self, spark: SparkSession, batch: Batch, states: dict[int, Any],
+                watermarks: dict[int, float]) -> OperatorResult:
+        if is_spark(batch):
+            return OperatorResult(lazily(self.name, "select", lambda: self._select(batch)))
+        batch = ensure_reserved(batch, self.name)
+        return OperatorResult(guarded(self.name, "select", lambda b: to_pandas(self._select(to_spark(spark, b))), batch))
+
+    def _select(self, frame: SparkFrame) -> SparkFrame:
         carried = [f"{c} AS __carry{c}" for c in RESERVED]
-        frame = to_spark(spark, batch).selectExpr(*self.op.select, *carried)
+        frame = frame.selectExpr(*self.op.select, *carried)
         names = [n.removeprefix("__carry") if n.startswith("__carry") else n for n in frame.columns]
         # A name defined twice ("*, _ts + 60 AS _ts"): the last user definition wins, the carried
         # reserved column only when the user defines none.
@@ -41,14 +54,17 @@ class MapOperator(UnitOperator):
         for i, name in enumerate(names):
             last.setdefault(name, i)
         keep = sorted(last.values())
-        frame = frame.toDF(*[f"__c{i}" for i in range(len(names))]).select(
+        return frame.toDF(*[f"__c{i}" for i in range(len(names))]).select(
             *[F.col(f"__c{i}").alias(names[i]) for i in keep])
-        return to_pandas(frame)
 
 
 class FilterOperator(UnitOperator):
-    def process(self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any],
+    lazy_input = True
+
+    def process(self, spark: SparkSession, batch: Batch, states: dict[int, Any],
                 watermarks: dict[int, float]) -> OperatorResult:
+        if is_spark(batch):
+            return OperatorResult(lazily(self.name, "expr", lambda: batch.filter(self.op.expr)))
         batch = ensure_reserved(batch, self.name)
         return OperatorResult(
             guarded(self.name, "expr", lambda b: to_pandas(to_spark(spark, b).filter(self.op.expr)), batch)
