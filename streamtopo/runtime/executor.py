@@ -103,6 +103,8 @@ class ExecutorConfig:
 
     max_entries: int = 256
     """Entries read per input stream per step."""
+    handover_source_records: int = 20_000
+    """The per-unit cap while units wait to be acquired, so a hand-over's pause stays short."""
     max_source_records: int = 500_000
     """Records one source unit generates per step at most. Generated records stay in the JVM, so a
     backlogged source catches up in large steps: Spark's fixed cost per step (planning, code
@@ -364,6 +366,7 @@ class Executor:
                 except CONNECTION_ERRORS:
                     pass
             self._update_metrics()
+        clear_scratch()
         self.close(release)
 
     def close(self, release: bool = True) -> None:
@@ -586,11 +589,13 @@ class Executor:
         source = self.spec.operator(units[0].op).source
         k = self.spec.key_groups_of(units[0].op)
         paces = {u.kg: SourcePace(self.t0, source.rate_per_second, u.kg, k, source.count) for u in units}
+        # While units wait to be acquired, short steps: a released unit pauses until our next step ends.
+        cap = self.config.max_source_records if not self.waiting else self.config.handover_source_records
         requests = []
         for unit in units:
             if unit.rec.watermark == math.inf:
                 continue
-            due = max(0, min(paces[unit.kg].due(now) - unit.rec.emitted, self.config.max_source_records))
+            due = max(0, min(paces[unit.kg].due(now) - unit.rec.emitted, cap))
             requests.append((unit.kg, unit.state, due))
         frame, emitted = operator.generate(self.spark, requests) if requests else (None, {})
         if frame is not None and self.eager:
@@ -1007,7 +1012,12 @@ def run_executor(topology_path: Path, routing_path: Path, name: str, transport_u
     except TransportUnavailable as error:
         log.error("%s", error)
         return 3
-    executor.run(stop)
+    try:
+        executor.run(stop)
+    except OperatorError as error:  # e.g. an expression naming a column its input does not have
+        log.error("cannot run the pipeline: %s", error)
+        executor.close()
+        return 2
     return 0
 
 

@@ -57,6 +57,25 @@ def wait_finished(store: StateStore, topology, timeout: float = 240.0) -> None:
         time.sleep(0.2)
 
 
+def between_source_and_totals(topology: StreamTopology, stage: dict) -> StreamTopology:
+    """The sequence topology with ``stage`` (whose input is the source) feeding the aggregate."""
+    spec = topology.spec.model_dump(by_alias=True)
+    spec["operators"].insert(1, stage)
+    spec["operators"][2]["inputs"] = [stage["name"]]
+    return StreamTopology.model_validate({"metadata": {"name": topology.metadata.name}, "spec": spec})
+
+
+def run_to_end(valkey, topology: StreamTopology, tmp_path) -> None:
+    """One executor hosting every unit, until every sink unit has seen the end of stream."""
+    routing = tmp_path / "routing.json"
+    write_routing(routing, round_robin(topology, ["ex-0"]))
+    running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
+    try:
+        wait_finished(running.executor.store, topology)
+    finally:
+        running.stop()
+
+
 def test_pipeline_output_is_exact(valkey, spark, tmp_path):
     topology = sequence_topology("ex-exact", count=600, rate=3000, keys=7, window=0.05)
     routing = tmp_path / "routing.json"
@@ -117,19 +136,9 @@ def test_re_sent_entries_are_dropped_by_producer_sequence(valkey, spark, tmp_pat
 
 def test_poisoned_records_go_to_the_dead_letter_stream(valkey, spark, tmp_path):
     check = {"name": "check", "kind": "udf", "inputs": ["numbers"], "function": "runtime_udfs:poison_13"}
-    topology = sequence_topology("ex-dead", count=400, rate=4000, keys=5, window=0.05, key_groups=2,
-                                 extra=[])
-    spec = topology.spec.model_dump(by_alias=True)
-    spec["operators"].insert(1, check)
-    spec["operators"][2]["inputs"] = ["check"]
-    topology = type(topology).model_validate({"metadata": {"name": "ex-dead"}, "spec": spec})
-    routing = tmp_path / "routing.json"
-    write_routing(routing, round_robin(topology, ["ex-0"]))
-    running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
-    try:
-        wait_finished(running.executor.store, topology)
-    finally:
-        running.stop()
+    topology = between_source_and_totals(
+        sequence_topology("ex-dead", count=400, rate=4000, keys=5, window=0.05, key_groups=2), check)
+    run_to_end(valkey, topology, tmp_path)
     poisoned = [s for s in range(400) if s % 100 == 13]
     assert_exactly_once(read_lines(tmp_path / "out"),
                         expected_totals(400, 4000, 5, 0.05, dropped=lambda s: s % 100 == 13))
@@ -240,20 +249,10 @@ def test_lazy_step_failing_on_a_record_is_redone_eagerly_and_dead_letters_it(val
     """Generated records stay in the JVM through a filter; one record makes the filter's expression fail
     (ANSI division by zero) inside the lazy chain. The step is redone eagerly, the record goes to the
     dead-letter stream naming the filter's expr, and everything else arrives exactly once."""
-    topology = sequence_topology("ex-lazy-fail", count=300, rate=3000, keys=4, window=0.05, key_groups=2,
-                                 extra=[])
-    spec = topology.spec.model_dump(by_alias=True)
-    spec["operators"].insert(1, {"name": "valid", "kind": "filter", "inputs": ["numbers"],
-                                 "expr": "value / (seq % 100 - 13) > -1000000"})
-    spec["operators"][2]["inputs"] = ["valid"]
-    topology = type(topology).model_validate({"metadata": {"name": "ex-lazy-fail"}, "spec": spec})
-    routing = tmp_path / "routing.json"
-    write_routing(routing, round_robin(topology, ["ex-0"]))
-    running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
-    try:
-        wait_finished(running.executor.store, topology)
-    finally:
-        running.stop()
+    topology = between_source_and_totals(
+        sequence_topology("ex-lazy-fail", count=300, rate=3000, keys=4, window=0.05, key_groups=2),
+        {"name": "valid", "kind": "filter", "inputs": ["numbers"], "expr": "value / (seq % 100 - 13) > -1000000"})
+    run_to_end(valkey, topology, tmp_path)
     assert_exactly_once(read_lines(tmp_path / "out"),
                         expected_totals(300, 3000, 4, 0.05, dropped=lambda s: s % 100 == 13))
     letters = connect(valkey.url).xrange(Keys("ex-lazy-fail").dead_letters)

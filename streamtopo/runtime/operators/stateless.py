@@ -41,6 +41,8 @@ class MapOperator(UnitOperator):
                 watermarks: dict[int, float]) -> OperatorResult:
         if is_spark(batch):
             return OperatorResult(lazily(self.name, "select", lambda: self._select(batch)))
+        if not len(batch):  # only a punctuation came: nothing to select from (and maybe no columns)
+            return OperatorResult(batch)
         batch = ensure_reserved(batch, self.name)
         return OperatorResult(guarded(self.name, "select", lambda b: to_pandas(self._select(to_spark(spark, b))), batch))
 
@@ -65,6 +67,8 @@ class FilterOperator(UnitOperator):
                 watermarks: dict[int, float]) -> OperatorResult:
         if is_spark(batch):
             return OperatorResult(lazily(self.name, "expr", lambda: batch.filter(self.op.expr)))
+        if not len(batch):
+            return OperatorResult(batch)
         batch = ensure_reserved(batch, self.name)
         return OperatorResult(
             guarded(self.name, "expr", lambda b: to_pandas(to_spark(spark, b).filter(self.op.expr)), batch)
