@@ -5,19 +5,23 @@
 
 Loop (one *step* = one micro-batch over every hosted unit):
 
-1. routing: re-read the routing file when it changed; release units it no longer gives us (the step in
-   progress has committed), start waiting for units it now gives us (handover.py);
+1. routing: re-read the routing file when it changed; hand units it no longer gives us to their
+   receivers once those are ready (the step in progress has committed), start waiting for units it now
+   gives us (handover.py);
 2. acquire waiting units whose donor released them (or died), loading their committed record;
-3. read every hosted unit's input streams (one pipelined XRANGE round trip), generate source records
-   that are due (event time <= wall time since the topology's start);
-4. run the operators in topological order, each over all its hosted units at once (one Spark job set per
-   operator and step). Output to a unit this executor hosts is handed over in memory, everything else is
-   appended to the destination unit's stream, cut into entries of the edge's batch size (Aeolus);
+3. read the hosted units' input streams (one pipelined XRANGE round trip; C-MR's policies choose which
+   when the queues exceed a step's budget, scheduling.py), generate source records that are due (event
+   time <= wall time since the topology's start) as a lazy Spark frame;
+4. run the operators in topological order, each over all its hosted units at once. Output to units this
+   executor hosts is handed over in memory, as a lazy Spark frame while it can (records never leave the
+   JVM until a stateful operator folds them); everything else is materialised and appended to the
+   destination unit's stream, cut into entries of the edge's batch size (Aeolus);
 5. commit everything the step did in one atomic, epoch-fenced script (state_store.py), then write the
    file sinks' committed bytes (sinks.py) and update the metrics.
 
 Any transport error or refused (fenced) commit discards the step: hosted units are reloaded from their
-committed records (units taken away meanwhile are dropped) and the step is redone from there. The
+committed records (units taken away meanwhile are dropped) and the step is redone from there; a failure
+inside a lazy chain redoes it eagerly (pandas between operators) so bad records can be isolated. The
 exactly-once argument is in docs/exactly-once.md.
 """
 

@@ -4,13 +4,18 @@ An operator instance serves all the key groups of its operator that an executor 
 receives a batch whose ``_kg`` column says which key group each record belongs to, plus one state and
 one watermark per key group. Results must not depend on which key groups share a call or how a stream
 is cut into batches, so every operator computes per key group (``_kg`` is part of every grouping key).
+A batch is pandas, or (for operators with ``lazy_input``) a lazy Spark frame whose records have not left
+the JVM: pandas <-> JVM conversion is PySpark's most expensive step, so records stay in Spark as long as
+no stateful operator or transport needs them in Python.
 
-Errors come in two kinds the executor treats differently:
+Errors come in three kinds the executor treats differently:
 - :class:`OperatorError`: the operator itself is broken (a UDF that does not import, an expression that
   does not parse or names a missing column). Retrying does not help; report it naming the field.
 - :class:`RecordError`: some records make an otherwise sound operator fail (a UDF raising on them, an ANSI
   cast or arithmetic error). It carries the offending rows, found by bisection, so the executor can send
   them to the dead-letter stream and re-run the batch without them.
+- :class:`LazyFailure`: a run-time failure inside a lazy frame, where no record can be blamed; the
+  executor redoes the step eagerly, where the failure becomes one of the two above.
 """
 
 from __future__ import annotations
