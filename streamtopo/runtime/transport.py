@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pandas as pd
+import pyarrow as pa
 import redis
 
 from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame
@@ -122,7 +123,7 @@ def decode_watermark(raw: bytes) -> float:
     return float(raw)
 
 
-def entry_fields(producer: str, seq: int, watermark: float, records: pd.DataFrame | None,
+def entry_fields(producer: str, seq: int, watermark: float, records: pd.DataFrame | pa.Table | None,
                  producers: int | None = None) -> list[bytes]:
     """Field/value pairs of one entry, flat, in the order XADD takes them.
 
@@ -164,6 +165,10 @@ class Entry:
         if self.json is not None:
             return json_records(self.json, self.millis / 1000)
         return ipc_to_frame(self.data) if self.data else None
+
+    def table(self) -> pa.Table:
+        """The records as an Arrow table (entries of one stream are concatenated before pandas)."""
+        return pa.ipc.open_stream(pa.py_buffer(self.data)).read_all()
 
     @classmethod
     def parse(cls, entry_id: bytes, fields: dict[bytes, bytes]) -> Entry:
