@@ -638,6 +638,7 @@ class Executor:
             got, oldest = False, None
             for stream, entry in inputs.get(unit.key, []):
                 unit.rec.offsets[stream] = entry.id
+                oldest = entry.millis / 1000 if oldest is None else oldest
                 if named:
                     got = True  # the offset moved: commit it even when the entry is another unit's
                     if not self._take_named(unit, entry):
@@ -651,7 +652,6 @@ class Executor:
                 got = True
                 commit.trims[stream] = entry.id
                 commit.incr(self.keys.backlog, stream, -entry.count)
-                oldest = entry.millis / 1000 if oldest is None else oldest
                 if self._accept(unit, entry.producer, entry.seq, entry.watermark) and entry.data:
                     tables[(_input_of(stream), unit.kg)].append(entry.table())
                     received[unit.key] += entry.count
@@ -759,15 +759,22 @@ class Executor:
         try:
             records = entry.records()
         except MalformedEntry as error:
-            commit.appends.append((self.keys.dead_letters, [
-                b"operator", unit.op.encode(), b"executor", self.name.encode(), b"error", str(error).encode(),
-                b"field", b"source.stream", b"n", b"1", b"entry", entry.id.encode(), b"raw", entry.json or b""]))
-            self.metrics.dead_letters.labels(self.keys.topology, self.name, unit.op).inc()
-            log.warning("%s: entry %s of its stream to the dead-letter stream: %s", unit.key, entry.id, error)
+            self._dead_letter(commit, unit.op, "source.stream", str(error), 1,
+                              [b"entry", entry.id.encode(), b"raw", entry.json or b""])
             return None
         if entry.producer == "" and records is not None and len(records):
             unit.rec.wm_in[""] = max(unit.rec.wm_in.get("", -math.inf), float(records[TS].max()))
         return records
+
+    def _dead_letter(self, commit: Commit, operator: str, field: str, error: str, n: int,
+                     payload: list[bytes]) -> None:
+        """Send ``n`` records (``payload``: the records, or the raw entry) to the dead-letter stream in the
+        step's commit, naming the operator, field and error; processing goes on without them."""
+        commit.appends.append((self.keys.dead_letters, [
+            b"operator", operator.encode(), b"executor", self.name.encode(), b"error", error.encode(),
+            b"field", field.encode(), b"n", str(n).encode(), *payload]))
+        self.metrics.dead_letters.labels(self.keys.topology, self.name, operator).inc(n)
+        log.warning("%s: %d record(s) to the dead-letter stream (%s): %s", operator, n, field, error)
 
     def _accept(self, unit: Hosted, producer: str, seq: int, watermark: float) -> bool:
         """Apply entry ``seq`` of ``producer`` unless already applied (a re-sent entry is dropped)."""
@@ -793,12 +800,8 @@ class Executor:
             except RecordError as error:
                 bad = batch.index.intersection(error.rows.index)
                 rows = batch.loc[bad] if len(bad) else batch
-                commit.appends.append((self.keys.dead_letters, [
-                    b"operator", operator.name.encode(), b"executor", self.name.encode(),
-                    b"error", error.error.encode(), b"field", error.field.encode(),
-                    b"n", str(len(rows)).encode(), b"d", frame_to_ipc(rows)]))
-                self.metrics.dead_letters.labels(self.keys.topology, self.name, operator.name).inc(len(rows))
-                log.warning("%s: %d record(s) to the dead-letter stream: %s", operator.name, len(rows), error.error)
+                self._dead_letter(commit, operator.name, error.field, error.error, len(rows),
+                                  [b"d", frame_to_ipc(rows)])
                 batch = batch.drop(index=rows.index).reset_index(drop=True)
         for unit in active:
             if unit.kg in result.states:

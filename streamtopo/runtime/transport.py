@@ -31,7 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import redis
 
-from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame
+from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame, ipc_to_table
 
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionError, OSError)
 """What a lost or unreachable Valkey raises; the executor retries these with backoff."""
@@ -168,7 +168,7 @@ class Entry:
 
     def table(self) -> pa.Table:
         """The records as an Arrow table (entries of one stream are concatenated before pandas)."""
-        return pa.ipc.open_stream(pa.py_buffer(self.data)).read_all()
+        return ipc_to_table(self.data)
 
     @classmethod
     def parse(cls, entry_id: bytes, fields: dict[bytes, bytes]) -> Entry:

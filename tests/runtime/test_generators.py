@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -50,19 +54,29 @@ def test_same_seq_same_record_whatever_the_parts(spark, name):
         assert not whole.drop(columns=["_ts", "_kg"]).equals(other.drop(columns=["_ts", "_kg"]))
 
 
-def test_values_are_pinned_across_processes_and_runs(spark):
-    """xxhash64 and IEEE arithmetic only: these exact values must come out of any JVM, any run (a replay
-    on another executor regenerates them); a change here breaks replay of stored offsets."""
-    t = generators.frame(spark, "trades", [(0, 0, 3)], 1, 1000.0).toPandas()
-    assert t.symbol.tolist() == PINNED_TRADES[0]
-    assert t.price.tolist() == PINNED_TRADES[1]
-    assert t.volume.tolist() == PINNED_TRADES[2]
-    w = generators.frame(spark, "words", [(0, 0, 6)], 1, 1000.0, seed=5).toPandas()
-    assert w.word.tolist() == PINNED_WORDS
+def test_values_are_identical_in_a_fresh_process_and_jvm(spark):
+    """xxhash64 and IEEE arithmetic only: another interpreter with its own JVM regenerates exactly the same
+    records (a replay on another executor relies on it)."""
+    requests = [("trades", [(0, 0, 40), (2, 7, 40)], 3, 0), ("quotes", [(1, 0, 40)], 3, 2),
+                ("words", [(0, 0, 60)], 1, 5), ("sequence", [(1, 3, 20)], 2, 0)]
 
+    def rows(name, parts, k, seed):
+        frame = generators.frame(spark, name, parts, k, 1000.0, seed=seed, keys=50)
+        return json.loads(frame.drop("_kg").toPandas().to_json(orient="values", double_precision=15))
 
-PINNED_TRADES = (["META", "CSCO", "CSCO"], [177.664, 221.9392, 221.8481], [351, 127, 75])
-PINNED_WORDS = ["a", "that", "the", "on", "the", "in"]
+    code = (
+        "import json, sys\n"
+        "from streamtopo.runtime import generators\n"
+        "from streamtopo.runtime.spark import get_spark\n"
+        "spark = get_spark()\n"
+        "out = [json.loads(generators.frame(spark, n, [tuple(p) for p in parts], k, 1000.0, seed=s, keys=50)"
+        ".drop('_kg').toPandas().to_json(orient='values', double_precision=15))\n"
+        "       for n, parts, k, s in json.loads(sys.stdin.read())]\n"
+        "print(json.dumps(out))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], input=json.dumps(requests), capture_output=True,
+                            text=True, check=True)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [rows(*r) for r in requests]
 
 
 def test_trades_and_quotes_shapes(spark):

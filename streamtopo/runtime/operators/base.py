@@ -124,9 +124,12 @@ def spark_schema(df: pd.DataFrame) -> T.StructType:
 
     Columns Arrow types as null (all-None object columns) become strings.
     """
-    arrow = pa.Schema.from_pandas(df, preserve_index=False)
-    arrow = pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in arrow])
-    return from_arrow_schema(arrow)
+    return from_arrow_schema(arrow_schema(pa.Schema.from_pandas(df, preserve_index=False)))
+
+
+def arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with null-typed fields (all-None object columns) as strings: Spark has no null type."""
+    return pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in schema])
 
 
 PARQUET_ROWS = 20_000
@@ -145,7 +148,7 @@ def to_spark(spark: SparkSession, df: pd.DataFrame) -> SparkFrame:
     if len(df) < PARQUET_ROWS:
         return spark.createDataFrame(df, schema=spark_schema(df))
     table = pa.Table.from_pandas(df, preserve_index=False)
-    table = table.cast(pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in table.schema]))
+    table = table.cast(arrow_schema(table.schema))
     path = scratch_dir() / f"{uuid.uuid4().hex}.parquet"
     pq.write_table(table, path, compression="none")
     return spark.read.parquet(str(path))

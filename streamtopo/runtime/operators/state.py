@@ -31,8 +31,12 @@ def frame_to_ipc(df: pd.DataFrame | pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def ipc_to_table(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
 def ipc_to_frame(blob: bytes) -> pd.DataFrame:
-    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all().to_pandas()
+    return ipc_to_table(blob).to_pandas()
 
 
 def _json_safe(value: Any) -> Any:
