@@ -1,7 +1,7 @@
 """ALBIC benchmark: the MILP and ALBIC against Flux, PoTC, C-MR and COLA re-optimisation.
 
 Reproduces, on the synthetic workloads of streamtopo.planner.workloads (the paper's settings):
-- Section 5.1: load distance after one rebalance against the solver time limit, for 20/400/10,
+- Section 5.1: load distance after one rebalance against the solver's deterministic-time limit, for 20/400/10,
   40/800/20 and 60/1200/30 (nodes / key groups / operators), several ``varies``, maxMigrations 13 and 20,
   with Flux, PoTC and C-MR measured on the same states;
 - Figure 5 (scale-in): 10 executors marked for removal, 1 or 5 overloaded executors (1OL / 5OL),
@@ -58,15 +58,16 @@ def timed(policy: str, state: AllocationState, max_migrations: int | None, confi
     return result, time.perf_counter() - start
 
 
-def policy_config(policy: str, time_limit: float):
-    milp = MilpConfig(time_limit=time_limit)
+def policy_config(policy: str, budget: float):
+    """The MILP policies' config with ``budget`` deterministic time per solve (None for the others)."""
+    milp = MilpConfig(deterministic_time=budget)
     return {"milp": milp, "albic": AlbicConfig(milp=milp)}.get(policy)
 
 
-def run_periods(policy: str, state: AllocationState, periods: int, max_migrations: int, time_limit: float,
+def run_periods(policy: str, state: AllocationState, periods: int, max_migrations: int, budget: float,
                 seed: int, progress=None, task=None) -> list[dict]:
     """Rebalance, apply, drift the loads (Sec. 5.3: 20 % of the nodes by +-2 %), repeat."""
-    config = policy_config(policy, time_limit)
+    config = policy_config(policy, budget)
     rows = []
     for period in range(periods):
         result, seconds = timed(policy, state, max_migrations, config, seed + period)
@@ -88,9 +89,9 @@ def summarise(rows: list[dict]) -> dict:
             "solve_seconds": float(np.mean([r["solve_seconds"] for r in rows]))}
 
 
-def quick(seed: int, periods: int, time_limit: float) -> dict:
+def quick(seed: int, periods: int, budget: float) -> dict:
     state = synthetic_state(SyntheticSetting(20, 400, 10, varies=20, one_to_one=0.5), seed=seed)
-    return {p: summarise(run_periods(p, state, periods, 20, time_limit, seed)) for p in REBALANCERS}
+    return {p: summarise(run_periods(p, state, periods, 20, budget, seed)) for p in REBALANCERS}
 
 
 def section_51(sizes, varies_list, migrations_list, limits, seed, progress) -> list[dict]:
@@ -105,8 +106,8 @@ def section_51(sizes, varies_list, migrations_list, limits, seed, progress) -> l
             for mm in migrations_list:
                 base = {"size": f"{n}/{k}/{o}", "varies": varies, "max_migrations": mm, "initial": start_ld}
                 for limit in limits:
-                    result, seconds = timed("milp", state, mm, MilpConfig(time_limit=limit), seed)
-                    rows.append({**base, "policy": f"milp@{limit:g}s", "limit": limit,
+                    result, seconds = timed("milp", state, mm, MilpConfig(deterministic_time=limit), seed)
+                    rows.append({**base, "policy": f"milp@{limit:g}dt", "limit": limit,
                                  "load_distance": result.load_distance, "migrations": len(result.migrations),
                                  "seconds": seconds})
                     progress.advance(task)
@@ -149,7 +150,7 @@ def drain_evenly(state: AllocationState, max_migrations: int) -> dict:
     return assignment
 
 
-def scale_in(size, rounds: int, time_limit: float, seed: int, progress) -> dict:
+def scale_in(size, rounds: int, budget: float, seed: int, progress) -> dict:
     """Integrated MILP against drain-then-balance, 1OL and 5OL (Figure 5)."""
     out = {}
     task = progress.add_task("scale-in (Fig. 5)", total=4 * rounds)
@@ -163,7 +164,8 @@ def scale_in(size, rounds: int, time_limit: float, seed: int, progress) -> dict:
                 if mode == "non-integrated" and draining:
                     assignment = drain_evenly(state, 20)
                 else:
-                    assignment = timed("milp", state, 20, MilpConfig(time_limit=time_limit), seed + r)[0].assignment
+                    config = MilpConfig(deterministic_time=budget)
+                    assignment = timed("milp", state, 20, config, seed + r)[0].assignment
                 state = replace(state, assignment=assignment)
                 lds.append(load_distance(state, assignment))
                 left.append(sum(1 for kg in state.key_groups if assignment[kg.id] in marked))
@@ -173,7 +175,7 @@ def scale_in(size, rounds: int, time_limit: float, seed: int, progress) -> dict:
     return out
 
 
-def section_53(sizes, factors, periods: int, time_limit: float, seed: int, progress) -> list[dict]:
+def section_53(sizes, factors, periods: int, budget: float, seed: int, progress) -> list[dict]:
     """ALBIC and COLA re-optimisation (plus MILP and Flux) over collocation factors and sizes."""
     rows = []
     combos = [(s, x) for s in sizes for x in factors]
@@ -182,17 +184,17 @@ def section_53(sizes, factors, periods: int, time_limit: float, seed: int, progr
     for (n, k, o), x in combos:
         state = synthetic_state(SyntheticSetting(n, k, o, varies=0, one_to_one=x / 100), seed=seed)
         for policy in policies:
-            s = summarise(run_periods(policy, state, periods, 20, time_limit, seed, progress, task))
+            s = summarise(run_periods(policy, state, periods, 20, budget, seed, progress, task))
             rows.append({"size": f"{n}/{k}/{o}", "x": x, "policy": policy, **s})
     return rows
 
 
-def convergence(periods: int, time_limit: float, seed: int, progress) -> dict:
+def convergence(periods: int, budget: float, seed: int, progress) -> dict:
     """Real-Job-2-like: 2 operators, every key group 1-1, 10 migrations per period (Figure 12)."""
     state = synthetic_state(SyntheticSetting(20, 200, 2, varies=0, one_to_one=1.0), seed=seed)
     task = progress.add_task("convergence (Fig. 12)", total=2 * periods)
-    albic = run_periods("albic", state, periods, 10, time_limit, seed, progress, task)
-    cola = run_periods("cola", state, periods, 10, time_limit, seed, progress, task)
+    albic = run_periods("albic", state, periods, 10, budget, seed, progress, task)
+    cola = run_periods("cola", state, periods, 10, budget, seed, progress, task)
     target = float(np.mean([r["collocation_factor"] for r in cola]))
     reached = next((i + 1 for i, r in enumerate(albic) if r["collocation_factor"] >= target), None)
     upto = reached or periods
@@ -216,7 +218,8 @@ def plots(q51, scale, q53, conv, sizes) -> list[str]:
                 flux = next(r["load_distance"] for r in q51 if r["size"] == label and r["varies"] == varies
                             and r["max_migrations"] == mm and r["policy"] == "flux")
                 ax.axhline(flux, color=line.get_color(), ls="--", lw=0.8)
-        ax.set(title=f"{label} (dashed: Flux)", xlabel="solver time limit (s)", ylabel="load distance (pp)")
+        ax.set(title=f"{label} (dashed: Flux)", xlabel="solver deterministic-time limit",
+               ylabel="load distance (pp)")
         ax.legend(fontsize=6)
     names.append(_save(fig, img / "albic_quality.png"))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -275,7 +278,7 @@ def main() -> None:
     args = parser.parse_args()
     console = Console(stderr=args.format == "json")
     if args.quick:
-        result = quick(args.seed, periods=args.periods or 4, time_limit=1.0)
+        result = quick(args.seed, periods=args.periods or 4, budget=1.0)
         if args.format == "json":
             print(json.dumps(result, indent=2))
         else:
@@ -289,7 +292,7 @@ def main() -> None:
     started = time.perf_counter()
     with Progress(console=console) as progress:
         q51 = section_51(SIZES, [10, 20, 40], [13, 20], [0.5, 1, 2, 5], args.seed, progress)
-        scale = scale_in(SIZES[2], rounds=16, time_limit=2.0, seed=args.seed, progress=progress)
+        scale = scale_in(SIZES[2], rounds=16, budget=2.0, seed=args.seed, progress=progress)
         q53 = section_53([SIZES[1]], [0, 25, 50, 75, 100], periods, 1.0, args.seed, progress)
         q53 += section_53([SIZES[0], SIZES[2]], [50], periods, 1.0, args.seed, progress)
         conv = convergence(150, 0.5, args.seed, progress)
@@ -322,8 +325,9 @@ def main() -> None:
          f"Python {platform.python_version()}  "),
         f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s  ",
         ("Workloads: streamtopo.planner.workloads (paper Sec. 5.1/5.3 settings, mean node load 50 %); "
-         "MILP = CBC via OR-Tools with neighbourhood rounds (docs/albic.md). LD = load distance in "
-         "percentage points of one executor; seconds are wall seconds on a loaded machine."),
+         "MILP = CP-SAT via OR-Tools with neighbourhood rounds, limited by deterministic time (dt), so its "
+         "answers do not depend on the machine (docs/albic.md). LD = load distance in percentage points of "
+         "one executor; seconds are wall seconds on a loaded machine."),
         "", "### Targets", "", *targets, "",
         "### Section 5.1: quality against solve time", "", f"![quality](img/{images[0]})", "",
         *markdown(cols51, rows51), "",
@@ -352,7 +356,8 @@ def target_lines(q51, q53, conv) -> list[str]:
         secs = max(r["seconds"] for r in best)
         milp_lds = ", ".join(f"{r['load_distance']:.2f}" for r in best)
         flux_lds = ", ".join(f"{v:.2f}" for _, v in sorted(flux.items()))
-        out.append(f"- {size}, 20 migrations, 5 s limit: MILP LD {milp_lds} (varies 10/20/40) vs Flux "
+        out.append(f"- {size}, 20 migrations, deterministic time 5: MILP LD {milp_lds} (varies 10/20/40) "
+                   f"vs Flux "
                    f"{flux_lds}: < 1 % {'met' if ok_abs else 'MISSED'}, "
                    f"<= 0.5x Flux {'met' if ok_rel else 'MISSED'}; slowest solve {secs:.1f} s "
                    f"({'met' if secs <= 5.5 else 'MISSED'} <= 5 s)")

@@ -45,21 +45,23 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int | None, typer.Option("--seed", help="Seed (default: the scenario's).")] = None,
         plot: Annotated[Path | None, typer.Option("--plot", help="Draw the per-period series into this PNG.")] = None,
         output_format: Annotated[str, typer.Option("--format", help="table | json.")] = "table",
-        time_limit: Annotated[float | None, typer.Option(
-            "--time-limit", min=0.01,
-            help="albic/milp: solver time limit per MILP solve, seconds (default: the policy's, 5 s).")] = None,
+        deterministic_time: Annotated[float | None, typer.Option(
+            "--deterministic-time", min=0.001,
+            help="albic/milp: CP-SAT deterministic-time limit per MILP solve, a machine-independent work "
+                 "unit, not seconds (default: the policy's).")] = None,
     ) -> None:
         """Simulate rebalancing and scaling over a scenario; print per-period figures and a summary."""
         from rich.console import Console
 
         raise typer.Exit(run_simulate(scenario, policy=policy, scaling=scaling, periods=periods, seed=seed,
-                                      plot=plot, output_format=output_format, time_limit=time_limit,
+                                      plot=plot, output_format=output_format,
+                                      deterministic_time=deterministic_time,
                                       out=Console(), err=Console(stderr=True)))
 
 
 def run_simulate(path: Path, *, policy: str | None, scaling: str | None, periods: int | None, seed: int | None,
                  plot: Path | None, output_format: str, out: Console, err: Console,
-                 time_limit: float | None = None) -> int:
+                 deterministic_time: float | None = None) -> int:
     """The command's logic; returns the exit code."""
     import yaml
 
@@ -91,7 +93,7 @@ def run_simulate(path: Path, *, policy: str | None, scaling: str | None, periods
 
     total = periods or scenario.periods
     options = {"policy": policy, "scaling": scaling, "periods": periods, "seed": seed,
-               "policy_config": solver_config(policy or scenario.policy, time_limit)}
+               "policy_config": solver_config(policy or scenario.policy, deterministic_time)}
     if output_format == "table":
         from rich.progress import Progress
 
@@ -108,13 +110,13 @@ def run_simulate(path: Path, *, policy: str | None, scaling: str | None, periods
     return 0
 
 
-def solver_config(policy: str, time_limit: float | None) -> object | None:
-    """The MILP-based policies' config for ``--time-limit`` (None: the policy's defaults)."""
-    if time_limit is None or policy not in ("albic", "milp"):
+def solver_config(policy: str, deterministic_time: float | None) -> object | None:
+    """The MILP-based policies' config for ``--deterministic-time`` (None: the policy's defaults)."""
+    if deterministic_time is None or policy not in ("albic", "milp"):
         return None
     from streamtopo.planner.albic import AlbicConfig, MilpConfig
 
-    milp = MilpConfig(time_limit=time_limit)
+    milp = MilpConfig(deterministic_time=deterministic_time)
     return milp if policy == "milp" else AlbicConfig(milp=milp)
 
 

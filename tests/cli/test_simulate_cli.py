@@ -41,7 +41,8 @@ def test_json_contract() -> None:
 
 @pytest.mark.parametrize("policy", ["albic", "milp", "flux", "potc", "cola", "cmr"])
 def test_every_policy_runs_without_safe_decisions(policy: str) -> None:
-    result = simulate(SPIKES, "--policy", policy, "--periods", "3", "--time-limit", "0.2", "--format", "json")
+    result = simulate(SPIKES, "--policy", policy, "--periods", "3", "--deterministic-time", "0.05",
+                      "--format", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["policy"] == policy and data["summary"]["safe_decisions"] == 0

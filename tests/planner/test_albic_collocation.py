@@ -18,7 +18,7 @@ from streamtopo.planner.albic.collocation import (
 from streamtopo.planner.albic.state import index_state
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
 
-MILP = MilpConfig(time_limit=5.0, mean_rounding="exact")
+MILP = MilpConfig(deterministic_time=5.0, mean_rounding="exact")
 
 
 def chain_state(loads: dict, where: dict, traffic: dict, executors=("e0", "e1")) -> AllocationState:
@@ -149,7 +149,7 @@ def test_collocation_constraints_are_carried_across_rounds():
     from streamtopo.planner.workloads import SyntheticSetting, drift, synthetic_state
 
     state = synthetic_state(SyntheticSetting(6, 48, 4, varies=0, one_to_one=0.5), seed=4)
-    config = AlbicConfig(milp=MilpConfig(time_limit=1.0))
+    config = AlbicConfig(milp=MilpConfig(deterministic_time=1.0))
     first = albic_rebalance(state, max_migrations=6, config=config)
     kept = first.details["collocation_constraints"]
     assert kept and all(first.assignment[a] == first.assignment[b] for a, b in kept)

@@ -16,7 +16,8 @@ from streamtopo.planner.potc import PotcConfig, potc_rebalance
 from streamtopo.planner.rebalancers import CONFIGS, REBALANCERS, rebalance
 from streamtopo.planner.workloads import SyntheticSetting, synthetic_state
 
-QUICK = {"albic": AlbicConfig(milp=MilpConfig(time_limit=1.0)), "milp": MilpConfig(time_limit=1.0)}
+QUICK = {"albic": AlbicConfig(milp=MilpConfig(deterministic_time=1.0)),
+         "milp": MilpConfig(deterministic_time=1.0)}
 
 
 def simple(loads: list[float], where: list[int], n_ex: int, rates=None, caps=None) -> AllocationState:

@@ -231,16 +231,17 @@ def albic_rebalance(state: AllocationState, *, max_migrations: int | None = None
     traffic = dict(state.traffic)
     max_cost = _budget_cost(ix, max_migrations, max_migration_cost)
 
-    max_pl, backoffs, spent, trace = config.max_partition_load, 0, 0.0, []
+    max_pl, backoffs, spent, work, trace = config.max_partition_load, 0, 0.0, 0.0, []
     while True:
         partitions = [p for s in sets for p in graph_part(s, load, mc, traffic, max_pl, max_cost)]
         new = (improve_collocation(state, ix, scores, partitions, in_sets, max_migrations, max_migration_cost,
                                    seed) if max_pl > 0 else None)
         outcome = _solve(state, ix, partitions, new, max_migrations, max_migration_cost, config.milp, seed)
+        spent, work = spent + outcome.seconds, work + _work(outcome)
         if outcome.where is None and new is not None:
             new = None
             outcome = _solve(state, ix, partitions, None, max_migrations, max_migration_cost, config.milp, seed)
-        spent += outcome.seconds
+            spent, work = spent + outcome.seconds, work + _work(outcome)
         if outcome.where is None:
             break
         solution = {kg: ix.names[int(outcome.where[k])] for k, kg in enumerate(ix.kg_ids)}
@@ -254,7 +255,7 @@ def albic_rebalance(state: AllocationState, *, max_migrations: int | None = None
         "partitions": sum(1 for p in partitions if len(p) > 1),
         "new_constraint": None if new is None else {"pair": new.pair, "case": new.case,
                                                     "executor": ix.names[new.node], "members": new.members},
-        "force_moves": new is not None,
+        "force_moves": new is not None, "deterministic_time": work,
     }
     result = solve_to_rebalance(state, ix, _with_seconds(outcome, spent), policy="albic", extra=details)
     pairs = col_grps + ([new.pair] if new is not None else [])
@@ -274,6 +275,11 @@ def _solve(state: AllocationState, ix: StateIndex, partitions: list[list[KeyGrou
         pinned = {u_i: new.node for u_i, u in enumerate(units) if k0 in u}
     return solve_units(state, ix, units, pinned=pinned, max_migrations=max_migrations,
                        max_migration_cost=max_cost, config=milp, seed=seed)
+
+
+def _work(outcome: MilpOutcome) -> float:
+    """The deterministic time a solve spent (the work measure its limits count; reported in details)."""
+    return float(outcome.details.get("deterministic_time", 0.0))
 
 
 def _with_seconds(outcome: MilpOutcome, seconds: float) -> MilpOutcome:

@@ -26,9 +26,12 @@ MilpConfig). Extensions named in the paper or required by streamtopo:
 - (5) is dropped only when the current allocation itself violates it (e.g. a marked node holds more than
   2 * mean): then the model as written may be infeasible, and at any optimum of the relaxed model
   (5) still holds whenever the written model was feasible;
-- warm start: the current allocation is the solution hint, and a largest-deviation-first greedy within
-  the same constraints is the rounds' starting incumbent (CBC ignores hints); whatever the solver
+- warm start: a largest-deviation-first greedy from the current allocation, within the same constraints, is
+  the solution hint (CP-SAT starts from it) and the rounds' starting incumbent; whatever the solver
   returns, the current allocation is kept unless the answer is strictly better (guaranteed valid answer);
+- determinism: CP-SAT with a fixed seed and worker count, limited by deterministic time and a relative gap
+  only (albic/solver.py); neighbourhood rounds are budgeted in the same deterministic time. No decision
+  depends on the clock, so the same input gives the same allocation on any machine and under any load;
 - solving: models up to ``full_model_limit`` x-columns are solved whole. Larger ones (40 x 800 has
   32,000 columns) are solved by neighbourhood rounds: the same MILP over a sub-cluster (set B, pinned
   nodes, the strongly deviating nodes and the most overloaded / underloaded ones), whose key groups may
@@ -36,7 +39,7 @@ MilpConfig). Extensions named in the paper or required by streamtopo:
   sub-cluster's nodes (the others' loads cannot change). Rounds repeat from the incumbent, compared by
   d and then by the sorted deviations (leximax), and widen when a round is optimal yet improves nothing.
   Every answer is a feasible point of the full model and migrations always count against the current
-  allocation. docs/albic.md has the measurements behind this and behind the CBC default.
+  allocation. docs/albic.md has the measurements behind this and behind the CP-SAT settings.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ import numpy as np
 
 from streamtopo.planner.albic.metrics import build_rebalance
 from streamtopo.planner.albic.rules import colocation_units, host_of, rule_operators
-from streamtopo.planner.albic.solver import make_backend
+from streamtopo.planner.albic.solver import CpSatModel, SolveLimits
 from streamtopo.planner.albic.state import StateIndex, check_budget, index_state
 from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
 
@@ -59,12 +62,17 @@ from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
 class MilpConfig:
     """Solver settings of the MILP (shared by ALBIC)."""
 
-    time_limit: float = 5.0
-    """Wall seconds for one whole solve (all neighbourhood rounds), as measured by the solver."""
-    deterministic_time: float | None = None
-    """CP-SAT deterministic-time limit: reproducible results independent of machine load."""
-    backend: Literal["cp-sat", "scip", "cbc"] = "cbc"
+    deterministic_time: float = 0.2
+    """CP-SAT deterministic time for one whole solve (all neighbourhood rounds together): a work limit
+    that does not depend on the machine or its load, so the decision does not either. One unit is about
+    0.5-1.1 CPU seconds on the 2-core machine of docs/albic.md; 0.2 keeps a simulated day of
+    examples/scenarios/diurnal.yaml (about 120 solves) near 12 s (it took 238 s with CBC at 5 s)."""
+    relative_gap: float = 1e-4
+    """Stop once the objective is proven within this relative gap: d is then optimal up to 0.01 % while the
+    lexicographic tail (d_u + d_l, migrations) is not chased to the last unit; 1e-4 is the default MIP
+    gap of OR-Tools' pywraplp, under which CBC made the earlier decisions."""
     workers: int = 1
+    """CP-SAT workers; more than one runs ``interleave_search``, which is deterministic too."""
     mean_rounding: Literal["ceil", "exact"] = "exact"
     """``ceil`` is Table 2 literally (mean rounded up to a whole percentage point); ``exact`` (default)
     uses the unrounded mean, the one load distance is measured against: the rounding biases the
@@ -76,7 +84,8 @@ class MilpConfig:
     scale: int = 100
     """Integer resolution of loads: 1/scale percentage points."""
     warm_start: bool = True
-    """Hint the current allocation and start the rounds from a greedy incumbent (``_greedy_incumbent``)."""
+    """Start from a greedy incumbent built from the current allocation (``_greedy_incumbent``): it is the
+    CP-SAT solution hint and the rounds' first incumbent. Off: no hint, rounds start from the current one."""
     candidate_nodes: int | None = 0
     """Nodes whose key groups may move in one solve: None = every node (the full model as written);
     0 = automatic (the full model up to ``full_model_limit`` x-columns, else neighbourhoods of
@@ -86,8 +95,9 @@ class MilpConfig:
     full_model_limit: int = 2_500
     lns_nodes: int = 4
     """Neighbourhood size: half the most overloaded, half the most underloaded nodes."""
-    lns_round_time: float = 0.3
-    """Wall-second limit of one neighbourhood round (the whole solve stays within ``time_limit``)."""
+    lns_round_deterministic_time: float = 0.3
+    """Deterministic-time limit of one neighbourhood round (all rounds stay within ``deterministic_time``);
+    0.3 did best on bench/albic.py's Section 5.1 states at budget 5 (docs/albic.md)."""
     lns_max_nodes: int = 16
     """Cap on the strongly deviating nodes added to a round (when every node deviates alike, e.g. while
     set B still holds load, including them all would be the whole model); halved when a round finds
@@ -103,6 +113,7 @@ class MilpOutcome:
     d_u: float = math.nan
     d_l: float = math.nan
     seconds: float = 0.0
+    """Wall seconds CP-SAT measured (reported only: no decision reads them)."""
     relaxed_5: bool = False
     details: dict[str, object] = field(default_factory=dict)
 
@@ -136,7 +147,8 @@ def _scaled_cost(ix: StateIndex, max_migrations: int | None,
 
 @dataclass
 class _Problem:
-    """Everything about one MILP that does not depend on the neighbourhood being solved."""
+    """Everything about one MILP that does not depend on the neighbourhood being solved, computed once
+    per solve rather than once per round."""
 
     ix: StateIndex
     units: Sequence[Sequence[int]]
@@ -144,11 +156,17 @@ class _Problem:
     resource: str
     mean: float
     mean_s: int
+    d_hi: int
+    """Upper bound of d, d_u, d_l in 1/scale pp (the greatest possible node load, or the mean)."""
     u_bal: np.ndarray
     u_mem: np.ndarray
     u_cpu: np.ndarray
     cost_rows: list[tuple[np.ndarray, int]]
     u_cost: list[np.ndarray]
+    moved: np.ndarray
+    """(node, unit): key groups of the unit that migrate if it ends on that node (the w3 term)."""
+    ruled: np.ndarray
+    """Per unit: it has a key group of an operator some PlacementRule names (never a constant)."""
     allowed: list[list[int]]
     """Nodes each unit may be on at all (set B, resource matching, memory, pins)."""
     node_host: list[str]
@@ -180,6 +198,11 @@ def _prepare(state: AllocationState, ix: StateIndex, units: Sequence[Sequence[in
         stay = np.zeros((n_nodes, n_units), dtype=np.int64)
         np.add.at(stay, (ix.current, owner), coef)
         u_cost.append(per_unit(coef.astype(float)).astype(np.int64)[None, :] - stay)
+    home = np.zeros((n_nodes, n_units), dtype=np.int64)
+    np.add.at(home, (ix.current, owner), 1)
+    moved = np.bincount(owner, minlength=n_units)[None, :] - home
+    ruled_ops = rule_operators(state)
+    ruled = np.array([any(ix.kg_ids[k][0] in ruled_ops for k in u) for u in units], dtype=bool)
     hosts = host_of(state)
     node_host = [hosts[n] for n in ix.names]
     allowed_hosts = state.rules.allowed_hosts
@@ -201,22 +224,22 @@ def _prepare(state: AllocationState, ix: StateIndex, units: Sequence[Sequence[in
         if not cols:
             return [ix.kg_ids[k] for k in u]
         allowed.append(cols)
-    return _Problem(ix, units, bal, resource, mean, round(mean * S), u_bal, u_mem, u_cpu, cost_rows,
-                    u_cost, allowed, node_host)
+    mean_s = round(mean * S)
+    d_hi = max(mean_s, int(u_bal.sum(axis=1).max()))
+    return _Problem(ix, units, bal, resource, mean, mean_s, d_hi, u_bal, u_mem, u_cpu, cost_rows, u_cost,
+                    moved, ruled, allowed, node_host)
 
 
 def _solve_neighbourhood(state: AllocationState, pb: _Problem, place: np.ndarray, movable: np.ndarray,
-                         config: MilpConfig, time_limit: float, seed: int) -> tuple[np.ndarray | None, str, dict]:
+                         config: MilpConfig, limits: SolveLimits) -> tuple[np.ndarray | None, str, dict]:
     """One MILP solve where only units on ``movable`` nodes (under ``place``) may change node."""
-    be = make_backend(config.backend)   # first: a MIP backend's wall clock then covers building the model
+    be = CpSatModel()
     ix, S = pb.ix, config.scale
     n_nodes = len(ix.names)
     columns = [cols if movable[place[u_i]] else [int(place[u_i])] for u_i, cols in enumerate(pb.allowed)]
     columns = [[i for i in cols if movable[i] or i == place[u_i]] for u_i, cols in enumerate(columns)]
     # Units that cannot move this round and touch no PlacementRule are constants, not variables.
-    ruled = rule_operators(state)
-    fixed = [len(cols) == 1 and not any(ix.kg_ids[k][0] in ruled for k in pb.units[u_i])
-             for u_i, cols in enumerate(columns)]
+    fixed = [len(cols) == 1 and not pb.ruled[u_i] for u_i, cols in enumerate(columns)]
     x = [{} if fixed[u_i] else {i: be.bool() for i in cols} for u_i, cols in enumerate(columns)]
     const_bal = np.zeros(n_nodes, dtype=np.int64)
     const_mem = np.zeros(n_nodes)
@@ -226,8 +249,7 @@ def _solve_neighbourhood(state: AllocationState, pb: _Problem, place: np.ndarray
         const_bal[i] += pb.u_bal[i, u_i]
         const_mem[i] += pb.u_mem[u_i]
         const_cpu[i] += pb.u_cpu[i, u_i]
-    mean_s = pb.mean_s
-    d_hi = max(mean_s, int(pb.u_bal.sum(axis=1).max()))
+    mean_s, d_hi = pb.mean_s, pb.d_hi
     d, d_u, d_l = be.num(0, d_hi), be.num(0, d_hi), be.num(0, d_hi)
     be.linear([d_u, d], [1, -1], -math.inf, 0)
     be.linear([d_l, d], [1, -1], -math.inf, 0)
@@ -284,15 +306,15 @@ def _solve_neighbourhood(state: AllocationState, pb: _Problem, place: np.ndarray
     mig_vars, mig_coefs = [], []
     for u_i, cols in enumerate(x):
         for i, v in cols.items():
-            moved = int(np.count_nonzero(ix.current[list(pb.units[u_i])] != i))
-            if moved:
+            if pb.moved[i, u_i]:
                 mig_vars.append(v)
-                mig_coefs.append(moved)
+                mig_coefs.append(int(pb.moved[i, u_i]))
     w2 = len(ix.kg_ids) + 1
     w1 = (2 * d_hi + 1) * w2
     be.minimize([d, d_u, d_l, *mig_vars], [w1, -w2, -w2, *mig_coefs])
-    status = be.solve(time_limit, config.deterministic_time, seed, config.workers)
-    info = {"seconds": be.wall_time, "relaxed_5": relaxed, "columns": sum(len(c) for c in columns)}
+    status = be.solve(limits)
+    info = {"work": be.deterministic_time, "seconds": be.wall_time, "relaxed_5": relaxed,
+            "columns": sum(len(c) for c in columns)}
     if status not in ("optimal", "feasible"):
         return None, status, info
     new = np.array([max(cols, key=lambda i: be.value(cols[i])) if cols else place[u_i]
@@ -310,7 +332,8 @@ def solve_units(state: AllocationState, ix: StateIndex, units: Sequence[Sequence
     ``pinned`` maps a unit index to the node index it must be on (ALBIC's step 3 constraint).
     Small models are solved whole; larger ones by neighbourhoods (see ``MilpConfig.candidate_nodes``):
     each round re-solves the MILP with the most deviating nodes of the incumbent free, starting from
-    the current allocation, until the time budget is spent or a round changes nothing.
+    the incumbent, until the deterministic-time budget is spent or a round changes nothing. Every limit is
+    deterministic, so the outcome depends on the input, the config and the seed only.
     """
     pinned = pinned or {}
     n_nodes = len(ix.names)
@@ -331,64 +354,64 @@ def solve_units(state: AllocationState, ix: StateIndex, units: Sequence[Sequence
 
     start = score(~ix.marked, node_loads(place), pb.mean)
     if config.warm_start:
-        place = _greedy_incumbent(state, pb, place, config.scale, config.cpu_cap)
-    spent, rounds, status, info, best = 0.0, 0, "unknown", {}, None
+        place = _greedy_incumbent(pb, place, config.scale, config.cpu_cap)
+    spent, seconds, rounds, status, info, best = 0.0, 0.0, 0, "unknown", {}, None
     size, last = config.candidate_nodes or config.lns_nodes, score(~ix.marked, node_loads(place), pb.mean)
     cap = config.lns_max_nodes
     if _better(last, start):
         status, best = "feasible", place
-    last_round = 0.0
-    while spent + last_round < config.time_limit - 1e-3:   # CBC overruns short limits: the previous
-        # round's duration predicts the next one's, so no round starts that would end past the limit
+    while config.deterministic_time - spent > 1e-3:
         movable = _candidate_nodes(ix, node_loads(place), pb.mean, units, place, pinned, config, size, cap)
-        budget = config.time_limit - spent if movable.all() else min(config.lns_round_time,
-                                                                      config.time_limit - spent)
-        new, st, inf = _solve_neighbourhood(state, pb, place, movable, config, budget, seed + rounds)
-        spent += inf["seconds"]
-        last_round = inf["seconds"]
+        left = config.deterministic_time - spent
+        budget = left if movable.all() else min(config.lns_round_deterministic_time, left)
+        limits = SolveLimits(budget, config.relative_gap, seed + rounds, config.workers)
+        new, st, inf = _solve_neighbourhood(state, pb, place, movable, config, limits)
+        spent += inf["work"]
+        seconds += inf["seconds"]
         rounds += 1
         if new is None:
             if best is None:
                 status, info = st, inf
             if movable.all() or size <= 2:
                 break
-            size, cap = max(size // 2, 2), max(cap // 2, 2)   # nothing found in time: a smaller round
+            size, cap = max(size // 2, 2), max(cap // 2, 2)   # nothing found within budget: a smaller round
             continue
         new_score, before = score(~ix.marked, node_loads(new), pb.mean), last
-        if best is None or not _better(last, new_score):   # a time-limited round may end worse: keep the incumbent
+        if best is None or not _better(last, new_score):   # never keep a round that ends worse than it began
             status, info, best, place, last = st, inf, new, new, new_score
         if movable.all():
             break
         if not _better(new_score, before) and st == "optimal":
             size *= 2          # optimal yet stuck: widen the neighbourhood, up to the full model
-    details = {"mean": pb.mean, "resource": pb.resource, "rounds": rounds,
+    details = {"mean": pb.mean, "resource": pb.resource, "rounds": rounds, "deterministic_time": spent,
                "columns": info.get("columns", 0), "score_current": start}
     if best is None:
-        return MilpOutcome(None, status, seconds=spent, relaxed_5=bool(info.get("relaxed_5")), details=details)
+        return MilpOutcome(None, status, seconds=seconds, relaxed_5=bool(info.get("relaxed_5")),
+                           details=details)
     final = score(~ix.marked, node_loads(best), pb.mean)
     details["score_solution"] = final
     loads = node_loads(best)
     top, low = float(loads.max()), float(loads[~ix.marked].min())
     return MilpOutcome(where_of(best), status, d=final[0], d_u=max(min(final[0], pb.mean + final[0] - top), 0.0),
-                       d_l=max(min(final[0], low - pb.mean + final[0]), 0.0), seconds=spent,
+                       d_l=max(min(final[0], low - pb.mean + final[0]), 0.0), seconds=seconds,
                        relaxed_5=bool(info.get("relaxed_5")), details=details)
 
 
-def _greedy_incumbent(state: AllocationState, pb: _Problem, place: np.ndarray, scale: int,
-                      cpu_cap: float) -> np.ndarray:
+def _greedy_incumbent(pb: _Problem, place: np.ndarray, scale: int, cpu_cap: float) -> np.ndarray:
     """A largest-deviation-first start for the rounds, within the same budget (2), set B and columns.
 
     Each step considers moving one unit from a donor (set B while it holds units, and the most
     overloaded nodes) to one of the most underloaded nodes of A, per pair the unit that leaves the pair
     closest to the mean, and makes the move that scores best (d, then leximax) if it beats the incumbent:
     lowering d comes first, so B drains while the overloaded nodes are relieved, not before. Units touching a
-    PlacementRule stay put (the MILP handles them). The MILP rounds then spend the time limit improving
-    this incumbent instead of first re-finding these moves; the current allocation is the fallback.
-    CBC ignores solution hints, so without this its rounds start from the current allocation only.
+    PlacementRule stay put (the MILP handles them). It is CP-SAT's solution hint, so the deterministic
+    budget goes to improving it instead of re-finding these moves; the current allocation is the fallback.
+    Measured on the simulator's skewed-scenario problems (all pinned by ALBIC's step 3), hinting it rather
+    than the current allocation (with the pin applied) lowered the mean d from 4.19 to 4.07 pp at the same
+    budget, and 23 instead of 8 of the 35 solves ended within the gap before the budget.
     """
     ix, n_nodes = pb.ix, len(pb.ix.names)
-    ruled = rule_operators(state)
-    free = np.array([not any(ix.kg_ids[k][0] in ruled for k in u) for u in pb.units])
+    free = ~pb.ruled
     unit_idx = np.arange(len(pb.units))
     place = place.copy()
     loads = np.bincount(place, weights=pb.u_bal[place, unit_idx], minlength=n_nodes).astype(float)
@@ -471,7 +494,7 @@ def _candidate_nodes(ix: StateIndex, loads: np.ndarray, mean: float, units: Sequ
 
 
 def _add_rules(state: AllocationState, ix: StateIndex, units: Sequence[Sequence[int]],
-               x: list[dict[int, Any]], be: Any, node_host: list[str]) -> None:
+               x: list[dict[int, Any]], be: CpSatModel, node_host: list[str]) -> None:
     """PlacementRules as linear constraints (PE co-location is already inside the units)."""
     r = state.rules
     unit_ops = [{ix.kg_ids[k][0] for k in u} for u in units]

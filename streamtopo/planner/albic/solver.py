@@ -1,136 +1,92 @@
-"""A thin linear-model adapter over OR-Tools, so the ALBIC MILP is written once for two backends.
+"""A thin adapter over OR-Tools CP-SAT for the ALBIC MILP (Madsen et al., ICDE 2017, Sec. 4.3.1).
 
-``cp-sat`` (CP-SAT on scaled integers) is the default; ``scip``/``cbc``/``highs`` go through pywraplp
-(a MIP backend). docs/albic.md records the measurement behind the default. Wall times come from the
-solvers themselves (the planner reads no clock).
+Every limit is deterministic, so the same model gives the same answer on an idle or a loaded machine:
+CP-SAT runs with a fixed worker count, a fixed seed, ``max_deterministic_time`` (CP-SAT's machine-independent
+work measure, not seconds) and a relative gap; no wall-clock limit is set. With more than one worker,
+``interleave_search`` keeps the search deterministic. The planner reads no clock: the wall time below is
+CP-SAT's own measurement, reported in ``Rebalance.solve_seconds`` and never used for a decision.
+docs/albic.md has the measurements (CBC, SCIP, HiGHS, CP-SAT) behind this choice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
-from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
-MIP_BACKENDS = {"scip": "SCIP", "cbc": "CBC"}
+_STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}
 
 
-class LinearBackend:
-    """The operations the MILP needs; subclasses bind them to one OR-Tools solver."""
+@dataclass(frozen=True)
+class SolveLimits:
+    """The deterministic limits of one solve."""
 
-    wall_time: float = 0.0
-
-    def bool(self) -> Any: ...
-    def num(self, lo: int, hi: int) -> Any: ...
-    def linear(self, vars_: Sequence[Any], coefs: Sequence[int], lo: float, hi: float) -> None: ...
-    def exactly_one(self, vars_: Sequence[Any]) -> None:
-        self.linear(vars_, [1] * len(vars_), 1, 1)
-    def fix(self, var: Any, value: int) -> None:
-        self.linear([var], [1], value, value)
-    def minimize(self, vars_: Sequence[Any], coefs: Sequence[int]) -> None: ...
-    def hint(self, vars_: Sequence[Any], values: Sequence[int]) -> None: ...
-    def solve(self, time_limit: float, deterministic_time: float | None, seed: int, workers: int) -> str: ...
-    def value(self, var: Any) -> float: ...
+    deterministic_time: float
+    """CP-SAT deterministic time (``max_deterministic_time``)."""
+    relative_gap: float
+    """Stop once (incumbent - bound) / |incumbent| is at most this (``relative_gap_limit``)."""
+    seed: int
+    workers: int
 
 
-class CpSatBackend(LinearBackend):
+class CpSatModel:
+    """The operations the MILP needs (Boolean columns, bounded integers, linear rows, a hint), on CP-SAT."""
+
     def __init__(self) -> None:
         self.model = cp_model.CpModel()
         self.solver = cp_model.CpSolver()
+        self.deterministic_time = 0.0
+        """Work the last solve spent, in CP-SAT deterministic time (machine-independent)."""
+        self.wall_time = 0.0
+        """Wall seconds of the last solve as CP-SAT measured them; reported only."""
 
-    def bool(self) -> Any:
+    def bool(self) -> cp_model.IntVar:
         return self.model.new_bool_var("")
 
-    def num(self, lo: int, hi: int) -> Any:
+    def num(self, lo: int, hi: int) -> cp_model.IntVar:
         return self.model.new_int_var(lo, hi, "")
 
-    def linear(self, vars_, coefs, lo, hi) -> None:
+    def linear(self, vars_: Sequence[cp_model.IntVar], coefs: Sequence[int], lo: float, hi: float) -> None:
+        """``lo <= sum coefs * vars <= hi``; infinite sides are left out."""
         expr = cp_model.LinearExpr.weighted_sum(list(vars_), list(coefs))
         if lo == hi:
             self.model.add(expr == int(lo))
-        else:
-            if lo > -float("inf"):
-                self.model.add(expr >= int(lo))
-            if hi < float("inf"):
-                self.model.add(expr <= int(hi))
+            return
+        if lo > -float("inf"):
+            self.model.add(expr >= int(lo))
+        if hi < float("inf"):
+            self.model.add(expr <= int(hi))
 
-    def exactly_one(self, vars_) -> None:
+    def exactly_one(self, vars_: Sequence[cp_model.IntVar]) -> None:
         self.model.add_exactly_one(vars_)
 
-    def minimize(self, vars_, coefs) -> None:
+    def minimize(self, vars_: Sequence[cp_model.IntVar], coefs: Sequence[int]) -> None:
         self.model.minimize(cp_model.LinearExpr.weighted_sum(list(vars_), list(coefs)))
 
-    def hint(self, vars_, values) -> None:
+    def hint(self, vars_: Sequence[cp_model.IntVar], values: Sequence[int]) -> None:
+        """A complete start (the warm start): CP-SAT checks it and keeps it as its first solution."""
         for v, x in zip(vars_, values):
             self.model.add_hint(v, int(x))
 
-    def solve(self, time_limit, deterministic_time, seed, workers) -> str:
+    def solve(self, limits: SolveLimits) -> str:
+        """Solve under deterministic limits only; returns optimal / feasible / infeasible / unknown.
+
+        ``linearization_level`` 2 puts more of the model into CP-SAT's LP relaxation than the
+        default 1: on the simulator's problems the same deterministic time reached better load distances
+        (docs/albic.md). The gap is what lets most solves end before the budget.
+        """
         p = self.solver.parameters
-        p.max_time_in_seconds = float(time_limit)
-        if deterministic_time is not None:
-            p.max_deterministic_time = float(deterministic_time)
-        p.random_seed = int(seed)
-        p.num_workers = int(workers)
+        p.num_workers = int(limits.workers)
+        p.interleave_search = limits.workers > 1
+        p.random_seed = int(limits.seed)
+        p.max_deterministic_time = float(limits.deterministic_time)
+        p.relative_gap_limit = float(limits.relative_gap)
+        p.linearization_level = 2
         status = self.solver.solve(self.model)
-        self.wall_time = self.solver.wall_time
-        return {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible",
-                cp_model.INFEASIBLE: "infeasible"}.get(status, "unknown")
+        self.deterministic_time = float(self.solver.response_proto.deterministic_time)
+        self.wall_time = float(self.solver.wall_time)
+        return _STATUS.get(status, "unknown")
 
-    def value(self, var) -> float:
-        return float(self.solver.value(var))
-
-
-class MipBackend(LinearBackend):
-    def __init__(self, name: str) -> None:
-        solver = pywraplp.Solver.CreateSolver(MIP_BACKENDS[name])
-        if solver is None:
-            raise ValueError(f"MIP backend {name!r} is not available in this OR-Tools build")
-        self.solver = solver
-        self.name = name
-        self.inf = solver.infinity()
-        self._hint_vars: list[Any] = []
-        self._hint_vals: list[float] = []
-
-    def bool(self) -> Any:
-        return self.solver.BoolVar("")
-
-    def num(self, lo, hi) -> Any:
-        return self.solver.NumVar(lo, hi, "")
-
-    def linear(self, vars_, coefs, lo, hi) -> None:
-        c = self.solver.Constraint(-self.inf if lo == -float("inf") else lo, self.inf if hi == float("inf") else hi)
-        for v, a in zip(vars_, coefs):
-            c.SetCoefficient(v, float(a))
-
-    def minimize(self, vars_, coefs) -> None:
-        obj = self.solver.Objective()
-        for v, a in zip(vars_, coefs):
-            obj.SetCoefficient(v, float(a))
-        obj.SetMinimization()
-
-    def hint(self, vars_, values) -> None:
-        self._hint_vars.extend(vars_)
-        self._hint_vals.extend(float(x) for x in values)
-
-    def solve(self, time_limit, deterministic_time, seed, workers) -> str:
-        self.solver.SetTimeLimit(int(time_limit * 1000))
-        if self.name != "cbc":
-            self.solver.SetNumThreads(int(workers))
-        if self._hint_vars:
-            self.solver.SetHint(self._hint_vars, self._hint_vals)
-        status = self.solver.Solve()
-        self.wall_time = self.solver.wall_time() / 1000.0
-        return {pywraplp.Solver.OPTIMAL: "optimal", pywraplp.Solver.FEASIBLE: "feasible",
-                pywraplp.Solver.INFEASIBLE: "infeasible"}.get(status, "unknown")
-
-    def value(self, var) -> float:
-        return float(var.solution_value())
-
-
-def make_backend(name: str) -> LinearBackend:
-    if name == "cp-sat":
-        return CpSatBackend()
-    if name in MIP_BACKENDS:
-        return MipBackend(name)
-    raise ValueError(f"unknown solver backend {name!r}; use cp-sat, {', '.join(MIP_BACKENDS)}")
+    def value(self, var: cp_model.IntVar) -> int:
+        return int(self.solver.value(var))
