@@ -37,6 +37,23 @@ def markdown(columns: Sequence[str], rows: Sequence[Sequence[object]], digits: i
     ]
 
 
+def read_section(title: str, path: Path = BENCHMARKS) -> list[str]:
+    """The lines under ``## title`` (heading and the blank line after it excluded; empty when absent), so a
+    bench that re-measures one part of its section can keep the rest as it was recorded."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    head = f"## {title}"
+    if head not in lines:
+        return []
+    start = lines.index(head) + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
+    body = lines[start:end]
+    while body and not body[0].strip():
+        body = body[1:]
+    while body and not body[-1].strip():
+        body = body[:-1]
+    return body
+
+
 def write_section(title: str, lines: Sequence[str], path: Path = BENCHMARKS) -> None:
     """Replace the ``## title`` section of ``path`` (or append it), leaving every other section alone."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"

@@ -17,7 +17,8 @@ def executor(
     output: Path | None = typer.Option(None, "--output", help="Directory of file sinks."),
     cpu: float = typer.Option(1.0, "--cpu", help="CPU cores this executor may use (exported capacity)."),
 ) -> None:
-    """Run the units the routing table gives this executor (exit 2: bad pipeline, 3: no transport)."""
+    """Run the units the routing table gives this executor (exit 2: bad pipeline, 3: no transport,
+    4: a file sink cannot write)."""
     from streamtopo.runtime.executor import run_executor
 
     raise typer.Exit(run_executor(topology, routing, name, transport, metrics_port=metrics_port,
@@ -26,8 +27,3 @@ def executor(
 
 def register(app: typer.Typer) -> None:
     app.command("executor")(executor)
-
-
-def main() -> None:
-    """Entry point of ``python -m streamtopo.runtime.executor``."""
-    typer.run(executor)

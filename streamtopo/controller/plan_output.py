@@ -1,8 +1,9 @@
 """`streamtopo plan`: load a topology and a cluster, plan, and render the plan for people or tools.
 
 The table is for people (PEs with their operators, host and size; hosts with load and utilisation;
-U and C). JSON and YAML are the contract of ``Plan.to_dict()``. Exit codes: 0 feasible plan, 2 invalid
-input (every problem as ``field.path: message``), 3 no valid or no feasible plan (saying why).
+U and C); ``streamtopo run`` shows the same PE table with each PE's executor (:func:`render_run_plan`).
+JSON and YAML are the contract of ``Plan.to_dict()``. Exit codes: 0 feasible plan, 2 invalid input
+(every problem as ``field.path: message``), 3 no valid or no feasible plan (saying why).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from rich.table import Table
 
 from streamtopo.planner.cluster import Cluster, load_cluster
 from streamtopo.planner.model import TopologyError, load_topology
-from streamtopo.planner.plan import Plan
+from streamtopo.planner.plan import PE, Plan
+from streamtopo.planner.routing import RoutingTable, unit_key
 
 DEFAULT_HOSTS = 4
 DEFAULT_HOST_CPU = 4.0
@@ -124,23 +126,50 @@ def render(plan: Plan, output_format: str, out: Console) -> None:
         out.print(yaml.safe_dump(plan.to_dict(), sort_keys=False), markup=False, highlight=False,
                   soft_wrap=True, end="")
     else:
-        for table in plan_tables(plan):
-            out.print(table)
-        out.print(f"U (max host utilisation) = {plan.max_utilization:.3f}   "
-                  f"C (communication cost) = {plan.communication_cost:.4f} cores   "
-                  f"feasible = {plan.feasible}   valid = {plan.valid}", highlight=False)
+        pes, hosts = plan_tables(plan)
+        out.print(pes)
+        out.print(hosts)
+        out.print(scores_line(plan), highlight=False)
 
 
-def plan_tables(plan: Plan) -> list[Table]:
-    """The PE table and the host table of a plan."""
+def render_run_plan(plan: Plan | None, routing: RoutingTable, out: Console) -> None:
+    """What ``streamtopo run`` shows before it starts: the PE table of ``streamtopo plan`` with the executor
+    that runs each PE, and U and C; for ``--executors N`` (no fusion plan) the executors and their hosts.
+
+    The host table is left out: a local run plans on one or a few hosts, and U already names the worst.
+    """
+    if plan is None:
+        n = len(routing.executors)
+        hosts = ", ".join(f"{name} on {e.host or '-'}" for name, e in sorted(routing.executors.items()))
+        out.print(f"plan: {n} executors (--executors), unit (operator, kg) on executor kg mod {n}: {hosts}",
+                  markup=False, highlight=False, soft_wrap=True)
+        return
+    out.print(plan_tables(plan, routing)[0])
+    out.print(scores_line(plan), highlight=False)
+
+
+def scores_line(plan: Plan) -> str:
+    """U and C, the scores COLA trades off, and the plan's verdicts (under the tables of both commands)."""
+    return (f"U (max host utilisation) = {plan.max_utilization:.3f}   "
+            f"C (communication cost) = {plan.communication_cost:.4f} cores   "
+            f"feasible = {plan.feasible}   valid = {plan.valid}")
+
+
+def plan_tables(plan: Plan, routing: RoutingTable | None = None) -> tuple[Table, Table]:
+    """The PE table and the host table of a plan; with ``routing`` the PE table names each PE's executor
+    (the one its first unit is routed to; "-" for an HA replica, which a local run does not start)."""
     pes = Table(title=f"{plan.algorithm} plan on the {plan.graph_kind} graph: {len(plan.pes)} PEs")
-    for column, justify in (("PE", "left"), ("operators", "left"), ("host", "left"), ("size (cores)", "right")):
+    named = routing is not None
+    columns = [("PE", "left"), *([("executor", "left")] if named else []), ("operators", "left"),
+               ("host", "left"), ("size (cores)", "right")]
+    for column, justify in columns:
         pes.add_column(column, justify=justify)
     for pe in sorted(plan.pes, key=lambda p: (str(p.host), p.name)):
         operators = ", ".join(pe.operators)
         if plan.graph_kind == "unit":
             operators += f"  ({len(pe.members)} units)"
-        pes.add_row(pe.name, operators, pe.host or "-", f"{pe.size:.3f}")
+        executor = [_executor_of(pe, routing)] if named else []
+        pes.add_row(pe.name, *executor, operators, pe.host or "-", f"{pe.size:.3f}")
     hosts = Table(title="hosts")
     for column in ("host", "capacity", "load", "utilisation"):
         hosts.add_column(column, justify="left" if column == "host" else "right")
@@ -148,4 +177,10 @@ def plan_tables(plan: Plan) -> list[Table]:
         share = plan.load[name] / capacity
         style = "red" if share > 1 + 1e-9 else None
         hosts.add_row(name, f"{capacity:g}", f"{plan.load[name]:.3f}", f"{share:.1%}", style=style)
-    return [pes, hosts]
+    return pes, hosts
+
+
+def _executor_of(pe: PE, routing: RoutingTable) -> str:
+    member = pe.members[0]
+    unit = member if isinstance(member, tuple) else (member, 0)
+    return routing.units.get(unit_key((unit[0], int(unit[1]))), "-")

@@ -43,7 +43,13 @@ from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import operator_of, replica_name
 from streamtopo.planner.model import StreamTopology, StreamTopologySpec, TopologyError, load_topology
 from streamtopo.planner.plan import Plan
-from streamtopo.planner.routing import ExecutorEntry, RoutingTable
+from streamtopo.planner.routing import (
+    ExecutorEntry,
+    RoutingTable,
+    executor_index,
+    executor_name,
+    executor_prefix,
+)
 
 if TYPE_CHECKING:
     from streamtopo.planner.adaptation import AdaptationConfig, AdaptationResult
@@ -113,11 +119,6 @@ def problems_message(problems: Sequence[tuple[str, str]]) -> str:
 
 
 # ----------------------------------------------------------------------------------- initial planning
-
-
-def executor_name(topology: str, index: int) -> str:
-    """Executors are ``<topology>-e<i>``: stable names, so a restarted operator finds its own pods."""
-    return f"{topology}-e{index}"
 
 
 def plan_units(plan: Plan, spec: StreamTopologySpec) -> list[list[KeyGroupId]]:
@@ -377,7 +378,7 @@ def adaptation_config(topology: StreamTopology, scaling_overrides: Mapping[str, 
     scaling = ScalingConfig.from_spec(auto, **dict(scaling_overrides or {}))
     return AdaptationConfig(policy=auto.policy, scaling="target", scaling_config=scaling,
                             max_migrations=auto.max_migrations_per_round, max_migration_cost=auto.max_migration_cost,
-                            executor_prefix=f"{topology.metadata.name}-e")
+                            executor_prefix=executor_prefix(topology.metadata.name))
 
 
 def next_executors(result: AdaptationResult, current: Mapping[str, ExecutorEntry],
@@ -502,8 +503,8 @@ def report(state: AllocationState, before: RoutingTable, after: RoutingTable, re
     capacity = {n: e.cpu for n, e in {**before.executors, **after.executors}.items()}
     load_before = executor_loads(state, before.assignment(), {n: capacity[n] for n in before.executors})
     load_after = executor_loads(state, after.assignment(), {n: capacity[n] for n in after.executors})
-    figures = ", ".join(
-        f"{n} {_pct(load_before.get(n))} -> {_pct(load_after.get(n))}" for n in sorted(capacity, key=_order))
+    order = sorted(capacity, key=lambda n: (-1 if (i := executor_index(before.topology, n)) is None else i, n))
+    figures = ", ".join(f"{n} {_pct(load_before.get(n))} -> {_pct(load_after.get(n))}" for n in order)
     outcome = Outcome()
     if rebalance.migrations:
         message = (f"{len(rebalance.migrations)} key groups moved (routing v{after.version}); load distance "
@@ -538,8 +539,3 @@ def report(state: AllocationState, before: RoutingTable, after: RoutingTable, re
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}%"
-
-
-def _order(executor: str) -> tuple[int, str]:
-    tail = executor.rpartition("-e")[2]
-    return (int(tail) if tail.isdigit() else -1, executor)

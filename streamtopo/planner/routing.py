@@ -26,6 +26,26 @@ def parse_unit(key: str) -> KeyGroupId:
     return operator, int(kg)
 
 
+def executor_prefix(topology: str) -> str:
+    """What every executor name of ``topology`` starts with: ``<topology>-e``, then the index.
+
+    The one naming scheme of the plan, the logs, the live view and Kubernetes (pod names): the local run
+    and the operator name executors alike, and a restarted operator finds its own pods by name.
+    """
+    return f"{topology}-e"
+
+
+def executor_name(topology: str, index: int) -> str:
+    """Executor ``index`` of ``topology`` (:func:`executor_prefix`)."""
+    return f"{executor_prefix(topology)}{index}"
+
+
+def executor_index(topology: str, name: str) -> int | None:
+    """The index of an executor of ``topology``, None for a name outside the scheme."""
+    tail = name.removeprefix(executor_prefix(topology))
+    return int(tail) if tail != name and tail.isdigit() else None
+
+
 class ExecutorEntry(BaseModel):
     """One executor of the table: where it runs and how big it is."""
 

@@ -15,15 +15,27 @@ The receiver waits for one of:
 
 and then acquires with a new epoch and resumes from the committed record. Only that unit waits.
 The pause is measured from the donor's release (or, when the donor never released, from the moment the
-receiver started waiting) to the receiver holding the loaded state, ready to process.
+receiver started waiting) to the receiver holding the loaded state, ready to process. After a crash that
+start is late (the receiver begins waiting once its own JVM runs), so each pause also records when it
+ended (``Pause.at``): ``streamtopo run`` measures a kill's recovery from the kill to that moment
+(runtime/drills.py).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
-from streamtopo.runtime.state_store import Ownership
+from streamtopo.planner.routing import RoutingTable, parse_unit, unit_key
+from streamtopo.runtime import sinks
+from streamtopo.runtime.hosting import ExecutorConfig, Hosted
+from streamtopo.runtime.metrics import ExecutorMetrics
+from streamtopo.runtime.operators.base import UnitOperator
+from streamtopo.runtime.state_store import Fenced, Ownership, StateStore, UnitRecord
+from streamtopo.runtime.transport import Keys
 
 
 def acquisition_kind(ownership: Ownership, instance: str, owner_alive: bool, waited: float,
@@ -49,6 +61,8 @@ class Pause:
     receiver: str
     kind: str
     state_bytes: int
+    at: float
+    """Wall time the receiver held the unit (the pause's end): the Pause is made right after acquiring."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -63,3 +77,113 @@ def pause_start(kind: str, ownership: Ownership, waiting_since: float) -> float:
     if kind == "released" and ownership.released_at is not None:
         return ownership.released_at
     return waiting_since
+
+
+class Handover:
+    """The executor's side of hand-overs (see the module docstring), mixed into
+    :class:`~streamtopo.runtime.executor.Executor`, which owns the state declared here."""
+
+    name: str
+    instance: str
+    config: ExecutorConfig
+    clock: Callable[[], float]
+    operators: dict[str, UnitOperator]
+    keys: Keys
+    metrics: ExecutorMetrics
+    hosted: dict[str, Hosted]
+    waiting: dict[str, float]
+    leaving: dict[str, tuple[str | None, float]]
+    routing: RoutingTable | None
+    routing_path: Path
+    _routing_mtime: float
+    _last_punct: dict[tuple[str, str], float]
+    client: Any
+    store: StateStore
+
+    _sink_path: Callable[[str, int], Path | None]
+
+    def _apply_routing(self) -> None:
+        try:
+            mtime = self.routing_path.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if mtime == self._routing_mtime and self.routing is not None:
+            return
+        table = RoutingTable.from_json(self.routing_path.read_text())
+        self._routing_mtime = mtime
+        if self.routing is not None and table.version <= self.routing.version:
+            return
+        self.routing = table
+        self.metrics.exec(self.metrics.routing_version).set(table.version)
+        mine = {unit_key(u) for u in table.units_of(self.name)}
+        now = self.clock()
+        for key in sorted(set(self.hosted) - mine):
+            self.leaving[key] = (table.units.get(key), self.leaving.get(key, (None, now))[1])
+        for key in mine & set(self.leaving):
+            del self.leaving[key]
+        self.waiting = {k: self.waiting.get(k, now) for k in sorted(mine - set(self.hosted))}
+
+    def _release_leaving(self) -> None:
+        """Hand over units the routing moved away once their receiver is ready (its JVM warm), so a unit
+        moving to a starting executor keeps running here meanwhile; the step before has committed."""
+        now = self.clock()
+        for key, (receiver, since) in list(self.leaving.items()):
+            ready = receiver is None or self.client.exists(self.keys.ready(receiver))
+            if not ready and now - since < self.config.release_timeout:
+                continue
+            del self.leaving[key]
+            unit = self.hosted.pop(key, None)
+            if unit is None:
+                continue
+            try:
+                self.store.release(key, unit.epoch)
+                self.metrics.migrations.labels(self.keys.topology, self.name, "donor").inc()
+            except Fenced:
+                pass
+            self.metrics.forget_unit(unit.op, unit.kg)
+
+    def _acquire_waiting(self) -> None:
+        for key, since in list(self.waiting.items()):
+            ownership = self.store.ownership(key)
+            kind = acquisition_kind(ownership, self.instance, self.store.alive(ownership.owner),
+                                    self.clock() - since, self.config.handover_timeout)
+            if kind is None:
+                continue
+            epoch, rec = self.store.acquire(key, self.instance)
+            op, kg = parse_unit(key)
+            unit = Hosted(op, kg, epoch, rec or UnitRecord(), None)
+            self._load(unit)
+            self.hosted[key] = unit
+            # Export the unit's busy counter at once (0 while it gets no input): the controller counts a
+            # unit as measured when it has a busy series, and an idle unit is a measurement too.
+            self.metrics.unit(self.metrics.busy, op, kg)
+            del self.waiting[key]
+            if kind != "fresh":
+                now = self.clock()
+                pause = Pause(key, now - pause_start(kind, ownership, since), self.name, kind,
+                              len(unit.rec.state), at=now)
+                self.client.rpush(self.keys.pauses, pause.to_json())
+                self.metrics.exec(self.metrics.pause).observe(pause.seconds)
+                self.metrics.migrations.labels(self.keys.topology, self.name, "receiver").inc()
+
+    def _load(self, unit: Hosted) -> None:
+        """Live state from the committed record; a file sink's file brought to its committed content."""
+        unit.state = self.operators[unit.op].decode_state(unit.rec.state) if unit.rec.state else None
+        path = self._sink_path(unit.op, unit.kg)
+        if path is not None:
+            sinks.redo(path, unit.rec.sink_len, unit.rec.pending)
+
+    def _recover(self) -> None:
+        """Back to the last commit: reload every hosted unit; units fenced meanwhile wait to be re-acquired."""
+        self._last_punct.clear()
+        for key, unit in list(self.hosted.items()):
+            epoch, rec = self.store.load(key)
+            if epoch != unit.epoch:
+                self.hosted.pop(key)
+                self.metrics.forget_unit(unit.op, unit.kg)
+                if self.routing and key in {unit_key(u) for u in self.routing.units_of(self.name)}:
+                    self.waiting.setdefault(key, self.clock())
+                continue
+            unit.rec = rec or UnitRecord()
+            self._load(unit)
+

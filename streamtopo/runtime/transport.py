@@ -7,6 +7,8 @@ the last entry it consumed and trims what lies before it. An entry carries
     p   producer unit ``operator/kg``            s   the producer's sequence number towards this unit
     w   the producer's watermark (punctuation)   n   number of records
     d   the records, an Arrow IPC stream (absent for a pure punctuation)
+    c   present (``1``) when ``d`` holds partial aggregates rather than records: the producer combined
+        its records for an aggregate before the wire (``n`` still counts the records they stand for)
 
 ``(p, s)`` lets the consumer drop an entry it already applied (docs/exactly-once.md); ``w`` is the C-MR
 punctuation that tells the consumer no later record of ``p`` is older than ``w``.
@@ -124,15 +126,19 @@ def decode_watermark(raw: bytes) -> float:
 
 
 def entry_fields(producer: str, seq: int, watermark: float, records: pd.DataFrame | pa.Table | None,
-                 producers: int | None = None) -> list[bytes]:
+                 producers: int | None = None, combined: int | None = None) -> list[bytes]:
     """Field/value pairs of one entry, flat, in the order XADD takes them.
 
     ``producers`` (a sink stream's entries) is how many units write the stream, so a reader knows
-    whose watermarks it must wait for before its own can advance."""
+    whose watermarks it must wait for before its own can advance. ``combined`` marks ``records`` as
+    partial aggregates standing for that many records (the ``n`` that backlogs and metrics count)."""
+    n = combined if combined is not None else 0 if records is None else len(records)
     fields = [b"p", producer.encode(), b"s", str(seq).encode(), b"w", encode_watermark(watermark),
-              b"n", str(0 if records is None else len(records)).encode()]
+              b"n", str(n).encode()]
     if producers is not None:
         fields += [b"k", str(producers).encode()]
+    if combined is not None:
+        fields += [b"c", b"1"]
     if records is not None and len(records):
         fields += [b"d", frame_to_ipc(records)]
     return fields
@@ -155,6 +161,8 @@ class Entry:
     data: bytes | None
     json: bytes | None = None
     producers: int | None = None
+    combined: bool = False
+    """``data`` holds partial aggregates (see the module docstring, field ``c``)."""
 
     @property
     def millis(self) -> int:
@@ -183,6 +191,7 @@ class Entry:
             count=int(fields.get(b"n", b"0")),
             data=fields.get(b"d"),
             producers=int(fields[b"k"]) if b"k" in fields else None,
+            combined=b"c" in fields,
         )
 
 

@@ -49,7 +49,7 @@ def test_executor_exits_clearly_when_valkey_is_unreachable(tmp_path):
     topology = sequence_topology("cli-novalkey", count=10, rate=10, keys=1, window=1.0)
     port = find_free_port(start_port=24000)
     result = subprocess.run(
-        [sys.executable, "-m", "streamtopo.runtime.executor", "--topology", str(write(tmp_path, topology)),
+        [sys.executable, "-m", "streamtopo", "executor", "--topology", str(write(tmp_path, topology)),
          "--routing", str(tmp_path / "routing.json"), "--name", "ex-0",
          "--transport", f"redis://127.0.0.1:{port}"],
         capture_output=True, text=True, timeout=120)
@@ -73,7 +73,7 @@ def test_executor_sends_the_transport_password_from_the_environment_and_never_pr
         redis.Redis.from_url(valkey.url).config_set("requirepass", "right-Pa55")
         assert connect(valkey.url, password="right-Pa55").ping()
         result = subprocess.run(
-            [sys.executable, "-m", "streamtopo.runtime.executor", "--topology", str(write(tmp_path, topology)),
+            [sys.executable, "-m", "streamtopo", "executor", "--topology", str(write(tmp_path, topology)),
              "--routing", str(tmp_path / "routing.json"), "--name", "ex-0", "--transport", valkey.url],
             capture_output=True, text=True, timeout=120,
             env={**os.environ, "STREAMTOPO_TRANSPORT_PASSWORD": "wrong-Pa55"})
@@ -129,18 +129,114 @@ def test_run_with_the_adaptation_loop_decides_and_keeps_the_output_exact(tmp_pat
     assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
 
 
-def test_the_live_view_shows_a_generators_due_records_as_lag():
+def test_the_live_view_shows_a_generators_due_records_as_lag(make_spec):
     """A generator unit 3 s behind its pace, read through its real exporter: lag and its age show, even
     though no step ran since (the gauge set at generation time read 0 whatever the step's length)."""
     from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace
-    from streamtopo.runtime.runner import Progress
+    from streamtopo.runtime.progress import Progress
 
     metrics = ExecutorMetrics("live", "ex-0")
     metrics.source_progress("src", 0, SourcePace(t0=time.time() - 3.0, rate=100.0, kg=0, key_groups=1), emitted=0)
     metrics.unit(metrics.backlog, "agg", 0).set(7)  # a stream-fed unit's queue counts too
     metrics.refresh()
-    progress = Progress()
+    progress = Progress(pipeline(make_spec))
     progress.update({"ex-0": generate_latest(metrics.registry).decode()})
     row = progress.rows["ex-0"]
     assert row["lag"] >= 300 + 1 + 7 and row["age"] >= 2.99
-    assert "lag s" in [c.header for c in progress.table("t", {"ex-0"}).columns]
+    assert "lag s" in [c.header for c in progress.executor_table("t", {"ex-0"}).columns]
+
+
+def test_the_live_view_shows_each_sources_and_sinks_rate_not_a_sum_over_operators(make_spec):
+    """Two executors' real exporters, scraped 4 s apart (clock given): the source generated 400 + 200
+    records, the sink wrote 10; the aggregate's 600 in and out are in no rate shown."""
+    from streamtopo.runtime.metrics import ExecutorMetrics
+    from streamtopo.runtime.progress import Progress
+
+    executors = {name: ExecutorMetrics("live", name) for name in ("live-e0", "live-e1")}
+    progress = Progress(pipeline(make_spec))
+    progress.update({n: generate_latest(m.registry).decode() for n, m in executors.items()}, now=1000.0)
+    for (op, kg, n) in (("src", 0, 400), ("agg", 0, 400), ("out", 0, 10)):
+        executors["live-e0"].unit(executors["live-e0"].records_out, op, kg).inc(n)
+    for (op, kg, n) in (("src", 1, 200), ("agg", 1, 200)):
+        executors["live-e1"].unit(executors["live-e1"].records_out, op, kg).inc(n)
+    progress.update({n: generate_latest(m.registry).decode() for n, m in executors.items()}, now=1004.0)
+    assert progress.rates() == {"src": 150.0, "agg": 150.0, "out": 2.5}
+    line = progress.line("live")
+    assert "sources rec/s src 150/100; sinks rec/s out 2" in line and "agg" not in line
+    rows = [list(column.cells) for column in progress.rate_table().columns]
+    assert rows[0] == ["src", "out"] and rows[2] == ["150", "2"] and rows[3] == ["100", "-"]
+
+
+def pipeline(make_spec):
+    """src (a generator, 100 rec/s) -> agg -> out (a file sink), two key groups."""
+    source = {"generator": "sequence", "ratePerSecond": 100}
+    return make_spec({"name": "src", "kind": "source", "source": source},
+                     {"name": "agg", "kind": "aggregate", "inputs": ["src"], "keyBy": ["key"],
+                      "aggregations": ["count(*) AS n"]},
+                     {"name": "out", "kind": "sink", "inputs": ["agg"], "sink": {"file": {}}}, key_groups=2)
+
+
+def test_source_seconds_make_every_generator_finite_so_the_run_ends_at_end_of_stream():
+    from streamtopo.runtime.runner import limit_sources, scale_rates
+
+    topology = sequence_topology("cli-limit", count=10_000, rate=400, keys=3, window=1.0)
+    assert limit_sources(scale_rates(topology, 0.5), 30).spec.operator("numbers").source.count == 6000
+    assert limit_sources(topology, 5).spec.operator("numbers").source.count == 2000
+    assert limit_sources(topology, 60).spec.operator("numbers").source.count == 10_000  # its own is smaller
+
+
+def test_a_file_sinks_latest_records_are_read_from_the_ends_of_its_files(tmp_path):
+    """Key group files in commit order; the latest by event time over all of them, whatever the files'
+    sizes (the blocks read from the end are smaller than a file here)."""
+    from streamtopo.runtime.sinks import last_records
+
+    spec = sequence_topology("cli-tail", count=10, rate=10, keys=1, window=1.0, key_groups=2).spec
+    for kg in range(2):
+        path = tmp_path / "out" / f"kg-{kg:04d}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f'{{"key":{kg},"i":{i},"ts":{i * 2 + kg}.5}}\n' for i in range(2000)))
+    latest = last_records(tmp_path, spec, spec.operator("out"), 3)
+    assert [(r["key"], r["i"]) for r in latest] == [(1, 1998), (0, 1999), (1, 1999)]
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.valkey
+def test_run_shows_the_plan_before_it_starts_and_the_sinks_latest_records_at_the_end(tmp_path):
+    """What a newcomer sees: the PE table naming the executor that runs each PE (`<topology>-e<i>`, the
+    name of the live view, the logs and Kubernetes), then at the end the sink's latest records and where
+    its files are, after a run that ended by itself with nothing waiting."""
+    count, rate, keys, window = 300, 100, 3, 1.0
+    topology = sequence_topology("cli-show", count=count, rate=rate, keys=keys, window=window)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [*STREAMTOPO, "run", str(write(tmp_path, topology)), "--output", str(out), "--no-autoscale",
+         "--duration", "600"], capture_output=True, text=True, timeout=900)
+    output = result.stdout
+    assert result.returncode == 0, output + result.stderr
+    plan = output.index("cola plan on the logical graph: 1 PEs")
+    header = next(line for line in output.splitlines() if "PE" in line and "executor" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")][:3] == ["PE", "executor", "operators"]
+    assert "│ pe-0 │ cli-show-e0 │ numbers, out, totals" in output
+    assert plan < output.index("summary") and "U (max host utilisation)" in output
+    assert "finished (end of stream)" in output and "backlog 0 records" in output
+    expected = expected_totals(count, rate, keys, window)
+    assert f"out: latest 5 of {len(expected):,} records, by event time (all in {out}/out/)" in output
+    records = table_rows(output, f"out: latest 5 of {len(expected):,} records")
+    assert len(records) == 5 and sum(r["window_start"] == "2" for r in records) == keys  # the last window's
+    for r in records:
+        assert expected[(int(r["key"]), float(r["window_start"]))] == (int(r["n"]), int(r["total"]))
+    assert f"file sinks: {out}/<sink>/kg-NNNN.jsonl" in output
+
+
+def table_rows(output: str, heading: str) -> list[dict[str, str]]:
+    """The rows of the rich table right under the line starting with ``heading``, as header -> cell."""
+    lines = output.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    header = [c.strip() for c in lines[at + 2].strip("┃").split("┃")]
+    rows = []
+    for line in lines[at + 4:]:
+        if not line.startswith("│"):
+            break
+        rows.append(dict(zip(header, (c.strip() for c in line.strip("│").split("│")))))
+    return rows

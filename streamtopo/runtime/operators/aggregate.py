@@ -96,6 +96,7 @@ class AggregateOperator(UnitOperator):
     lazy_input = True
     counts_input = True
     stateful = True
+    combines = True
 
     def __init__(self, op: Operator, spec: StreamTopologySpec, combine: bool | None = None):
         super().__init__(op, spec)
@@ -141,15 +142,40 @@ class AggregateOperator(UnitOperator):
         exprs = [F.expr(sql) for agg in self.aggs for sql in agg.partial_sql()]
         return frame.groupBy(*group).agg(*exprs, *extra)
 
+    def output_frame(self, frame: SparkFrame) -> SparkFrame:
+        """The output's columns and types over a lazy input, without running a job (runtime/analysis.py):
+        the partials' Spark expressions, then the final values as :func:`finalize` gives them (an average
+        is a double, any other aggregation keeps its partial's type)."""
+        partials = lazily(self.name, "aggregations", lambda: self._partials(frame))
+        values = []
+        for agg in self.aggs:
+            first = F.col(next(iter(agg.partial_columns())))
+            values.append((first.cast("double") if agg.fn in ("avg", "mean") else first).alias(agg.alias))
+        bounds = [F.lit(0.0).alias(WINDOW_START), F.lit(0.0).alias(WINDOW_END)] if self.windowing else []
+        ts = F.lit(0.0).alias(TS) if self.windowing else F.col(TS)
+        return partials.select(*bounds, *self.keys, *values, ts, KG)
+
+    def partials(self, frame: SparkFrame) -> pd.DataFrame:
+        """Map-side combine: the partials of a producer's lazy output, computed in the producer's JVM
+        (one Spark job for every key group pair), so only a few rows per key and bucket cross executors.
+
+        ``frame`` carries ``__src`` (producing unit) and ``_kg`` (consuming unit); the rows keep both and
+        ``__n``, the records each row stands for. Merging them later (``process(partials=...)``) gives
+        what folding the records there would: partials merge associatively (aggregations.py)."""
+        partials = lazily(self.name, "aggregations", lambda: self._partials(frame))
+        return computed(lambda: to_pandas(partials))
+
     # ---------------------------------------------------------------------------------------- process
 
     def process(self, spark: SparkSession, batch: Batch, states: dict[int, Any],
-                watermarks: dict[int, float]) -> OperatorResult:
+                watermarks: dict[int, float], partials: pd.DataFrame | None = None) -> OperatorResult:
+        """Fold ``batch`` (records) and ``partials`` (rows :meth:`partials` made upstream, ``_kg`` = the
+        consuming unit) into the key groups' states, then emit (fired windows, or running totals)."""
         fresh, counts = None, None
         if is_spark(batch):
             # Records still in the JVM: only the partials (a few rows per key and bucket) reach Python.
-            partials = lazily(self.name, "aggregations", lambda: self._partials(batch))
-            fresh = computed(lambda: to_pandas(partials))
+            lazy = lazily(self.name, "aggregations", lambda: self._partials(batch))
+            fresh = computed(lambda: to_pandas(lazy))
             if SRC in fresh.columns:
                 sized = fresh.dropna(subset=[SRC]).groupby([SRC, KG])[COUNT].sum()
                 counts = {(int(s), int(d)): int(n) for (s, d), n in sized.items()}
@@ -157,6 +183,9 @@ class AggregateOperator(UnitOperator):
         elif len(batch):
             batch = ensure_reserved(batch, self.name)
             fresh = guarded(self.name, "aggregations", lambda b: to_pandas(self._partials(to_spark(spark, b))), batch)
+        if partials is not None and len(partials):
+            partials = partials.drop(columns=[SRC, COUNT], errors="ignore")
+            fresh = partials if fresh is None else pd.concat([fresh, partials], ignore_index=True)
         parts = [] if fresh is None else [fresh]
         kgs = sorted(set(states) | (set(fresh[KG].unique().tolist()) if fresh is not None else set()))
         for kg in kgs:

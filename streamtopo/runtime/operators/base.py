@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 import uuid
 import warnings
@@ -41,6 +40,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from streamtopo.planner.model import Operator, StreamTopologySpec
+from streamtopo.runtime.spark import temp_dir
 
 TS = "_ts"
 KG = "_kg"
@@ -93,6 +93,9 @@ class UnitOperator:
     """Whether ``process`` takes a lazy Spark frame (else the executor hands it pandas)."""
     counts_input = False
     """Whether ``process`` counts a lazy input carrying ``__src`` (:attr:`OperatorResult.input_counts`)."""
+    combines = False
+    """Whether a producer may combine records for this operator before the wire (``partials``, then
+    ``process(partials=...)``): Spark's map-side combine, for aggregates."""
 
     def __init__(self, op: Operator, spec: StreamTopologySpec):
         self.op = op
@@ -151,12 +154,14 @@ def to_spark(spark: SparkSession, df: pd.DataFrame) -> SparkFrame:
     table = table.cast(arrow_schema(table.schema))
     path = scratch_dir() / f"{uuid.uuid4().hex}.parquet"
     pq.write_table(table, path, compression="none")
-    return spark.read.parquet(str(path))
+    # The schema is ours: giving it saves the Spark job that would read it back from the file's footer.
+    return spark.read.schema(from_arrow_schema(table.schema)).parquet(str(path))
 
 
 def _scratch() -> Path:
     # Per thread: executors sharing a process (tests, benchmarks) each clear only their own hand-offs.
-    return Path(tempfile.gettempdir()) / f"streamtopo-scratch-{os.getpid()}-{threading.get_ident()}"
+    # Inside the process's Spark directory, which is removed at exit whatever a step left behind.
+    return temp_dir() / f"streamtopo-scratch-{os.getpid()}-{threading.get_ident()}"
 
 
 def scratch_dir() -> Path:

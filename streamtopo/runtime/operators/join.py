@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -40,6 +41,7 @@ from streamtopo.runtime.operators.base import (
     OperatorResult,
     UnitOperator,
     ensure_reserved,
+    lazily,
     to_pandas,
     to_spark,
 )
@@ -136,19 +138,7 @@ class JoinOperator(UnitOperator):
             pd.DataFrame({KG: np.array(list(now), dtype=np.int32), "__lo": [prev[k] for k in now],
                           "__hi": [now[k] for k in now]})
         )
-        clash = (set(left.columns) & set(right.columns)) - {*self.keys, KG, TS}
-
-        def windowed(frame: pd.DataFrame, name: str):
-            # An input's own window bounds (a windowed aggregate upstream) would collide with the join's.
-            renamed = {c: f"{name}_{c}" for c in frame.columns if c in clash or c in (WINDOW_START, WINDOW_END)}
-            sdf = to_spark(spark, frame.drop(columns=[TS]).rename(columns=renamed).assign(__ts=frame[TS]))
-            sdf = sdf.withColumn(WINDOW, F.explode(F.expr(w.windows_sql(w.pane_sql("__ts"))))).drop("__ts")
-            end = F.col(WINDOW).cast("double") * w.slide + w.size
-            return (sdf.join(bounds, KG).where((end > F.col("__lo")) & (end <= F.col("__hi")))
-                    .drop("__lo", "__hi"))
-
-        joined = windowed(left, self.left).join(windowed(right, self.right), [KG, *self.keys, WINDOW])
-        out = to_pandas(joined)
+        out = to_pandas(self._joined(to_spark(spark, left), to_spark(spark, right), bounds))
         n = out.pop(WINDOW).to_numpy(dtype=np.int64)
         kg = out.pop(KG)
         others = [c for c in out.columns if c not in self.keys]
@@ -158,6 +148,32 @@ class JoinOperator(UnitOperator):
         result[TS] = result[WINDOW_END]
         result[KG] = kg.astype("int32")
         return result.sort_values([KG, WINDOW_END, *self.keys], kind="stable").reset_index(drop=True)
+
+    def _joined(self, left: SparkFrame, right: SparkFrame, bounds: SparkFrame) -> SparkFrame:
+        """Each side's records in every window that fires (``bounds``: per key group ``__lo < end <= __hi``),
+        inner-joined on key group, key and window; a name on both sides is prefixed with its input's."""
+        w = self.windowing
+        clash = (set(left.columns) & set(right.columns)) - {*self.keys, KG, TS}
+
+        def windowed(sdf: SparkFrame, name: str) -> SparkFrame:
+            # An input's own window bounds (a windowed aggregate upstream) would collide with the join's.
+            renamed = {c: f"{name}_{c}" for c in sdf.columns if c in clash or c in (WINDOW_START, WINDOW_END)}
+            sdf = sdf.withColumnsRenamed({**renamed, TS: "__ts"})
+            sdf = sdf.withColumn(WINDOW, F.explode(F.expr(w.windows_sql(w.pane_sql("__ts"))))).drop("__ts")
+            end = F.col(WINDOW).cast("double") * w.slide + w.size
+            return (sdf.join(bounds, KG).where((end > F.col("__lo")) & (end <= F.col("__hi")))
+                    .drop("__lo", "__hi"))
+
+        return windowed(left, self.left).join(windowed(right, self.right), [KG, *self.keys, WINDOW])
+
+    def output_frame(self, left: SparkFrame, right: SparkFrame) -> SparkFrame:
+        """The output's columns and types over lazy inputs, without running a job (runtime/analysis.py):
+        the Spark join :meth:`_fire` runs, laid out as it lays the output out."""
+        bounds = left.sparkSession.createDataFrame([], f"{KG} int, __lo double, __hi double")
+        joined = lazily(self.name, "keyBy", lambda: self._joined(left, right, bounds))
+        others = [c for c in joined.columns if c not in (*self.keys, KG, WINDOW)]
+        bounds = [F.lit(0.0).alias(WINDOW_START), F.lit(0.0).alias(WINDOW_END)]
+        return joined.select(*bounds, *self.keys, *others, F.lit(0.0).alias(TS), KG)
 
     def _window_ends(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """End of the first and of the last window containing each record (numpy, same rule as Spark)."""

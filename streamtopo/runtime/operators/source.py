@@ -34,6 +34,15 @@ class SourceOperator(UnitOperator):
         """Records a source hands on unchanged (a stream source's input, read by the executor)."""
         return OperatorResult(batch)
 
+    def output_frame(self, spark: SparkSession) -> SparkFrame | None:
+        """The records' columns and types as a frame of no records (runtime/analysis.py); None for a stream
+        source, whose records come from programs this topology does not know."""
+        source = self.source
+        if source.generator is None:
+            return None
+        return generators.frame(spark, source.generator, [], self.key_groups, source.rate_per_second, source.seed,
+                                source.keys)
+
     def generate(self, spark: SparkSession, requests: list[tuple[int, int | None, int]]
                  ) -> tuple[SparkFrame | None, dict[int, tuple[int, int, float]]]:
         """Up to ``max_records`` next records of each requested ``(kg, state, max_records)``, as one lazy

@@ -9,6 +9,11 @@ Spark needs the output schema before running; it is inferred by calling the func
 of the batch in the driver (the first 32 of one key group). Functions whose output columns depend on
 the data beyond that sample must keep their columns stable.
 
+Modules are found on the import path, then in the directories of :func:`extend_import_path`: ``streamtopo
+run`` adds the topology file's directory (its executors get it through ``STREAMTOPO_UDF_PATH``), so
+``function: mypkg.enrich:apply`` next to the file works without PYTHONPATH. Appended, not prepended: a
+file of the user's named like an installed package (``yaml.py``) must not shadow it.
+
 A function that does not import fails at build time (:class:`OperatorError` naming the operator and the
 path); one that raises on some records raises :class:`RecordError` with exactly those records, found by
 bisection in plain pandas (no Spark jobs on the error path). A function returning something other
@@ -18,12 +23,17 @@ than a DataFrame, or output whose columns change beyond the sample, is an :class
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 from pyspark import cloudpickle
+from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime.operators.base import (
@@ -40,8 +50,22 @@ from streamtopo.runtime.operators.base import (
 )
 
 SAMPLE_ROWS = 32
+UDF_PATH_ENV = "STREAMTOPO_UDF_PATH"
+"""Directories (``os.pathsep``-separated) the executor searches for UDF modules after the import path."""
 
 UserFunction = Callable[[pd.DataFrame], pd.DataFrame]
+
+_UDF_DIRS: list[Path] = []
+
+
+def extend_import_path(directories: Iterable[str | Path]) -> None:
+    """Search ``directories`` for UDF modules too, after the import path (empty entries are skipped)."""
+    for directory in directories:
+        if str(directory):
+            resolved = Path(directory).resolve()
+            if str(resolved) not in sys.path:
+                sys.path.append(str(resolved))
+                _UDF_DIRS.append(resolved)
 
 
 def load_function(path: str, operator: str) -> UserFunction:
@@ -56,9 +80,13 @@ def load_function(path: str, operator: str) -> UserFunction:
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise OperatorError(operator, "function", f"{path!r}: module {module_name!r} has no function {attr!r}")
-    # Spark's Python workers may not have the user's directory on their path: ship the module by value.
+    # Spark's Python workers may not have the user's directory on their path: ship the module by value,
+    # and a package found in a UDF directory whole (``mypkg.enrich`` may import ``mypkg.helpers``).
     if module_name != "__main__" and not module_name.startswith(("pandas", "numpy")):
-        cloudpickle.register_pickle_by_value(module)
+        top = sys.modules[module_name.partition(".")[0]]
+        origin = Path(getattr(top, "__file__", None) or "/").resolve()
+        ours = any(origin.is_relative_to(directory) for directory in _UDF_DIRS)
+        cloudpickle.register_pickle_by_value(top if ours else module)
     return fn
 
 
@@ -91,6 +119,23 @@ class UdfOperator(UnitOperator):
         batch = ensure_reserved(batch, self.name)
         output = guarded(self.name, "function", lambda b: self._run(spark, b), batch, probe=self._call)
         return OperatorResult(output)
+
+    def output_frame(self, frame: SparkFrame) -> SparkFrame | None:
+        """The output's columns over a lazy input, from the function called on no records of the input's
+        columns and types (runtime/analysis.py), with the reserved columns it dropped restored. Columns
+        whose type no record shows (object) are Spark's void type, which any expression accepts. None
+        when the function fails or gives no columns of its own on no records (it may build its output
+        row by row): downstream is then left to the run."""
+        empty = to_arrow_schema(frame.schema).empty_table().to_pandas()
+        try:
+            result = self.fn(empty)
+        except Exception:  # noqa: BLE001 - user code may need records; the run checks what it returns
+            return None
+        if not isinstance(result, pd.DataFrame) or not set(result.columns) - {KG, TS}:
+            return None
+        result = result.assign(**{c: empty[c] for c in (KG, TS) if c not in result.columns})
+        schema = from_arrow_schema(pa.Schema.from_pandas(result, preserve_index=False))
+        return frame.sparkSession.createDataFrame([], schema)
 
     def _call(self, batch: pd.DataFrame) -> pd.DataFrame:
         return apply_per_key_group(self.fn, batch, self.name)

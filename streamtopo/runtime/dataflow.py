@@ -1,0 +1,676 @@
+"""One step of an executor: a micro-batch over every hosted unit, committed atomically.
+
+1. read the hosted units' input streams (one pipelined XRANGE round trip; C-MR's policies choose which
+   when the queues exceed a step's budget, scheduling.py), generate source records that are due (event
+   time <= wall time since the topology's start) as a lazy Spark frame, in steps that grow while a
+   source is behind;
+2. run the operators in topological order, each over all its hosted units at once. Output to units this
+   executor hosts is handed over in memory, as a lazy Spark frame while it can (records never leave the
+   JVM until a stateful operator folds them). Output for another executor's aggregate is combined first
+   in this JVM (partials per key and bucket, one Spark job: Spark's map-side combine); other records
+   leave the JVM once, as Arrow, and are appended to the destination unit's stream, cut into entries of
+   the edge's batch size (Aeolus);
+3. commit everything the step did in one atomic, epoch-fenced script (state_store.py), then write the
+   file sinks' committed bytes (sinks.py).
+
+:class:`Dataflow` is mixed into :class:`~streamtopo.runtime.executor.Executor`, which owns the state
+declared on it; the clock is the executor's (injected).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import zlib
+from collections import defaultdict
+from collections.abc import Callable
+from functools import reduce
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import DataFrame as SparkFrame
+from pyspark.sql import functions as F
+
+from streamtopo.planner.graph import partition_key, unit_edges
+from streamtopo.planner.model import StreamTopologySpec
+from streamtopo.planner.routing import RoutingTable, unit_key
+from streamtopo.runtime import sinks
+from streamtopo.runtime.flows import (
+    COMBINED,
+    DST,
+    Delivery,
+    Flow,
+    LazyPart,
+    Part,
+    Partials,
+    Produced,
+    StepOutcome,
+    consumed,
+    part_size,
+)
+from streamtopo.runtime.hosting import ExecutorConfig, Hosted, default_batch_records
+from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace
+from streamtopo.runtime.operators import OperatorResult, RecordError, combine_inputs
+from streamtopo.runtime.operators.base import (
+    INPUT,
+    KG,
+    SRC,
+    TS,
+    Batch,
+    UnitOperator,
+    clear_scratch,
+    computed,
+    is_spark,
+    materialize,
+    to_spark,
+)
+from streamtopo.runtime.operators.state import frame_to_ipc
+from streamtopo.runtime.partitioning import route, route_column
+from streamtopo.runtime.scheduling import DEFAULT_RECORD_BYTES, Backlog, Scheduler, UnitLoad
+from streamtopo.runtime.state_store import Commit, StateStore
+from streamtopo.runtime.transport import (
+    Entry,
+    Keys,
+    MalformedEntry,
+    entry_fields,
+    read_entries,
+)
+
+log = logging.getLogger("streamtopo.executor")
+
+
+class Dataflow:
+    """The per-step dataflow of an executor (see the module docstring)."""
+
+    spec: StreamTopologySpec
+    name: str
+    config: ExecutorConfig
+    clock: Callable[[], float]
+    operators: dict[str, UnitOperator]
+    order: list[str]
+    downstream: dict[str, list[str]]
+    scheduler: Scheduler
+    keys: Keys
+    metrics: ExecutorMetrics
+    hosted: dict[str, Hosted]
+    waiting: dict[str, float]
+    routing: RoutingTable | None
+    client: Any
+    store: StateStore
+    spark: Any
+    t0: float
+    eager: bool
+    output_dir: Path | None
+    _dests: dict[str, dict[int, dict[str, list[int]]]]
+    _producers: dict[str, dict[int, list[str]]]
+    _last_punct: dict[tuple[str, str], float]
+    _source_caps: dict[str, int | None]
+
+    # ------------------------------------------------------------------------------------- topology
+
+    def dests(self, op: str, kg: int) -> dict[str, list[int]]:
+        """Downstream operator -> key groups unit (op, kg) feeds (planner.graph.unit_edges)."""
+        if op not in self._dests:
+            table: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+            for v in self.downstream[op]:
+                for i, j, _ in unit_edges(self.spec, op, v):
+                    table[i][v].append(j)
+            self._dests[op] = table
+        return self._dests[op][kg]
+
+    def producers(self, op: str, kg: int) -> list[str]:
+        """Units whose watermarks bound unit (op, kg)'s: every upstream unit with an edge into it."""
+        if op not in self._producers:
+            table: dict[int, list[str]] = defaultdict(list)
+            for u in self.spec.operator(op).inputs:
+                for i, j, _ in unit_edges(self.spec, u, op):
+                    table[j].append(unit_key((u, i)))
+            self._producers[op] = table
+        return self._producers[op][kg]
+
+    def batch_records(self, producer: str, consumer: str) -> int:
+        """Records per entry on ``producer->consumer``: the routing table's (Aeolus), else spec/default."""
+        if self.routing and (n := self.routing.batch_sizes.get(f"{producer}->{consumer}")):
+            return max(1, n)
+        return default_batch_records(self.spec, producer)
+
+
+    def _sink_path(self, op: str, kg: int) -> Path | None:
+        operator = self.spec.operator(op)
+        if operator.kind == "sink" and operator.sink.file is not None and self.output_dir is not None:
+            return sinks.sink_file(self.output_dir, operator, kg)
+        return None
+
+    # ----------------------------------------------------------------------------------------- step
+
+    def step(self) -> StepOutcome:
+        """One micro-batch over every hosted unit, committed atomically."""
+        clear_scratch()  # Parquet hand-offs of the previous step: no lazy frame refers to them any more
+        outcome = StepOutcome()
+        commit = Commit()
+        touched: set[str] = set()
+        local: dict[str, list[Delivery]] = defaultdict(list)
+        inputs = self._read_inputs()
+        now = self.clock()
+        by_op: dict[str, list[Hosted]] = defaultdict(list)
+        for unit in self.hosted.values():
+            by_op[unit.op].append(unit)
+        for op in self.order:
+            units = sorted(by_op.get(op, []), key=lambda u: u.kg)
+            if not units:
+                continue
+            started = self.clock()
+            if self.spec.operator(op).kind == "source" and self.spec.operator(op).source.generator is not None:
+                produced = self._generate(units, now)
+            else:
+                produced = self._consume(op, units, inputs, local, commit, outcome)
+            if self.spec.operator(op).kind != "sink":
+                self._emit(op, produced, local, commit, now)
+            busy = self.clock() - started
+            # The operator ran once for all its units: split the time by records (+1 for the call itself).
+            weights = {key: 1 + produced.work.get(key, 0) for key in produced.units}
+            for key in produced.units:
+                unit = self.hosted[key]
+                touched.add(key)
+                share = busy * weights[key] / sum(weights.values())
+                unit.busy += share
+                self.metrics.unit(self.metrics.busy, unit.op, unit.kg).inc(share)
+        if not touched:
+            return outcome
+        outcome.work = True
+        for key in sorted(touched):
+            unit = self.hosted[key]
+            if self.operators[unit.op].stateful or self.spec.operator(unit.op).kind == "source":
+                unit.rec.state = self.operators[unit.op].encode_state(unit.state)
+            commit.units.append((key, unit.epoch, unit.rec.encode()))
+        self.store.commit(commit)
+        self.eager = False
+        for path, offset, data in outcome.sink_writes:
+            sinks.write_at(path, offset, data)
+        for line in outcome.console:
+            print(line, flush=True)
+        return outcome
+
+    def _read_inputs(self) -> dict[str, list[tuple[str, Entry]]]:
+        """Every hosted unit's new entries, in one pipelined round trip; when the queues hold more than a
+        step's budget, C-MR's policy decides how many entries each stream gives (runtime/scheduling.py)."""
+        owners = [(key, stream) for key, unit in self.hosted.items() for stream in self._input_streams(unit)]
+        counts = self._allotments(owners)
+        requests = [(stream, self.hosted[key].rec.offsets.get(stream, "0-0"), counts[stream])
+                    for key, stream in owners if counts[stream] > 0]
+        out: dict[str, list[tuple[str, Entry]]] = defaultdict(list)
+        kept = [(key, stream) for key, stream in owners if counts[stream] > 0]
+        for (key, stream), entries in zip(kept, read_entries(self.client, requests)):
+            out[key].extend((stream, e) for e in entries)
+        return out
+
+    def _allotments(self, owners: list[tuple[str, str]]) -> dict[str, int]:
+        """Entries to read per stream: all (up to ``max_entries``) unless a policy must choose."""
+        internal = [(key, stream) for key, stream in owners if stream.startswith(self.keys.prefix)]
+        counts = {stream: self.config.max_entries for _, stream in owners}
+        if self.config.scheduling == "all" or not internal:
+            return counts
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self.keys.backlog, [stream for _, stream in internal])
+        for key, stream in internal:
+            after = self.hosted[key].rec.offsets.get(stream, "0-0")
+            pipe.xrange(stream, min=f"({after}" if after != "0-0" else "-", max="+", count=1)
+            pipe.xlen(stream)
+        replies = pipe.execute()
+        queued, rest = replies[0], replies[1:]
+        backlogs: dict[str, list[Backlog]] = defaultdict(list)
+        for i, (key, stream) in enumerate(internal):
+            first, length = rest[2 * i], rest[2 * i + 1]
+            front = int(first[0][0].split(b"-")[0]) / 1000 if first else None
+            backlogs[key].append(Backlog(stream, max(0, int(queued[i] or 0)), int(length), front))
+        loads = [self._load_of(self.hosted[key]) for key in backlogs]
+        counts.update(self.scheduler.entries(loads, backlogs, self.config.max_entries))
+        if self.scheduler.last_policy is not None:
+            self.metrics.scheduling.labels(self.keys.topology, self.name, self.scheduler.last_policy).inc()
+        return counts
+
+    def _load_of(self, unit: Hosted) -> UnitLoad:
+        op = self.spec.operator(unit.op)
+        in_bytes = max((self.spec.operator(u).record_bytes or DEFAULT_RECORD_BYTES for u in op.inputs),
+                       default=DEFAULT_RECORD_BYTES)
+        local = sum(1 for v in self.downstream[unit.op] if any(h.op == v for h in self.hosted.values()))
+        return UnitLoad(unit.key, unit.op, in_bytes, (op.record_bytes or DEFAULT_RECORD_BYTES) * local,
+                        unit.rec.records_in, unit.rec.records_out, unit.busy, len(unit.rec.state))
+
+    def _input_streams(self, unit: Hosted) -> list[str]:
+        op = self.spec.operator(unit.op)
+        if op.kind == "source":
+            return [self.keys.sink_stream(op.source.stream)] if op.source.stream is not None else []
+        return [self.keys.stream(u, unit.op, unit.kg) for u in op.inputs]
+
+    def _generate(self, units: list[Hosted], now: float) -> Produced:
+        """Records whose event time has come: seq/rate <= now - t0 (sources are paced by wall time).
+
+        One lazy Spark frame for all the units; it stays in the JVM unless a consumer needs pandas."""
+        operator = self.operators[units[0].op]
+        source = self.spec.operator(units[0].op).source
+        k = self.spec.key_groups_of(units[0].op)
+        paces = {u.kg: SourcePace(self.t0, source.rate_per_second, u.kg, k, source.count) for u in units}
+        requests, cap = [], self._source_cap(units[0].op)
+        for unit in units:
+            if unit.rec.watermark == math.inf:
+                continue
+            requests.append((unit.kg, unit.state, max(0, paces[unit.kg].due(now) - unit.rec.emitted)))
+        if not self.waiting:
+            behind = any(due > cap for _, _, due in requests)
+            self._source_caps[units[0].op] = min(2 * cap, self.config.max_source_records) if behind else None
+        requests = [(kg, state, min(due, cap)) for kg, state, due in requests]
+        frame, emitted = operator.generate(self.spark, requests) if requests else (None, {})
+        if frame is not None and self.eager:
+            frame = materialize(frame)
+        out: dict[str, tuple[int | None, float]] = {}
+        for unit in units:
+            if unit.kg not in emitted:
+                continue
+            n, state, wm = emitted[unit.kg]
+            if n == 0 and wm == unit.rec.watermark:
+                continue
+            unit.state = state
+            unit.rec.emitted += n
+            unit.rec.records_out += n
+            unit.rec.watermark = wm
+            self.metrics.unit(self.metrics.records_out, unit.op, unit.kg).inc(n)
+            out[unit.key] = (n, wm)
+        for unit in units:  # backlog, oldest age and arrivals are read at scrape time (metrics.SourcePace)
+            self.metrics.source_progress(unit.op, unit.kg, paces[unit.kg], unit.rec.emitted)
+        return Produced(frame, out, {key: n for key, (n, _) in out.items()})
+
+    def _source_cap(self, op: str) -> int:
+        """Records a unit of source ``op`` may generate this step: short steps while units wait to be
+        acquired (a released unit pauses until our next step ends), else the cap that adapts to backlog."""
+        if self.waiting:
+            return self.config.handover_source_records
+        return self._source_caps.get(op) or self.config.source_records
+
+    def _consume(self, op: str, units: list[Hosted], inputs: dict[str, list[tuple[str, Entry]]],
+                 local: dict[str, list[Delivery]], commit: Commit, outcome: StepOutcome) -> Produced:
+        """Apply each unit's new entries (dedup by producer sequence), run the operator once for all."""
+        operator = self.operators[op]
+        spec_op = self.spec.operator(op)
+        parts: dict[str, list[pd.DataFrame]] = defaultdict(list)
+        lazy: dict[int, tuple[str, Flow, set[tuple[int, int]]]] = {}
+        received: dict[str, int] = defaultdict(int)
+        tables: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
+        active: list[Hosted] = []
+        now = self.clock()
+        named = spec_op.kind == "source"  # a stream source reads a user-named stream it shares
+        for unit in units:
+            got, oldest = False, None
+            for stream, entry in inputs.get(unit.key, []):
+                unit.rec.offsets[stream] = entry.id
+                oldest = entry.millis / 1000 if oldest is None else oldest
+                if named:
+                    got = True  # the offset moved: commit it even when the entry is another unit's
+                    if not self._take_named(unit, entry):
+                        continue
+                    if entry.producer == "" or self._accept(unit, entry.producer, entry.seq, entry.watermark):
+                        records = self._named_records(unit, entry, commit)
+                        if records is not None and len(records):
+                            parts[op].append(_at(records, unit.kg))
+                            received[unit.key] += len(records)
+                    continue
+                got = True
+                commit.trims[stream] = entry.id
+                commit.incr(self.keys.backlog, stream, -entry.count)
+                if self._accept(unit, entry.producer, entry.seq, entry.watermark) and entry.data:
+                    source = COMBINED if entry.combined else _input_of(stream)
+                    tables[(source, unit.kg)].append(entry.table())
+                    received[unit.key] += entry.count
+            for d in local.pop(unit.key, []):
+                if d.seq == unit.rec.seq_in.get(d.producer, 0) + 1:
+                    got = True
+                    self._accept(unit, d.producer, d.seq, d.watermark)
+                    received[unit.key] += d.n or 0  # a deferred flow is counted by the operator below
+                    if isinstance(d.records, LazyPart):
+                        lazy.setdefault(id(d.records.flow), (_input_of(d.stream), d.records.flow, set()))[2].add(
+                            (d.records.src, d.records.dst))
+                    elif isinstance(d.records, Partials):
+                        parts[COMBINED].append(d.records.frame)
+                    elif d.records is not None and len(d.records):
+                        parts[_input_of(d.stream)].append(_at(d.records, unit.kg))
+                else:
+                    # Older entries of this producer still wait in the stream: keep its order by going there.
+                    records = d.records.pandas() if isinstance(d.records, LazyPart) else d.records
+                    self._append(commit, d.stream, d.producer, d.seq, d.watermark, records)
+            self.metrics.unit(self.metrics.oldest_age, op, unit.kg).set(max(0.0, now - oldest) if oldest else 0.0)
+            if got:
+                active.append(unit)
+        for (name, kg), batch_tables in tables.items():
+            # One conversion to pandas per unit and input: per entry it costs about a millisecond.
+            parts[name].append(_at(pa.concat_tables(batch_tables, promote_options="default").to_pandas(), kg))
+        if not active:
+            return Produced(None, {}, {})
+        combined = parts.pop(COMBINED, None)
+        partials = pd.concat(combined, ignore_index=True) if combined else None
+        for unit in active:
+            producers = list(unit.rec.wm_in) if named else self.producers(op, unit.kg)
+            wm = min((unit.rec.wm_in.get(p, -math.inf) for p in producers), default=-math.inf)
+            unit.rec.watermark = max(unit.rec.watermark, wm)
+        flows = [(name, consumed(flow, pairs)) for name, flow, pairs in lazy.values()]
+        if flows and operator.lazy_input:
+            frames = [frame for _, frame in flows]
+            frames += [to_spark(self.spark, pd.concat(p, ignore_index=True)) for p in parts.values()]
+            batch: Batch = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+        else:
+            for name, frame in flows:
+                parts[name].append(materialize(frame))
+            batch = self._pandas_batch(spec_op.kind, parts)
+        result = self._process(operator, batch, active, commit, partials)
+        for _, flow, pairs in lazy.values():
+            if flow.counts is None:
+                self._counted(op, flow, pairs, result.input_counts or {}, received)
+        for unit in active:
+            unit.rec.records_in += received[unit.key]
+            self.metrics.unit(self.metrics.records_in, op, unit.kg).inc(received[unit.key])
+        output = result.output
+        if is_spark(output):
+            return Produced(output, {u.key: (None, u.rec.watermark) for u in active}, dict(received))
+        out: dict[str, tuple[int | None, float]] = {}
+        groups = dict(iter(output.groupby(KG))) if len(output) else {}
+        for unit in active:
+            df = groups.get(unit.kg)
+            n = 0 if df is None else len(df)
+            unit.rec.records_out += n
+            self.metrics.unit(self.metrics.records_out, op, unit.kg).inc(n)
+            if spec_op.kind == "sink":
+                self._sink(unit, df, commit, outcome)
+            out[unit.key] = (n, unit.rec.watermark)
+        return Produced(output, out, dict(received), _pandas=output)
+
+    def _counted(self, op: str, flow: Flow, pairs: set[tuple[int, int]], counts: dict[tuple[int, int], int],
+                 received: dict[str, int]) -> None:
+        """Book a deferred flow's sizes once its consumer has counted it: records in and out, kg traffic."""
+        flow.counts = {pair: counts.get(pair, 0) for pair in pairs}
+        produced: dict[int, int] = defaultdict(int)
+        for (src, dst), n in flow.counts.items():
+            received[unit_key((op, dst))] += n
+            produced[src] += n
+            if n:
+                self.metrics.kg_edge(flow.producer, src, op, dst).inc(n)
+        for src, n in produced.items():
+            if flow.producer_uncounted and (unit := self.hosted.get(unit_key((flow.producer, src)))) is not None:
+                self._count_out(unit, n)
+
+    @staticmethod
+    def _pandas_batch(kind: str, parts: dict[str, list[pd.DataFrame]]) -> pd.DataFrame:
+        frames = {name: pd.concat(p, ignore_index=True) for name, p in parts.items()}
+        if kind == "join":
+            batch = combine_inputs(frames) if frames else pd.DataFrame({KG: [], TS: [], INPUT: []})
+        else:
+            batch = pd.concat(frames.values(), ignore_index=True) if frames else pd.DataFrame(
+                {KG: pd.Series(dtype="int32"), TS: pd.Series(dtype="float64")})
+        if len(batch):
+            batch[KG] = batch[KG].astype("int32")
+        return batch
+
+    def _take_named(self, unit: Hosted, entry: Entry) -> bool:
+        """Whether this unit of a stream source takes ``entry``: the stream's entries are split over the
+        source's key groups by producer (keeping each producer's order in one unit), external entries by
+        id. A sink's entries also say how many units write the stream: the unit then waits for the
+        watermarks of those it owns (``*`` marks the set as known; alone it means +inf)."""
+        k = self.spec.key_groups_of(unit.op)
+        if entry.producers is not None and "*" not in unit.rec.wm_in:
+            sink = entry.producer.rsplit("/", 1)[0]
+            unit.rec.wm_in["*"] = math.inf
+            for i in range(entry.producers):
+                name = unit_key((sink, i))
+                if zlib.crc32(name.encode()) % k == unit.kg:
+                    unit.rec.wm_in.setdefault(name, -math.inf)
+        return zlib.crc32((entry.producer or entry.id).encode()) % k == unit.kg
+
+    def _named_records(self, unit: Hosted, entry: Entry, commit: Commit) -> pd.DataFrame | None:
+        """An entry's records; a malformed external entry goes to the dead-letter stream (nothing else
+        stops). External entries advance the watermark to the latest event time seen."""
+        try:
+            records = entry.records()
+        except MalformedEntry as error:
+            self._dead_letter(commit, unit.op, "source.stream", str(error), 1,
+                              [b"entry", entry.id.encode(), b"raw", entry.json or b""])
+            return None
+        if entry.producer == "" and records is not None and len(records):
+            unit.rec.wm_in[""] = max(unit.rec.wm_in.get("", -math.inf), float(records[TS].max()))
+        return records
+
+    def _dead_letter(self, commit: Commit, operator: str, field: str, error: str, n: int,
+                     payload: list[bytes]) -> None:
+        """Send ``n`` records (``payload``: the records, or the raw entry) to the dead-letter stream in the
+        step's commit, naming the operator, field and error; processing goes on without them."""
+        commit.appends.append((self.keys.dead_letters, [
+            b"operator", operator.encode(), b"executor", self.name.encode(), b"error", error.encode(),
+            b"field", field.encode(), b"n", str(n).encode(), *payload]))
+        self.metrics.dead_letters.labels(self.keys.topology, self.name, operator).inc(n)
+        log.warning("%s: %d record(s) to the dead-letter stream (%s): %s", operator, n, field, error)
+
+    def _accept(self, unit: Hosted, producer: str, seq: int, watermark: float) -> bool:
+        """Apply entry ``seq`` of ``producer`` unless already applied (a re-sent entry is dropped)."""
+        last = unit.rec.seq_in.get(producer, 0)
+        if seq <= last:
+            return False
+        if seq > last + 1:
+            log.warning("%s: entry %d of %s follows %d (gap)", unit.key, seq, producer, last)
+        unit.rec.seq_in[producer] = seq
+        unit.rec.wm_in[producer] = max(unit.rec.wm_in.get(producer, -math.inf), watermark)
+        return True
+
+    def _process(self, operator, batch: Batch, active: list[Hosted], commit: Commit,
+                 partials: pd.DataFrame | None = None) -> OperatorResult:
+        """Run the operator (with the partials producers combined for it, if any); records that make it
+        raise go to the dead-letter stream, the rest goes on."""
+        states = {u.kg: u.state for u in active}
+        watermarks = {u.kg: u.rec.watermark for u in active}
+        extra = {"partials": partials} if partials is not None else {}
+        if not is_spark(batch):
+            batch = batch.reset_index(drop=True)
+        while True:
+            try:
+                result = operator.process(self.spark, batch, states, watermarks, **extra)
+                break
+            except RecordError as error:
+                bad = batch.index.intersection(error.rows.index)
+                rows = batch.loc[bad] if len(bad) else batch
+                self._dead_letter(commit, operator.name, error.field, error.error, len(rows),
+                                  [b"d", frame_to_ipc(rows)])
+                batch = batch.drop(index=rows.index).reset_index(drop=True)
+        for unit in active:
+            if unit.kg in result.states:
+                unit.state = result.states[unit.kg]
+        return result
+
+    def _sink(self, unit: Hosted, df: pd.DataFrame | None, commit: Commit, outcome: StepOutcome) -> None:
+        sink = self.spec.operator(unit.op).sink
+        operator = self.operators[unit.op]
+        if df is not None and len(df):
+            latency = self.metrics.sink_latency.labels(self.keys.topology, self.name, unit.op)
+            for lag in self.clock() - self.t0 - df[TS].to_numpy(dtype=float):
+                latency.observe(max(0.0, lag))
+        path = self._sink_path(unit.op, unit.kg)
+        if path is not None:
+            data = sinks.lines_bytes(operator.format(df)) if df is not None and len(df) else b""
+            unit.rec.pending = data
+            unit.rec.sink_len += len(data)
+            if data:
+                outcome.sink_writes.append((path, unit.rec.sink_len - len(data), data))
+        elif sink.stream is not None:
+            # Records, or a punctuation when the watermark moved (readers' windows need it to fire).
+            target = self.keys.sink_stream(sink.stream)
+            sent = unit.rec.wm_out.get(target, -math.inf)
+            wm = unit.rec.watermark
+            if self._silent(unit.key, target, 0 if df is None else len(df), wm, sent, self.clock()):
+                return
+            seq = unit.rec.seq_out.get(target, 0) + 1
+            unit.rec.seq_out[target] = seq
+            unit.rec.wm_out[target] = max(sent, wm)
+            records = df if df is not None and len(df) else None
+            commit.appends.append((target, entry_fields(unit.key, seq, wm, records,
+                                                        producers=self.spec.key_groups_of(unit.op))))
+        elif sink.console is not None and df is not None and len(df):
+            outcome.console.extend(operator.format_console(df))
+
+    # ---------------------------------------------------------------------------------------- output
+
+    def _emit(self, op: str, produced: Produced, local: dict[str, list[Delivery]], commit: Commit,
+              now: float) -> None:
+        """Route an operator's output to its downstream units, in entries of the edge's batch size.
+
+        A lazy output whose consumers are all hosted here stays in the JVM (one Spark job counts it per
+        unit pair). Bound for another executor, a lazy output an aggregate consumes is combined first, in
+        one Spark job (:meth:`_combined`); anything else is materialised once and cut into entries."""
+        units = [self.hosted[key] for key in produced.units]
+        for v in self.downstream[op]:
+            dest_key, dest_k = partition_key(self.spec, v), self.spec.key_groups_of(v)
+            wanted = {unit_key((v, j)) for u in units for j in self.dests(op, u.kg).get(v, [])}
+            parts: dict[tuple[int, int], Part] = {}
+            if is_spark(produced.frame) and wanted <= set(self.hosted):
+                frame = produced.frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
+                if self._counts_for(op, v):
+                    pairs = {(u.kg, j) for u in units for j in self.dests(op, u.kg).get(v, [])}
+                    flow = Flow(op, frame, pairs, None, any(produced.units[u.key][0] is None for u in units))
+                else:
+                    counts = self._one_to_one_counts(op, v, produced, units)
+                    if counts is None:
+                        rows = computed(lambda frame=frame: frame.groupBy(KG, DST).count().collect())
+                        counts = {(int(r[0]), int(r[1])): int(r[2]) for r in rows}
+                    flow = Flow(op, frame, set(counts), counts)
+                parts = {pair: LazyPart(flow, *pair) for pair in flow.pairs}
+            elif is_spark(produced.frame) and self.operators[v].combines:
+                parts = self._combined(v, produced.frame, dest_key, dest_k)
+            elif is_spark(produced.frame) and self.downstream[op] == [v]:
+                parts = self._routed(produced.frame, dest_key, dest_k)
+            elif (records := produced.pandas()) is not None and len(records):
+                for src, part in records.groupby(KG):
+                    dest = route(part, dest_key, dest_k, int(src))
+                    parts.update({(int(src), int(j)): rows for j, rows in part.groupby(dest)})
+            for unit in units:
+                n_out, wm = produced.units[unit.key]
+                sizes = [part_size(p) for (src, _), p in parts.items() if src == unit.kg]
+                if n_out is None and None not in sizes:  # a lazy output learns its size here
+                    self._count_out(unit, sum(sizes))
+                    produced.units[unit.key] = (sum(sizes), wm)
+                expected = self.dests(op, unit.kg).get(v, [])
+                mine = {j: p for (src, j), p in parts.items() if src == unit.kg}
+                for j in sorted(set(expected) | set(mine)):
+                    self._deliver(unit, v, j, mine.get(j), wm, local, commit, now)
+
+    def _one_to_one_counts(self, op: str, v: str, produced: Produced,
+                           units: list[Hosted]) -> dict[tuple[int, int], int] | None:
+        """Records per unit pair without a Spark job, when each producing unit feeds one unit of ``v``
+        and knows its output size (a source's generated records): a one-to-one edge carries them all."""
+        counts = {}
+        for unit in units:
+            dests, n = self.dests(op, unit.kg).get(v, []), produced.units[unit.key][0]
+            if len(dests) != 1 or n is None:
+                return None
+            if n:
+                counts[(unit.kg, dests[0])] = n
+        return counts
+
+    def _combined(self, v: str, frame: SparkFrame, dest_key: list[str] | None,
+                  dest_k: int) -> dict[tuple[int, int], Partials]:
+        """Map-side combine for aggregate ``v``: its partials per (producing unit, consuming unit), from
+        one Spark job in this JVM. A crossing record then costs what a local one does; only a few rows
+        per key and bucket are materialised and sent."""
+        routed = frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
+        rows = self.operators[v].partials(routed.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG))
+        return {(int(src), int(dst)): Partials(part.drop(columns=[SRC]).reset_index(drop=True))
+                for (src, dst), part in rows.groupby([SRC, KG])}
+
+    @staticmethod
+    def _routed(frame: SparkFrame, dest_key: list[str] | None, dest_k: int) -> dict[tuple[int, int], pa.Table]:
+        """Records that travel whole, per (producing unit, consuming unit): the destination computed in
+        the producer's Spark job, the records leaving the JVM once as Arrow (no pandas, no routing in
+        Python), sorted by pair and sliced without copying."""
+        routed = frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
+        table = computed(lambda: routed.toArrow())
+        if not table.num_rows:
+            return {}
+        table = table.sort_by([(KG, "ascending"), (DST, "ascending")])
+        src = table.column(KG).to_numpy().astype(np.int64)
+        dst = table.column(DST).to_numpy().astype(np.int64)
+        starts = np.flatnonzero(np.diff((src << 32) | dst, prepend=-1))
+        ends = [*starts[1:], table.num_rows]
+        body = table.drop_columns([DST])
+        return {(int(src[a]), int(dst[a])): body.slice(a, b - a) for a, b in zip(starts, ends)}
+
+    def _counts_for(self, op: str, v: str) -> bool:
+        """Whether ``v`` counts ``op``'s lazy records itself: a single-input consumer that reports its
+        input counts (an aggregate), the only consumer of ``op`` (so the producer's output is counted once)."""
+        return (self.operators[v].counts_input and len(self.spec.operator(v).inputs) == 1
+                and self.downstream[op] == [v])
+
+    def _count_out(self, unit: Hosted, n: int) -> None:
+        unit.rec.records_out += n
+        self.metrics.unit(self.metrics.records_out, unit.op, unit.kg).inc(n)
+
+    def _silent(self, producer: str, target: str, n: int, wm: float, sent: float, now: float) -> bool:
+        """True when an entry would say nothing new (no records, watermark not past what was sent) or be
+        a punctuation moments after the last one (``+inf`` always goes); else notes the send time."""
+        recent = now - self._last_punct.get((producer, target), 0.0) < self.config.punctuation_interval
+        if n == 0 and (wm <= sent or (wm != math.inf and recent)):
+            return True
+        self._last_punct[(producer, target)] = now
+        return False
+
+    def _deliver(self, unit: Hosted, v: str, j: int, part: Part | None, wm: float,
+                 local: dict[str, list[Delivery]], commit: Commit, now: float) -> None:
+        """Unit ``unit``'s records and watermark for unit (v, j): in memory if hosted here, else entries."""
+        dkey = unit_key((v, j))
+        n = part_size(part)
+        sent = unit.rec.wm_out.get(dkey, -math.inf)
+        if self._silent(unit.key, dkey, 1 if n is None else n, wm, sent, now):
+            return
+        stream = self.keys.stream(unit.op, v, j)
+        if dkey in self.hosted:
+            # Batching is a transport matter: a local consumer gets the whole part in one hand-off.
+            chunks = [None if n == 0 else part.to_pandas() if isinstance(part, pa.Table) else part]
+        else:
+            size = self.batch_records(unit.op, v)
+            if isinstance(part, Partials):
+                chunks = part.chunks(size)
+            else:
+                table = part if isinstance(part, pa.Table) or not n else pa.Table.from_pandas(
+                    part, preserve_index=False)  # once, then zero-copy slices
+                chunks = [table.slice(i, size) for i in range(0, n, size)] if n else [None]
+        for index, chunk in enumerate(chunks):
+            seq = unit.rec.seq_out.get(dkey, 0) + 1
+            unit.rec.seq_out[dkey] = seq
+            # Only the last chunk carries the new watermark: it covers all the chunks before it.
+            chunk_wm = wm if index == len(chunks) - 1 else sent
+            if dkey in self.hosted:
+                local[dkey].append(Delivery(unit.key, seq, chunk_wm, chunk, stream))
+            else:
+                self._append(commit, stream, unit.key, seq, chunk_wm, chunk)
+        unit.rec.wm_out[dkey] = max(sent, wm)
+        if n:
+            self.metrics.kg_edge(unit.op, unit.kg, v, j).inc(n)
+
+    def _append(self, commit: Commit, stream: str, producer: str, seq: int, wm: float,
+                records: pd.DataFrame | pa.Table | Partials | None) -> None:
+        if isinstance(records, Partials):
+            n = records.n
+            commit.appends.append((stream, entry_fields(producer, seq, wm, records.frame, combined=n)))
+        else:
+            n = 0 if records is None else len(records)
+            commit.appends.append((stream, entry_fields(producer, seq, wm, records)))
+        if n:
+            commit.incr(self.keys.backlog, stream, n)
+
+
+def _at(records: pd.DataFrame, kg: int) -> pd.DataFrame:
+    """Records as input of key group ``kg`` (``_kg`` names the consuming unit on input)."""
+    records = records.copy(deep=False)
+    records[KG] = np.int32(kg)
+    return records
+
+
+def _input_of(stream: str) -> str:
+    """The producing operator of a stream key ``...:s:<from>-><to>:<kg>``."""
+    return stream.rsplit(":s:", 1)[1].split("->", 1)[0]
+

@@ -1,0 +1,142 @@
+"""What passes between operators inside one executor step: lazy flows, parts per unit pair, partial
+aggregates combined before the wire, in-memory deliveries and an operator's output."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import reduce
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import DataFrame as SparkFrame
+from pyspark.sql import functions as F
+
+from streamtopo.runtime.operators.aggregate import COUNT
+from streamtopo.runtime.operators.base import (
+    KG,
+    SRC,
+    Batch,
+    materialize,
+)
+
+DST = "__dst"
+"""Column of a lazy flow naming the consuming key group of each record."""
+
+COMBINED = "__combined"
+"""Where a consumer collects the partials producers combined for it (apart from records, by input)."""
+
+
+@dataclass
+class Flow:
+    """An operator's lazy output routed to a downstream operator whose units are all hosted here:
+    ``frame`` has ``_kg`` (producing unit) and ``__dst`` (consuming unit). ``counts`` (records per
+    (src, dst)) come from a count job, or, when ``None``, from the consumer's own job (an aggregate
+    counts what it folds, so the records are computed once)."""
+
+    producer: str
+    frame: SparkFrame
+    pairs: set[tuple[int, int]]
+    counts: dict[tuple[int, int], int] | None
+    producer_uncounted: bool = False
+    """The producer's own output size is unknown too (a lazy map/filter): the consumer's count is it."""
+
+
+@dataclass(frozen=True)
+class LazyPart:
+    """The records unit ``src`` sends unit ``dst``, still inside a :class:`Flow`."""
+
+    flow: Flow
+    src: int
+    dst: int
+
+    @property
+    def n(self) -> int | None:
+        """Records in the part; None until the consumer has counted a deferred flow."""
+        return None if self.flow.counts is None else self.flow.counts.get((self.src, self.dst), 0)
+
+    def pandas(self) -> pd.DataFrame:
+        frame = self.flow.frame.where((F.col(KG) == self.src) & (F.col(DST) == self.dst)).drop(DST)
+        return materialize(frame)
+
+
+@dataclass(frozen=True)
+class Partials:
+    """What unit ``src`` sends an aggregate's unit, combined before the wire: partial aggregates per key
+    and bucket (``__n`` = the records each row stands for) instead of the records themselves."""
+
+    frame: pd.DataFrame
+
+    @property
+    def n(self) -> int:
+        """The records these partials stand for (what backlogs, rates and kg traffic count)."""
+        return int(self.frame[COUNT].sum())
+
+    def chunks(self, size: int) -> list[Partials]:
+        """Entries of at most ``size`` rows (the edge's batch size, Aeolus), in order."""
+        rows = len(self.frame)
+        return [Partials(self.frame.iloc[i:i + size]) for i in range(0, rows, size)] or [self]
+
+
+Part = pd.DataFrame | pa.Table | LazyPart | Partials
+"""What one producing unit sends one consuming unit in a step: records in pandas or Arrow, records still
+in a lazy flow, or partial aggregates."""
+
+
+@dataclass
+class Delivery:
+    """An entry handed to a local consumer in memory instead of through its stream."""
+
+    producer: str
+    seq: int
+    watermark: float
+    records: pd.DataFrame | LazyPart | Partials | None
+    stream: str
+
+    @property
+    def n(self) -> int | None:
+        return part_size(self.records)
+
+
+@dataclass
+class Produced:
+    """What one operator's hosted units produced in a step: one frame for all of them (``_kg`` = the
+    producing unit), and per unit (records out, or None while a lazy output is uncounted; watermark)."""
+
+    frame: Batch | None
+    units: dict[str, tuple[int | None, float]]
+    work: dict[str, int]
+    """Records each unit handled (its input, a source's output): splits the operator's busy time."""
+    _pandas: pd.DataFrame | None = None
+
+    def pandas(self) -> pd.DataFrame | None:
+        if self._pandas is None and self.frame is not None:
+            self._pandas = materialize(self.frame)
+        return self._pandas
+
+
+@dataclass
+class StepOutcome:
+    work: bool = False
+    sink_writes: list[tuple[Path, int, bytes]] = field(default_factory=list)
+    console: list[str] = field(default_factory=list)
+
+
+
+
+def part_size(part: Part | None) -> int | None:
+    """Records in a part; None for a part of a flow its consumer has not counted yet."""
+    return 0 if part is None else part.n if isinstance(part, (LazyPart, Partials)) else len(part)
+
+
+def consumed(flow: Flow, pairs: set[tuple[int, int]]) -> SparkFrame:
+    """A flow as its consumer's input (``_kg`` = the consuming unit), limited to the pairs accepted; a
+    flow the consumer counts keeps the producing unit as ``__src``."""
+    frame = flow.frame
+    if pairs != flow.pairs:
+        accepted = reduce(lambda a, b: a | b, [(F.col(KG) == s) & (F.col(DST) == d) for s, d in sorted(pairs)],
+                          F.lit(False))
+        frame = frame.where(accepted)
+    if flow.counts is None:
+        return frame.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG)
+    return frame.withColumn(KG, F.col(DST)).drop(DST)
