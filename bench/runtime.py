@@ -152,8 +152,7 @@ def ours(url: str, work: Path, records: int, name: str = "bench-ours", split: bo
              for op in spec.operators for kg in range(spec.key_groups_of(op.name))}
     write(work / "routing.json", routing_for(top, units))
     # The executor's defaults unless a sweep sets the records a source unit generates per step.
-    config = ExecutorConfig(**({"source_records": unit_records, "max_source_records": unit_records}
-                               if unit_records else {}))
+    config = ExecutorConfig(**({"max_source_records": unit_records} if unit_records else {}))
     names = ["ex-0", "ex-1"] if split else ["ex-0"]
     runs = [Threaded(Executor(top, work / "routing.json", n, url, output_dir=work / "out", config=config))
             for n in names]
@@ -312,10 +311,10 @@ group (``seq % 4``) and every key's records come from every source unit."""
 EVENT_RATE = 100_000.0
 """Event-time rate of the throughput runs' records: 1 s windows of about 100 records per key."""
 SCALE_RECORDS = 2_000_000
-"""N of a full run, the same in every configuration so that wall times compare: one whole step of the
-one-executor configuration's four backlogged source units (the executor generates at most 500k records per
-unit per step), so the one-executor marginal includes Spark's fixed cost per step, as the multi-executor
-marginals (steps that read at most 200k records) do. Fewer would leave it out of the baseline."""
+"""N of a full run, the same in every configuration so that wall times compare. A backlogged source unit
+generates everything due in one step (up to 2M records), so N and 2N are each one source step on every
+executor and the marginal cost is the per-record cost; the receivers of whole records read at most 200k
+records per step, so their marginals include some fixed cost per step."""
 WARM_UP_RUNS = 3
 """Most warm-up runs per crossing and group (``--quick``: 2); they stop once two in a row cost within 10 %
 of each other. One was not enough: on one executor the run after a single warm-up cost 1.5x the later
@@ -781,10 +780,9 @@ def scale_out_report(command: str, points: list[ScalePoint], across: dict[str, t
          "CPU-second = 1 / the least-squares slope of the runs' CPU against their records: the marginal "
          "cost, so what a run pays once (acquiring its units, planning its first steps) is the intercept "
          "and drops out, and the alternation cancels a linear drift. N is the same everywhere "
-         f"({points[0].records:,} here); the default, {SCALE_RECORDS:,}, is one whole step of the "
-         "one-executor configuration's four backlogged source units (500k records each), so its marginal "
-         "includes Spark's fixed cost per step as the multi-executor marginals (steps reading at most 200k"
-         " records) do; fewer leave that cost out of the baseline. Wall throughput = 2N / the 2N runs' "
+         f"({points[0].records:,} here); a backlogged source unit generates all that is due in one step (up to "
+         "2M records), so N and 2N are each one source step per executor and the marginal is the per-record "
+         "cost (receivers of whole records read at most 200k records per step). Wall throughput = 2N / the 2N runs' "
          "mean wall time. Latency: the same pipelines with endless sources at 2,000 records/s on 2 "
          "executors; the sink latency histograms of both executors are read once the pipeline has caught "
          "up with the records that came due while it started (plus 3 s) and again later, and p50/p99 of "
@@ -935,15 +933,12 @@ def report(command, records, split_records, ours_rate, split_rate, sweep, ss_rat
          "core (local[1]) and are saturated. In the one-executor run the generated records never leave the "
          "JVM: the source is a lazy `spark.range` frame, routing is Spark's Murmur3 in the same plan, and the "
          "aggregate's partials (a few rows per key and window) are all that reach Python. Spark's fixed "
-         "cost per step (planning and code generation, about 0.5 s of CPU) dominates small steps, as the "
-         "sweep shows; the executor's default lets a backlogged source unit generate up to 500k records per "
-         "step (2M for this 4-key-group source), its first row, which has the same configuration as the "
-         "sweep's 2M row: the gap between the two is run-to-run spread (the first timed run follows the "
-         "warm-up directly; the JVM is still compiling). In the two-executor "
-         "run (both executors threads of this process, after a warm-up run of the same split) every "
-         "record is materialised to Arrow, cut into entries, sent through Valkey and brought back "
-         "into Spark through a Parquet file on the far side: PySpark's Python-to-JVM ingestion is the cost "
-         "there. A window's result has event time = the window's end, so the latency is how long after a "
+         "cost per step (planning and code generation, about 0.3 s of CPU) dominates small steps, as the "
+         "sweep shows; by default a backlogged source unit generates everything due in one step, up to 2M "
+         "records (the first row: 1M per unit here). In the two-executor run (both executors threads of "
+         "this process, after a warm-up run of the same split) the source's executor combines the records "
+         "for the aggregate on the other one in its own JVM (partials per key and window, one Spark job) "
+         "and only those rows cross Valkey; the far side merges them without a Spark job. A window's result has event time = the window's end, so the latency is how long after a "
          "window closed its result was committed (a step's duration plus punctuation delay). The pause runs "
          "from the donor's release to the receiver holding the decoded state."), "",
         *scale_lines,

@@ -41,6 +41,7 @@ def run(
     from rich.console import Console
     from rich.markup import escape
 
+    from streamtopo.controller.local_loop import local_loop
     from streamtopo.controller.plan_output import render_run_plan
     from streamtopo.planner.model import TopologyError, load_topology
     from streamtopo.runtime.operators.udf import extend_import_path
@@ -62,7 +63,8 @@ def run(
                          interval=interval, rate_scale=rate_scale, verbose=verbose, udf_dirs=udf_dirs,
                          source_seconds=source_seconds, live=console.is_terminal,
                          progress_every=None if console.is_terminal else 5.0,
-                         show_plan=lambda plan, routing: render_run_plan(plan, routing, console))
+                         show_plan=lambda plan, routing: render_run_plan(plan, routing, console),
+                         adaptation=local_loop)
     summary = run_topology(topology, options, console)
     print_summary(summary, console)
     # Ending during warm-up is a failure too: the pipeline did not run, whatever the duration asked for.

@@ -32,6 +32,7 @@ from streamtopo.controller.platform import (
     Platform,
     RuntimeStats,
 )
+from streamtopo.planner.aeolus import entry_batch_sizes
 from streamtopo.planner.allocation import (
     AllocationState,
     ExecutorInfo,
@@ -135,14 +136,6 @@ def plan_units(plan: Plan, spec: StreamTopologySpec) -> list[list[KeyGroupId]]:
     return out
 
 
-def batch_sizes(spec: StreamTopologySpec) -> dict[str, int]:
-    """Records per transport entry for every stream ``from->to``: Aeolus (Sax et al., ICDE 2014),
-    Algorithm 1 with Eq. 4 capped by B_max = ``batching.maxBytes`` (``batching.size`` overrides)."""
-    from streamtopo.planner.aeolus import aeolus_plan
-
-    return dict(aeolus_plan(spec).batch_sizes)
-
-
 def plan_deployment(topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None = None,
                     seed: int = 0) -> tuple[DesiredState, Plan]:
     """COLA's plan on ``cluster`` as a desired state: one executor per PE on the PE's host.
@@ -161,7 +154,7 @@ def plan_deployment(topology: StreamTopology, cluster: Cluster, previous: Routin
         executors[executor] = ExecutorEntry(host=pe.host, cpu=_cpu(pe.size))
         units.update({u: executor for u in pe_units})
     start = RoutingTable(topology=name, version=previous.version if previous else 0, executors={}, units={})
-    routing = start.moved(units, executors, batch_sizes(topology.spec))
+    routing = start.moved(units, executors, entry_batch_sizes(topology.spec))
     return DesiredState(topology=topology, routing=routing), plan
 
 

@@ -241,3 +241,29 @@ def _check_nonnegative(name: str, value: float) -> float:
     if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
         raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
     return float(value)
+
+
+DEFAULT_BATCH_RECORDS = 512
+"""Records per transport entry when neither Aeolus' plan nor ``spec.batching.size`` says more."""
+
+
+def default_batch_records(spec: StreamTopologySpec, producer: str) -> int:
+    """``spec.batching.size`` if set, else 512 records capped at ``batching.maxBytes`` (64 KB) worth."""
+    if spec.batching.size:
+        return spec.batching.size
+    record_bytes = spec.operator(producer).record_bytes or 64
+    return max(1, min(DEFAULT_BATCH_RECORDS, spec.batching.max_bytes // record_bytes))
+
+
+def entry_batch_sizes(spec: StreamTopologySpec) -> dict[str, int]:
+    """Records per transport entry for every stream ``from->to``, as the routing table carries them (the
+    one rule of the local run and the operator): Aeolus' batch (Algorithm 1, Eq. 4, capped by B_max =
+    ``batching.maxBytes``), raised to :func:`default_batch_records`.
+
+    Aeolus' model has only the per-message cost n and often gives 1 at moderate rates; a micro-batch
+    executor also pays a fixed cost per step and reads a bounded number of entries per step, so entries
+    much smaller than the default only add overhead.
+    """
+    planned = aeolus_plan(spec).batch_sizes
+    return {edge_key(u, op.name): max(int(planned.get(edge_key(u, op.name), 1)), default_batch_records(spec, u))
+            for op in spec.operators for u in op.inputs}

@@ -27,7 +27,6 @@ from pydantic import (
     PlainSerializer,
     ValidationError,
     WithJsonSchema,
-    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel

@@ -2,8 +2,8 @@
 
 1. read the hosted units' input streams (one pipelined XRANGE round trip; C-MR's policies choose which
    when the queues exceed a step's budget, scheduling.py), generate source records that are due (event
-   time <= wall time since the topology's start) as a lazy Spark frame, in steps that grow while a
-   source is behind;
+   time <= wall time since the topology's start) as a lazy Spark frame: a backlogged source catches up
+   in steps as large as its backlog (up to ``max_source_records`` per unit);
 2. run the operators in topological order, each over all its hosted units at once. Output to units this
    executor hosts is handed over in memory, as a lazy Spark frame while it can (records never leave the
    JVM until a stateful operator folds them). Output for another executor's aggregate is combined first
@@ -34,6 +34,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import functions as F
 
+from streamtopo.planner.aeolus import default_batch_records
 from streamtopo.planner.graph import partition_key, unit_edges
 from streamtopo.planner.model import StreamTopologySpec
 from streamtopo.planner.routing import RoutingTable, unit_key
@@ -51,7 +52,7 @@ from streamtopo.runtime.flows import (
     consumed,
     part_size,
 )
-from streamtopo.runtime.hosting import ExecutorConfig, Hosted, default_batch_records
+from streamtopo.runtime.hosting import ExecutorConfig, Hosted
 from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace
 from streamtopo.runtime.operators import OperatorResult, RecordError, combine_inputs
 from streamtopo.runtime.operators.base import (
@@ -107,7 +108,6 @@ class Dataflow:
     _dests: dict[str, dict[int, dict[str, list[int]]]]
     _producers: dict[str, dict[int, list[str]]]
     _last_punct: dict[tuple[str, str], float]
-    _source_caps: dict[str, int | None]
 
     # ------------------------------------------------------------------------------------- topology
 
@@ -254,15 +254,13 @@ class Dataflow:
         source = self.spec.operator(units[0].op).source
         k = self.spec.key_groups_of(units[0].op)
         paces = {u.kg: SourcePace(self.t0, source.rate_per_second, u.kg, k, source.count) for u in units}
-        requests, cap = [], self._source_cap(units[0].op)
+        cap = self._source_cap(units[0].op, len(units))
+        requests = []
         for unit in units:
             if unit.rec.watermark == math.inf:
                 continue
-            requests.append((unit.kg, unit.state, max(0, paces[unit.kg].due(now) - unit.rec.emitted)))
-        if not self.waiting:
-            behind = any(due > cap for _, _, due in requests)
-            self._source_caps[units[0].op] = min(2 * cap, self.config.max_source_records) if behind else None
-        requests = [(kg, state, min(due, cap)) for kg, state, due in requests]
+            due = max(0, min(paces[unit.kg].due(now) - unit.rec.emitted, cap))
+            requests.append((unit.kg, unit.state, due))
         frame, emitted = operator.generate(self.spark, requests) if requests else (None, {})
         if frame is not None and self.eager:
             frame = materialize(frame)
@@ -283,12 +281,26 @@ class Dataflow:
             self.metrics.source_progress(unit.op, unit.kg, paces[unit.kg], unit.rec.emitted)
         return Produced(frame, out, {key: n for key, (n, _) in out.items()})
 
-    def _source_cap(self, op: str) -> int:
-        """Records a unit of source ``op`` may generate this step: short steps while units wait to be
-        acquired (a released unit pauses until our next step ends), else the cap that adapts to backlog."""
+    def _source_cap(self, op: str, units: int) -> int:
+        """Records one unit of source ``op`` may generate this step: everything due up to a cap, so the
+        step follows the backlog. The cap is short while units wait to be acquired (a released unit pauses
+        until our next step ends); ``max_source_records`` per unit while the records stay in the JVM;
+        ``materialized_records`` for all the units together when they must come out (the heap bounds it)."""
         if self.waiting:
             return self.config.handover_source_records
-        return self._source_caps.get(op) or self.config.source_records
+        if not self.eager and self._stays_in_jvm(op):
+            return self.config.max_source_records
+        return max(1, self.config.materialized_records // units)
+
+    def _stays_in_jvm(self, op: str) -> bool:
+        """Whether ``op``'s output never reaches Python this step: each consumer folds it into partials in
+        this JVM (an aggregate, wherever it runs), or takes it lazily here and passes it on likewise."""
+        mine = [unit.kg for unit in self.hosted.values() if unit.op == op]
+
+        def lazy_here(v: str) -> bool:
+            fed = {unit_key((v, j)) for kg in mine for j in self.dests(op, kg).get(v, [])}
+            return self.operators[v].lazy_input and fed <= set(self.hosted) and self._stays_in_jvm(v)
+        return all(self.operators[v].combines or lazy_here(v) for v in self.downstream[op])
 
     def _consume(self, op: str, units: list[Hosted], inputs: dict[str, list[tuple[str, Entry]]],
                  local: dict[str, list[Delivery]], commit: Commit, outcome: StepOutcome) -> Produced:

@@ -103,8 +103,6 @@ class Executor(Handover, Dataflow):
         self.routing: RoutingTable | None = None
         self._routing_mtime = 0.0
         self._last_punct: dict[tuple[str, str], float] = {}
-        self._source_caps: dict[str, int | None] = {}
-        """Per source operator, the step cap grown while it is behind (None: back to the first one)."""
         self._last_metrics = 0.0
         self._last_loop = self.clock()
         self._connected = False

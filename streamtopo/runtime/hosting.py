@@ -9,17 +9,6 @@ from typing import Any
 from streamtopo.planner.routing import unit_key
 from streamtopo.runtime.state_store import UnitRecord
 
-DEFAULT_BATCH_RECORDS = 512
-"""Records per transport entry when neither the routing table (Aeolus) nor spec.batching.size says."""
-
-
-def default_batch_records(spec, producer: str) -> int:
-    """``spec.batching.size`` if set, else 512 records capped at ``batching.maxBytes`` (64 KB) worth."""
-    if spec.batching.size:
-        return spec.batching.size
-    record_bytes = spec.operator(producer).record_bytes or 64
-    return max(1, min(DEFAULT_BATCH_RECORDS, spec.batching.max_bytes // record_bytes))
-
 
 @dataclass(frozen=True)
 class ExecutorConfig:
@@ -29,12 +18,13 @@ class ExecutorConfig:
     """Entries read per input stream per step."""
     handover_source_records: int = 20_000
     """The per-unit cap while units wait to be acquired, so a hand-over's pause stays short."""
-    source_records: int = 250_000
-    """Records one source unit generates per step at most, to begin with and whenever it keeps up."""
     max_source_records: int = 2_000_000
-    """The most the per-unit step cap grows to: it doubles every step a unit still had more records due
-    than the cap (a backlogged source), so Spark's fixed cost per step (planning, code generation,
-    about 0.3 s of CPU) is spread over ever more records until the source catches up."""
+    """Records one source unit generates per step at most while they stay in the JVM (every consumer an
+    aggregate, or lazy here and so on). A backlogged unit takes all that is due up to this, so Spark's
+    fixed cost per step (planning, code generation, about 0.3 s of CPU) is spread over the backlog."""
+    materialized_records: int = 1_000_000
+    """Records all units of a source generate per step at most when they must come out of the JVM (a sink,
+    a UDF, records travelling whole): the driver's heap (512 MB by default) bounds what one step collects."""
     punctuation_interval: float = 0.1
     """Minimum seconds between two record-less watermark entries to the same unit (+inf always goes)."""
     idle_sleep: float = 0.02

@@ -32,6 +32,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from streamtopo.planner.aeolus import entry_batch_sizes
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import operator_of
 from streamtopo.planner.model import StreamTopology
@@ -64,7 +65,11 @@ class RunOptions:
     workdir: Path | None = None
     ready_timeout: float = 180.0
     autoscale: bool | None = None
-    """Drive the SPL AdaptationLoop (ALBIC + scaling); None: ``spec.autoscaling.enabled``."""
+    """Drive the SPL adaptation loop (ALBIC + scaling); None: ``spec.autoscaling.enabled``."""
+    adaptation: Callable[[LocalPlatform, StreamTopology, RoutingTable, float, int], Any] | None = None
+    """Builds the adaptation loop over this run's executors (platform, topology, routing v1, SPL, seed):
+    the controller's (``controller.local_loop.local_loop``), passed in by the command, since the runtime
+    does not import the controller. None: no loop, whatever ``autoscale`` says."""
     interval: float | None = None
     """SPL of this run, seconds; None: :func:`local_interval`."""
     rate_scale: float = 1.0
@@ -203,30 +208,9 @@ def initial_routing(topology: StreamTopology, cluster: Cluster, executors: int |
         topology=topology.metadata.name, version=1,
         executors={n: ExecutorEntry(host=hosts.get(n), cpu=1.0) for n in used},
         units={unit_key(u): e for u, e in sorted(assignment.items())},
-        batch_sizes=batch_sizes(topology),
+        batch_sizes=entry_batch_sizes(topology.spec),
     )
     return routing, plan
-
-
-def batch_sizes(topology: StreamTopology) -> dict[str, int]:
-    """Records per transport entry for every edge: Aeolus' batch, raised to the executor's default.
-
-    Aeolus (Eq. 4) gives the smallest batch with which a producer keeps up with its input, often 1 at
-    moderate rates. Its model has only the per-message cost n; a micro-batch executor also pays a fixed
-    cost per step and reads a bounded number of entries per step, so entries much smaller than the
-    default (:func:`executor.default_batch_records`) only add overhead. The larger of the two is used.
-    """
-    from streamtopo.runtime.hosting import default_batch_records
-
-    spec = topology.spec
-    try:
-        from streamtopo.planner.aeolus import aeolus_plan
-
-        planned = aeolus_plan(spec).batch_sizes
-    except ImportError:
-        planned = {}
-    return {f"{u}->{op.name}": max(int(planned.get(f"{u}->{op.name}", 1)), default_batch_records(spec, u))
-            for op in spec.operators for u in op.inputs}
 
 
 def scale_rates(topology: StreamTopology, factor: float) -> StreamTopology:
@@ -277,25 +261,6 @@ def local_interval(topology: StreamTopology, horizon: float | None, interval: fl
         return interval
     spec_interval = topology.spec.autoscaling.interval
     return spec_interval if horizon is None else max(5.0, min(spec_interval, horizon / 6))
-
-
-def local_loop(platform: LocalPlatform, topology: StreamTopology, routing: RoutingTable, interval: float,
-               seed: int):
-    """The controller's AdaptationLoop over this run's processes, scraped directly, tuned to a short run.
-
-    The spec's interval becomes ``interval``; the scaling rule's metric window and stabilisation shrink to
-    one period (ScalingConfig.from_spec would force a 300 s window otherwise) and scale-down waits
-    3 periods, so decisions come within a minutes-long run while keeping every safeguard's order.
-    """
-    from streamtopo.controller.reconcile import AdaptationLoop
-    from streamtopo.controller.scrape import ScrapeMetricsSource
-
-    auto = topology.spec.autoscaling.model_copy(update={"interval": interval})
-    local = topology.model_copy(update={"spec": topology.spec.model_copy(update={"autoscaling": auto})})
-    overrides = {"metric_window": interval, "stabilization": interval, "scale_down_delay": 3 * interval,
-                 "scale_up_grace": 3 * interval, "dstreams_interval": interval}
-    return AdaptationLoop(platform, ScrapeMetricsSource(platform.endpoints), local, routing=routing,
-                          seed=seed, scaling_overrides=overrides)
 
 
 def loop_line(step) -> str | None:
@@ -441,7 +406,8 @@ class _Run:
         autoscale = topology.spec.autoscaling.enabled if options.autoscale is None else options.autoscale
         horizons = [h for h in (options.duration, options.source_seconds) if h is not None]
         self.interval = local_interval(topology, min(horizons, default=None), options.interval)
-        self.loop = local_loop(platform, topology, routing, self.interval, options.seed) if autoscale else None
+        adapt = options.adaptation if autoscale else None
+        self.loop = adapt(platform, topology, routing, self.interval, options.seed) if adapt else None
         self.next_period = math.inf
         self.last_decision = ("adaptation loop off" if self.loop is None
                               else f"adaptation loop: SPL {self.interval:g}s, warming up")

@@ -286,3 +286,25 @@ def yaml_doc(path: Path) -> dict:
     import yaml
 
     return yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize("rate", [50.0, 200_000.0])
+def test_local_run_and_operator_route_alike(rate):
+    """The same topology and cluster: `streamtopo run`'s routing v1 and the operator's name the same
+    executors (``<topology>-e<i>``), give them the same units, and cut streams into the same entry sizes
+    (one batching rule, planner.aeolus.entry_batch_sizes), at a rate where Aeolus alone would say 1."""
+    from streamtopo.planner.model import StreamTopology
+    from streamtopo.runtime.runner import initial_routing
+
+    doc = wordcount()
+    for op in doc["spec"]["operators"]:
+        if op["kind"] == "source":
+            op["source"]["ratePerSecond"] = rate
+    cluster = Cluster.uniform(3, 1.5)
+    platform = MemoryPlatform(cluster)
+    reconcile(doc, platform)
+    operator_routing = platform.applied[0].routing
+    local_routing, _ = initial_routing(StreamTopology.model_validate(doc), cluster, None)
+    assert local_routing.batch_sizes == operator_routing.batch_sizes
+    assert local_routing.units == operator_routing.units
+    assert all(n >= 2 for n in local_routing.batch_sizes.values())

@@ -12,6 +12,7 @@ import time
 import pytest
 from runtime_support import assert_exactly_once, expected_totals, read_lines, round_robin, sequence_topology
 
+from streamtopo.controller.local_loop import local_loop
 from streamtopo.planner.cluster import Cluster
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.local import LocalPlatform
@@ -28,8 +29,9 @@ def test_drills_do_not_change_the_output(tmp_path):
     outputs = {}
     for name, drills in (("plain", {}), ("drills", {"migrate_every": 1.0, "kill_every": 4.0})):
         topology = sequence_topology(f"eo-{name}", count=count, rate=rate, keys=keys, window=window)
-        summary = run_topology(topology, RunOptions(executors=2, output=tmp_path / name, live=False,
-                                                    duration=600, seed=3, **drills))
+        options = RunOptions(executors=2, output=tmp_path / name, live=False, adaptation=local_loop, duration=600,
+                             seed=3, **drills)
+        summary = run_topology(topology, options)
         assert summary.finished and summary.failed is None
         assert summary.sinks["out"]["in"] == summary.sinks["out"]["out"] == len(expected_totals(count, rate, keys, window))
         outputs[name] = sorted(line for path in (tmp_path / name / "out").glob("kg-*.jsonl")
