@@ -386,3 +386,72 @@ def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path
     assert set(got) == served
     if policy != "all":
         assert got == {unit: [100] for unit in served}  # the budget, in whole entries
+
+
+@pytest.mark.slow
+def test_records_travelling_whole_across_executors_arrive_once(valkey, spark, tmp_path):
+    """A re-keyed map into a keyed file sink on two executors: most records leave the producer's JVM as
+    Arrow and cross through Valkey. Units move and an executor crashes: every record is written once."""
+    count, rate = 4000, 400
+    topology = StreamTopology.model_validate({"metadata": {"name": "ex-whole"}, "spec": {"keyGroups": 4, "operators": [
+        {"name": "numbers", "kind": "source",
+         "source": {"generator": "sequence", "ratePerSecond": rate, "count": count, "keys": 13}},
+        {"name": "rekeyed", "kind": "map", "inputs": ["numbers"], "select": ["seq", "(seq div 4) % 7 AS account"]},
+        {"name": "out", "kind": "sink", "inputs": ["rekeyed"], "keyBy": ["account"], "sink": {"file": {}}},
+    ]}})
+    routing_path = tmp_path / "routing.json"
+    table = round_robin(topology, ["ex-0", "ex-1"])
+    write_routing(routing_path, table)
+    out = tmp_path / "out"
+    runs = {n: Running(Executor(topology, routing_path, n, valkey.url, output_dir=out)) for n in ("ex-0", "ex-1")}
+    store = runs["ex-0"].executor.store
+    try:
+        for unit in [("out", 1), ("rekeyed", 2), ("out", 3), ("numbers", 0)]:
+            time.sleep(0.8)
+            assignment = table.assignment()
+            assignment[unit] = "ex-1" if assignment[unit] == "ex-0" else "ex-0"
+            table = table.moved(assignment)
+            write_routing(routing_path, table)
+        runs["ex-1"].stop(release=False)
+        runs["ex-1"] = Running(Executor(topology, routing_path, "ex-1", valkey.url, output_dir=out))
+        wait_finished(store, topology)
+    finally:
+        for run in runs.values():
+            run.stop()
+    finalize_sinks(store, topology, out)
+    lines = read_lines(out)
+    assert sorted(int(line["seq"]) for line in lines) == list(range(count))
+    assert all(int(line["account"]) == (int(line["seq"]) // 4) % 7 for line in lines)
+    files_of: dict[int, set[str]] = {}  # keyed routing: each account in one key group's file, from any producer
+    for path in (out / "out").glob("kg-*.jsonl"):
+        for line in path.read_text().splitlines():
+            files_of.setdefault(json.loads(line)["account"], set()).add(path.name)
+    assert len(files_of) == 7 and all(len(names) == 1 for names in files_of.values()), files_of
+
+
+@pytest.mark.parametrize("consumer,executors,cap", [
+    ("aggregate", 1, 2_000_000), ("aggregate", 2, 2_000_000),  # filter -> aggregate: partials, in the JVM
+    ("sink", 1, 250_000), ("sink", 2, 500_000),  # filter -> keyed sink: records come out (1M per step)
+])
+def test_source_steps_take_the_backlog_while_records_stay_in_the_jvm(consumer, executors, cap):
+    """A backlogged source unit may take up to max_source_records when its records only ever meet
+    aggregates or lazy local operators; up to materialized_records for all its units when they come out."""
+    from streamtopo.planner.routing import unit_key
+    from streamtopo.runtime.hosting import Hosted
+    from streamtopo.runtime.state_store import UnitRecord
+
+    last = ({"kind": "aggregate", "keyBy": ["key"], "aggregations": ["count(*) AS n"]} if consumer == "aggregate"
+            else {"kind": "sink", "keyBy": ["key"], "sink": {"file": {}}})
+    topology = StreamTopology.model_validate({"metadata": {"name": "ex-cap"}, "spec": {"keyGroups": 4, "operators": [
+        {"name": "numbers", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": 10, "keys": 5}},
+        {"name": "kept", "kind": "filter", "inputs": ["numbers"], "expr": "value % 2 = 0"},
+        {"name": "last", "inputs": ["kept"], **last},
+    ]}})
+    executor = Executor(topology, "unused-routing.json", "ex-0", "redis://127.0.0.1:1",
+                        config=ExecutorConfig(max_source_records=2_000_000, materialized_records=1_000_000))
+    for (op, kg), owner in round_robin(topology, [f"ex-{i}" for i in range(executors)]).assignment().items():
+        if owner == "ex-0":
+            executor.hosted[unit_key((op, kg))] = Hosted(op, kg, 1, UnitRecord(), None)
+    assert executor._source_cap("numbers", 4 // executors) == cap
+    executor.waiting = {"numbers/0": 0.0}
+    assert executor._source_cap("numbers", 4 // executors) == executor.config.handover_source_records
