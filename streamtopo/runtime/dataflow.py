@@ -37,11 +37,12 @@ from pyspark.sql import functions as F
 from streamtopo.planner.aeolus import default_batch_records
 from streamtopo.planner.graph import partition_key, unit_edges
 from streamtopo.planner.model import StreamTopologySpec
-from streamtopo.planner.routing import RoutingTable, unit_key
+from streamtopo.planner.routing import RoutingTable, parse_unit, unit_key
 from streamtopo.runtime import sinks
 from streamtopo.runtime.flows import (
     COMBINED,
     DST,
+    EDGE,
     Delivery,
     Flow,
     LazyPart,
@@ -104,6 +105,7 @@ class Dataflow:
     spark: Any
     t0: float
     eager: bool
+    _whole_stage: bool | None
     output_dir: Path | None
     _dests: dict[str, dict[int, dict[str, list[int]]]]
     _producers: dict[str, dict[int, list[str]]]
@@ -153,19 +155,22 @@ class Dataflow:
         commit = Commit()
         touched: set[str] = set()
         local: dict[str, list[Delivery]] = defaultdict(list)
-        inputs = self._read_inputs()
+        inputs, allotted = self._read_inputs()
         now = self.clock()
         by_op: dict[str, list[Hosted]] = defaultdict(list)
         for unit in self.hosted.values():
             by_op[unit.op].append(unit)
+        self._plan_for(sum(entry.count for entries in inputs.values() for _, entry in entries)
+                       + sum(self._due(units, now) for op, units in by_op.items() if self._generates(op)))
         for op in self.order:
             units = sorted(by_op.get(op, []), key=lambda u: u.kg)
             if not units:
                 continue
             started = self.clock()
-            if self.spec.operator(op).kind == "source" and self.spec.operator(op).source.generator is not None:
+            if self._generates(op):
                 produced = self._generate(units, now)
             else:
+                self._read_late(units, inputs, allotted)
                 produced = self._consume(op, units, inputs, local, commit, outcome)
             if self.spec.operator(op).kind != "sink":
                 self._emit(op, produced, local, commit, now)
@@ -178,6 +183,8 @@ class Dataflow:
                 share = busy * weights[key] / sum(weights.values())
                 unit.busy += share
                 self.metrics.unit(self.metrics.busy, unit.op, unit.kg).inc(share)
+        if outcome.uncounted:
+            self._count_uncounted(outcome.uncounted)
         if not touched:
             return outcome
         outcome.work = True
@@ -194,9 +201,10 @@ class Dataflow:
             print(line, flush=True)
         return outcome
 
-    def _read_inputs(self) -> dict[str, list[tuple[str, Entry]]]:
-        """Every hosted unit's new entries, in one pipelined round trip; when the queues hold more than a
-        step's budget, C-MR's policy decides how many entries each stream gives (runtime/scheduling.py)."""
+    def _read_inputs(self) -> tuple[dict[str, list[tuple[str, Entry]]], dict[str, int]]:
+        """Every hosted unit's new entries, in one pipelined round trip, and the entries each stream may
+        give this step: all (up to ``max_entries``) unless the queues hold more than a step's budget and
+        C-MR's policy decides (runtime/scheduling.py)."""
         owners = [(key, stream) for key, unit in self.hosted.items() for stream in self._input_streams(unit)]
         counts = self._allotments(owners)
         requests = [(stream, self.hosted[key].rec.offsets.get(stream, "0-0"), counts[stream])
@@ -205,7 +213,24 @@ class Dataflow:
         kept = [(key, stream) for key, stream in owners if counts[stream] > 0]
         for (key, stream), entries in zip(kept, read_entries(self.client, requests)):
             out[key].extend((stream, e) for e in entries)
-        return out
+        return out, counts
+
+    def _read_late(self, units: list[Hosted], inputs: dict[str, list[tuple[str, Entry]]],
+                   allotted: dict[str, int]) -> None:
+        """Add the entries other executors appended for ``units`` since the step began, just before the
+        units run. A record crossing executors waits for the receiver's next step to begin; an operator late
+        in a step would otherwise leave what arrived meanwhile for the step after. Only streams some other
+        executor feeds, within each stream's allotment; one pipelined round trip."""
+        requests, owners = [], []
+        for unit in units:
+            for stream in self._remote_streams(unit):
+                got = [entry for s, entry in inputs.get(unit.key, []) if s == stream]
+                room = allotted.get(stream, 0) - len(got)
+                if room > 0:
+                    requests.append((stream, got[-1].id if got else unit.rec.offsets.get(stream, "0-0"), room))
+                    owners.append((unit.key, stream))
+        for (key, stream), entries in zip(owners, read_entries(self.client, requests)):
+            inputs[key].extend((stream, e) for e in entries)
 
     def _allotments(self, owners: list[tuple[str, str]]) -> dict[str, int]:
         """Entries to read per stream: all (up to ``max_entries``) unless a policy must choose."""
@@ -240,27 +265,56 @@ class Dataflow:
         return UnitLoad(unit.key, unit.op, in_bytes, (op.record_bytes or DEFAULT_RECORD_BYTES) * local,
                         unit.rec.records_in, unit.rec.records_out, unit.busy, len(unit.rec.state))
 
+    def _remote_streams(self, unit: Hosted) -> list[str]:
+        """Input streams of ``unit`` that a unit of another executor writes (a source's have none)."""
+        op = self.spec.operator(unit.op)
+        if op.kind == "source":
+            return []
+        remote = {parse_unit(p)[0] for p in self.producers(unit.op, unit.kg) if p not in self.hosted}
+        return [self.keys.stream(u, unit.op, unit.kg) for u in op.inputs if u in remote]
+
     def _input_streams(self, unit: Hosted) -> list[str]:
         op = self.spec.operator(unit.op)
         if op.kind == "source":
             return [self.keys.sink_stream(op.source.stream)] if op.source.stream is not None else []
         return [self.keys.stream(u, unit.op, unit.kg) for u in op.inputs]
 
+    def _generates(self, op: str) -> bool:
+        operator = self.spec.operator(op)
+        return operator.kind == "source" and operator.source.generator is not None
+
+    def _paces(self, units: list[Hosted]) -> dict[int, SourcePace]:
+        """Each generator unit's pacing: its records come due as wall time passes."""
+        source = self.spec.operator(units[0].op).source
+        k = self.spec.key_groups_of(units[0].op)
+        return {u.kg: SourcePace(self.t0, source.rate_per_second, u.kg, k, source.count) for u in units}
+
+    def _requests(self, units: list[Hosted], paces: dict[int, SourcePace], now: float) -> list[tuple[int, Any, int]]:
+        """(kg, state, records) each unfinished generator unit takes this step: what is due, up to the cap."""
+        cap = self._source_cap(units[0].op, len(units))
+        return [(u.kg, u.state, max(0, min(paces[u.kg].due(now) - u.rec.emitted, cap)))
+                for u in units if u.rec.watermark != math.inf]
+
+    def _due(self, units: list[Hosted], now: float) -> int:
+        return sum(n for _, _, n in self._requests(units, self._paces(units), now))
+
+    def _plan_for(self, records: int) -> None:
+        """Whole-stage code generation only for steps of many records. It compiles every query anew (the
+        range bounds of generated records are constants in the code, so nothing is reused between steps),
+        tens of milliseconds a query, which pays off only over a few hundred thousand records: small steps
+        run Spark's interpreted operators, half the step time of VWAP at a few thousand records per second."""
+        whole_stage = records >= self.config.codegen_records
+        if whole_stage != self._whole_stage:
+            self.spark.conf.set("spark.sql.codegen.wholeStage", str(whole_stage).lower())
+            self._whole_stage = whole_stage
+
     def _generate(self, units: list[Hosted], now: float) -> Produced:
         """Records whose event time has come: seq/rate <= now - t0 (sources are paced by wall time).
 
         One lazy Spark frame for all the units; it stays in the JVM unless a consumer needs pandas."""
         operator = self.operators[units[0].op]
-        source = self.spec.operator(units[0].op).source
-        k = self.spec.key_groups_of(units[0].op)
-        paces = {u.kg: SourcePace(self.t0, source.rate_per_second, u.kg, k, source.count) for u in units}
-        cap = self._source_cap(units[0].op, len(units))
-        requests = []
-        for unit in units:
-            if unit.rec.watermark == math.inf:
-                continue
-            due = max(0, min(paces[unit.kg].due(now) - unit.rec.emitted, cap))
-            requests.append((unit.kg, unit.state, due))
+        paces = self._paces(units)
+        requests = self._requests(units, paces, now)
         frame, emitted = operator.generate(self.spark, requests) if requests else (None, {})
         if frame is not None and self.eager:
             frame = materialize(frame)
@@ -366,22 +420,32 @@ class Dataflow:
             producers = list(unit.rec.wm_in) if named else self.producers(op, unit.kg)
             wm = min((unit.rec.wm_in.get(p, -math.inf) for p in producers), default=-math.inf)
             unit.rec.watermark = max(unit.rec.watermark, wm)
-        flows = [(name, consumed(flow, pairs)) for name, flow, pairs in lazy.values()]
-        if flows and operator.lazy_input:
-            frames = [frame for _, frame in flows]
+        frames, by_operator = [], []
+        for name, flow, pairs in lazy.values():
+            if not operator.lazy_input:  # the records come out here anyway: counted on the way
+                records = materialize(consumed(flow, pairs, keep_source=True))
+                if flow.counts is None:
+                    sizes = records.groupby([SRC, KG]).size()
+                    self._counted(op, flow, pairs, {(int(a), int(b)): int(n) for (a, b), n in sizes.items()},
+                                  received)
+                parts[name].append(records.drop(columns=[SRC]))
+            elif flow.counts is None and operator.counts_input and len(spec_op.inputs) == 1:
+                by_operator.append((flow, pairs))
+                frames.append(consumed(flow, pairs, keep_source=True))
+            else:
+                if flow.counts is None:
+                    outcome.uncounted.append((op, flow, pairs))
+                frames.append(consumed(flow, pairs, keep_source=False))
+        if frames:
             frames += [to_spark(self.spark, pd.concat(p, ignore_index=True)) for p in parts.values()]
             batch: Batch = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
         else:
-            for name, frame in flows:
-                parts[name].append(materialize(frame))
             batch = self._pandas_batch(spec_op.kind, parts)
         result = self._process(operator, batch, active, commit, partials)
-        for _, flow, pairs in lazy.values():
-            if flow.counts is None:
-                self._counted(op, flow, pairs, result.input_counts or {}, received)
+        for flow, pairs in by_operator:
+            self._counted(op, flow, pairs, result.input_counts or {}, received)
         for unit in active:
-            unit.rec.records_in += received[unit.key]
-            self.metrics.unit(self.metrics.records_in, op, unit.kg).inc(received[unit.key])
+            self._count_in(unit, received[unit.key])
         output = result.output
         if is_spark(output):
             return Produced(output, {u.key: (None, u.rec.watermark) for u in active}, dict(received))
@@ -399,7 +463,8 @@ class Dataflow:
 
     def _counted(self, op: str, flow: Flow, pairs: set[tuple[int, int]], counts: dict[tuple[int, int], int],
                  received: dict[str, int]) -> None:
-        """Book a deferred flow's sizes once its consumer has counted it: records in and out, kg traffic."""
+        """Book a deferred flow's sizes once they are counted: records into ``received`` (per consuming
+        unit), kg traffic, and the producer's records out when this flow gives them."""
         flow.counts = {pair: counts.get(pair, 0) for pair in pairs}
         produced: dict[int, int] = defaultdict(int)
         for (src, dst), n in flow.counts.items():
@@ -410,6 +475,23 @@ class Dataflow:
         for src, n in produced.items():
             if flow.producer_uncounted and (unit := self.hosted.get(unit_key((flow.producer, src)))) is not None:
                 self._count_out(unit, n)
+
+    def _count_uncounted(self, uncounted: list[tuple[str, Flow, set[tuple[int, int]]]]) -> None:
+        """Count the flows lazy consumers took (map, filter) in one Spark job: the union of their (producing
+        unit, consuming unit) columns grouped once. A step pays one job for all of them instead of one per
+        edge; each chain is recomputed, which costs little next to a job's fixed cost."""
+        frames = [flow.frame.select(F.lit(i).alias(EDGE), F.col(KG), F.col(DST))
+                  for i, (_, flow, _) in enumerate(uncounted)]
+        union = reduce(lambda a, b: a.unionByName(b), frames)
+        rows = computed(lambda: union.groupBy(EDGE, KG, DST).count().collect())
+        counts: dict[int, dict[tuple[int, int], int]] = defaultdict(dict)
+        for edge, src, dst, n in rows:
+            counts[int(edge)][(int(src), int(dst))] = int(n)
+        for i, (op, flow, pairs) in enumerate(uncounted):
+            received: dict[str, int] = defaultdict(int)
+            self._counted(op, flow, pairs, counts[i], received)
+            for key, n in received.items():
+                self._count_in(self.hosted[key], n)
 
     @staticmethod
     def _pandas_batch(kind: str, parts: dict[str, list[pd.DataFrame]]) -> pd.DataFrame:
@@ -532,24 +614,24 @@ class Dataflow:
               now: float) -> None:
         """Route an operator's output to its downstream units, in entries of the edge's batch size.
 
-        A lazy output whose consumers are all hosted here stays in the JVM (one Spark job counts it per
-        unit pair). Bound for another executor, a lazy output an aggregate consumes is combined first, in
+        A lazy output whose consumers are all hosted here stays in the JVM, counted where its records are
+        computed anyway or in the step's one count job (:class:`~streamtopo.runtime.flows.Flow`). Bound for another executor, a lazy output an aggregate consumes is combined first, in
         one Spark job (:meth:`_combined`); anything else is materialised once and cut into entries."""
         units = [self.hosted[key] for key in produced.units]
+        claimed = False  # a deferred flow gives the producer's records out: no other edge books them
         for v in self.downstream[op]:
             dest_key, dest_k = partition_key(self.spec, v), self.spec.key_groups_of(v)
             wanted = {unit_key((v, j)) for u in units for j in self.dests(op, u.kg).get(v, [])}
             parts: dict[tuple[int, int], Part] = {}
             if is_spark(produced.frame) and wanted <= set(self.hosted):
                 frame = produced.frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
-                if self._counts_for(op, v):
+                counts = self._one_to_one_counts(op, v, produced, units)
+                if counts is None:  # counted later, where the records are computed (Flow)
                     pairs = {(u.kg, j) for u in units for j in self.dests(op, u.kg).get(v, [])}
-                    flow = Flow(op, frame, pairs, None, any(produced.units[u.key][0] is None for u in units))
+                    gives_out = not claimed and any(produced.units[u.key][0] is None for u in units)
+                    claimed |= gives_out
+                    flow = Flow(op, frame, pairs, None, gives_out)
                 else:
-                    counts = self._one_to_one_counts(op, v, produced, units)
-                    if counts is None:
-                        rows = computed(lambda frame=frame: frame.groupBy(KG, DST).count().collect())
-                        counts = {(int(r[0]), int(r[1])): int(r[2]) for r in rows}
                     flow = Flow(op, frame, set(counts), counts)
                 parts = {pair: LazyPart(flow, *pair) for pair in flow.pairs}
             elif is_spark(produced.frame) and self.operators[v].combines:
@@ -563,7 +645,7 @@ class Dataflow:
             for unit in units:
                 n_out, wm = produced.units[unit.key]
                 sizes = [part_size(p) for (src, _), p in parts.items() if src == unit.kg]
-                if n_out is None and None not in sizes:  # a lazy output learns its size here
+                if n_out is None and None not in sizes and not claimed:  # a lazy output learns its size here
                     self._count_out(unit, sum(sizes))
                     produced.units[unit.key] = (sum(sizes), wm)
                 expected = self.dests(op, unit.kg).get(v, [])
@@ -611,11 +693,9 @@ class Dataflow:
         body = table.drop_columns([DST])
         return {(int(src[a]), int(dst[a])): body.slice(a, b - a) for a, b in zip(starts, ends)}
 
-    def _counts_for(self, op: str, v: str) -> bool:
-        """Whether ``v`` counts ``op``'s lazy records itself: a single-input consumer that reports its
-        input counts (an aggregate), the only consumer of ``op`` (so the producer's output is counted once)."""
-        return (self.operators[v].counts_input and len(self.spec.operator(v).inputs) == 1
-                and self.downstream[op] == [v])
+    def _count_in(self, unit: Hosted, n: int) -> None:
+        unit.rec.records_in += n
+        self.metrics.unit(self.metrics.records_in, unit.op, unit.kg).inc(n)
 
     def _count_out(self, unit: Hosted, n: int) -> None:
         unit.rec.records_out += n

@@ -112,6 +112,8 @@ class Executor(Handover, Dataflow):
         self.spark = None
         self.server = None
         self._closed = threading.Event()
+        self._whole_stage: bool | None = None
+        """Whether Spark generates code for whole stages now (set per step, see Dataflow._plan_for)."""
         self.eager = False
         """Set after a lazy step failed: the redo materialises every operator's output (see LazyFailure)."""
 

@@ -23,6 +23,9 @@ from streamtopo.runtime.operators.base import (
 DST = "__dst"
 """Column of a lazy flow naming the consuming key group of each record."""
 
+EDGE = "__edge"
+"""Column naming the flow of each row in the step's one count job over every flow left uncounted."""
+
 COMBINED = "__combined"
 """Where a consumer collects the partials producers combined for it (apart from records, by input)."""
 
@@ -31,15 +34,17 @@ COMBINED = "__combined"
 class Flow:
     """An operator's lazy output routed to a downstream operator whose units are all hosted here:
     ``frame`` has ``_kg`` (producing unit) and ``__dst`` (consuming unit). ``counts`` (records per
-    (src, dst)) come from a count job, or, when ``None``, from the consumer's own job (an aggregate
-    counts what it folds, so the records are computed once)."""
+    (src, dst)) are known without a job (a source's one-to-one edge), or, while ``None``, counted where
+    the records are computed anyway: in the consumer's own job (an aggregate counts what it folds), in
+    pandas when the consumer materialises them, else in the step's one count job for every flow left."""
 
     producer: str
     frame: SparkFrame
     pairs: set[tuple[int, int]]
     counts: dict[tuple[int, int], int] | None
     producer_uncounted: bool = False
-    """The producer's own output size is unknown too (a lazy map/filter): the consumer's count is it."""
+    """The producer's own output size is unknown too (a lazy map/filter) and this flow's count gives it
+    (one flow per producer does: each record goes to one unit of every consumer)."""
 
 
 @dataclass(frozen=True)
@@ -120,8 +125,9 @@ class StepOutcome:
     work: bool = False
     sink_writes: list[tuple[Path, int, bytes]] = field(default_factory=list)
     console: list[str] = field(default_factory=list)
-
-
+    uncounted: list[tuple[str, Flow, set[tuple[int, int]]]] = field(default_factory=list)
+    """Flows a lazy consumer took without counting them (consumer, flow, pairs accepted): the step
+    counts them all in one Spark job before it commits."""
 
 
 def part_size(part: Part | None) -> int | None:
@@ -129,14 +135,14 @@ def part_size(part: Part | None) -> int | None:
     return 0 if part is None else part.n if isinstance(part, (LazyPart, Partials)) else len(part)
 
 
-def consumed(flow: Flow, pairs: set[tuple[int, int]]) -> SparkFrame:
-    """A flow as its consumer's input (``_kg`` = the consuming unit), limited to the pairs accepted; a
-    flow the consumer counts keeps the producing unit as ``__src``."""
+def consumed(flow: Flow, pairs: set[tuple[int, int]], keep_source: bool) -> SparkFrame:
+    """A flow as its consumer's input (``_kg`` = the consuming unit), limited to the pairs accepted;
+    ``keep_source`` keeps the producing unit as ``__src`` for whoever counts the records it computes."""
     frame = flow.frame
     if pairs != flow.pairs:
         accepted = reduce(lambda a, b: a | b, [(F.col(KG) == s) & (F.col(DST) == d) for s, d in sorted(pairs)],
                           F.lit(False))
         frame = frame.where(accepted)
-    if flow.counts is None:
+    if keep_source:
         return frame.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG)
     return frame.withColumn(KG, F.col(DST)).drop(DST)

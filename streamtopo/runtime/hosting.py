@@ -25,6 +25,9 @@ class ExecutorConfig:
     materialized_records: int = 1_000_000
     """Records all units of a source generate per step at most when they must come out of the JVM (a sink,
     a UDF, records travelling whole): the driver's heap (512 MB by default) bounds what one step collects."""
+    codegen_records: int = 250_000
+    """Records a step must expect (entries read plus generator records due) for Spark to generate code
+    for whole stages; fewer run interpreted (dataflow.Dataflow._plan_for)."""
     punctuation_interval: float = 0.1
     """Minimum seconds between two record-less watermark entries to the same unit (+inf always goes)."""
     idle_sleep: float = 0.02

@@ -356,7 +356,8 @@ def test_a_unit_moving_to_an_executor_that_is_not_up_keeps_running_on_its_donor(
                                             ("all", {"totals/0", "totals/1"})])
 def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path, policy, served):
     """Two aggregate units with 300 queued records each, a step budget of 100: ODF serves the queue whose
-    first entry arrived first, YDF the other; without a policy both are read in full."""
+    first entry arrived first, YDF the other; without a policy both are read in full. An entry another
+    executor appends during the step is read late, before the aggregate runs, only within the allotment."""
     name = f"ex-sched-{policy}"
     topology = sequence_topology(name, count=0, rate=1000, keys=3, window=1.0, key_groups=2)
     table = round_robin(topology, ["ex-0"])
@@ -379,13 +380,21 @@ def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path
     try:
         executor._apply_routing()
         executor._acquire_waiting()
-        inputs = executor._read_inputs()
+        inputs, allotted = executor._read_inputs()
+        got = {key: [entry.count for _, entry in entries] for key, entries in inputs.items() if entries}
+        for j in (0, 1):  # meanwhile, the producers' executor commits one more entry per queue
+            late = pd.DataFrame({"seq": [7], "key": [0], "value": [7], "_ts": [0.5], "_kg": [j]})
+            append(client, keys.stream("numbers", "totals", j), entry_fields(f"numbers/{j}", 4, 0.5, late))
+        executor._read_late(sorted(executor.hosted.values(), key=lambda u: u.key), inputs, allotted)
     finally:
         executor.close()
-    got = {key: [entry.count for _, entry in entries] for key, entries in inputs.items() if entries}
     assert set(got) == served
+    after = {key: [entry.count for _, entry in entries] for key, entries in inputs.items() if entries}
     if policy != "all":
         assert got == {unit: [100] for unit in served}  # the budget, in whole entries
+        assert after == got  # the budget is spent: nothing late
+    else:
+        assert after == {unit: [100, 100, 100, 1] for unit in served}
 
 
 @pytest.mark.slow
@@ -455,3 +464,51 @@ def test_source_steps_take_the_backlog_while_records_stay_in_the_jvm(consumer, e
     assert executor._source_cap("numbers", 4 // executors) == cap
     executor.waiting = {"numbers/0": 0.0}
     assert executor._source_cap("numbers", 4 // executors) == executor.config.handover_source_records
+
+
+def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, tmp_path):
+    """Records in and out and kg traffic stay exact when flows are counted where they are computed: by an
+    aggregate's own job, in pandas by a sink that materialises them, and by the step's one count job for
+    flows a map or filter takes lazily (a filter feeding a map whose output has two consumers)."""
+    count, rate, keys = 900, 3000, 7
+    topology = StreamTopology.model_validate({"metadata": {"name": "ex-counts"}, "spec": {"keyGroups": 4, "operators": [
+        {"name": "numbers", "kind": "source",
+         "source": {"generator": "sequence", "ratePerSecond": rate, "count": count, "keys": keys}},
+        {"name": "kept", "kind": "filter", "inputs": ["numbers"], "expr": "value % 3 <> 0"},
+        {"name": "scaled", "kind": "map", "inputs": ["kept"], "select": ["key", "value"]},
+        {"name": "totals", "kind": "aggregate", "inputs": ["scaled"], "keyBy": ["key"], "window": {"size": 0.05},
+         "aggregations": ["count(*) AS n", "sum(value) AS total"]},
+        {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
+        {"name": "raw", "kind": "sink", "inputs": ["scaled"], "sink": {"file": {}}},
+    ]}})
+    routing = tmp_path / "routing.json"
+    write_routing(routing, round_robin(topology, ["ex-0"]))
+    running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
+    try:
+        wait_finished(running.executor.store, topology)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{running.executor.server.server_port}/metrics").read()
+    finally:
+        running.stop()
+    kept = sum(1 for seq in range(count) if seq % 3)
+    assert_exactly_once(read_lines(tmp_path / "out"),
+                        expected_totals(count, rate, keys, 0.05, dropped=lambda seq: seq % 3 == 0))
+    assert len(read_lines(tmp_path / "out", "raw")) == kept
+    sums: dict[tuple[str, ...], float] = {}
+    for family in text_string_to_metric_families(metrics.decode()):
+        for s in family.samples:
+            if s.name in ("streamtopo_unit_records_in_total", "streamtopo_unit_records_out_total"):
+                key = (s.name, s.labels["operator"])
+            elif s.name == "streamtopo_kg_records_total":
+                key = (s.name, s.labels["src_operator"], s.labels["dst_operator"])
+            else:
+                continue
+            sums[key] = sums.get(key, 0) + s.value
+    records_in, records_out = "streamtopo_unit_records_in_total", "streamtopo_unit_records_out_total"
+    assert {op: sums[(records_in, op)] for op in ("kept", "scaled", "totals", "raw")} == {
+        "kept": count, "scaled": kept, "totals": kept, "raw": kept}
+    assert {op: sums[(records_out, op)] for op in ("numbers", "kept", "scaled")} == {
+        "numbers": count, "kept": kept, "scaled": kept}
+    traffic = "streamtopo_kg_records_total"
+    assert {edge: sums[(traffic, *edge)] for edge in [("numbers", "kept"), ("kept", "scaled"), ("scaled", "totals"),
+                                                       ("scaled", "raw")]} == {
+        ("numbers", "kept"): count, ("kept", "scaled"): kept, ("scaled", "totals"): kept, ("scaled", "raw"): kept}
