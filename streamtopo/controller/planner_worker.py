@@ -65,10 +65,10 @@ def _plan(topology: StreamTopology, cluster: Cluster, previous: RoutingTable | N
 
 
 def _adapt(topology: StreamTopology, state: AllocationState, scaling_state: Any, now: float, window: float,
-           scaling_overrides: Mapping[str, Any], seed: int) -> Any:
+           scaling_overrides: Mapping[str, Any], seed: int, carried: object | None) -> Any:
     """Runs in the worker."""
     return IN_PROCESS.adapt(topology, state, scaling_state, now=now, window=window,
-                            scaling_overrides=scaling_overrides, seed=seed)
+                            scaling_overrides=scaling_overrides, seed=seed, carried=carried)
 
 
 class WorkerPlanner(Planner):
@@ -96,8 +96,10 @@ class WorkerPlanner(Planner):
         return result
 
     def adapt(self, topology: StreamTopology, state: AllocationState, scaling_state: Any, *, now: float,
-              window: float, scaling_overrides: Mapping[str, Any], seed: int) -> Any:
-        return self._call(_adapt, topology, state, scaling_state, now, window, dict(scaling_overrides), seed)
+              window: float, scaling_overrides: Mapping[str, Any], seed: int,
+              carried: object | None = None) -> Any:
+        return self._call(_adapt, topology, state, scaling_state, now, window, dict(scaling_overrides), seed,
+                          carried)
 
     def _submit(self, function: Callable[..., Any], *args: Any) -> tuple[ProcessPoolExecutor, Future[Any]]:
         """Queue one call; the pool's last call retires it (its worker exits once the queue is done)."""

@@ -198,12 +198,14 @@ class Planner:
         return plan_deployment(topology, cluster, previous, seed)
 
     def adapt(self, topology: StreamTopology, state: AllocationState, scaling_state: Any, *, now: float,
-              window: float, scaling_overrides: Mapping[str, Any], seed: int) -> AdaptationResult:
-        """One round of ALBIC's Algorithm 1 with the spec's settings (:func:`adaptation_config`)."""
+              window: float, scaling_overrides: Mapping[str, Any], seed: int,
+              carried: object | None = None) -> AdaptationResult:
+        """One round of ALBIC's Algorithm 1 with the spec's settings (:func:`adaptation_config`);
+        ``carried`` is the previous round's ``AdaptationResult.policy_config``."""
         from streamtopo.planner.adaptation import adapt
 
         return adapt(state, scaling_state, time=now, window=window,
-                     config=adaptation_config(topology, scaling_overrides), seed=seed)
+                     config=adaptation_config(topology, scaling_overrides, carried), seed=seed)
 
 
 IN_PROCESS = Planner()
@@ -357,20 +359,28 @@ def executor_loads(state: AllocationState, assignment: Mapping[KeyGroupId, str],
     return load
 
 
-def adaptation_config(topology: StreamTopology, scaling_overrides: Mapping[str, Any] | None = None
-                      ) -> AdaptationConfig:
-    """Algorithm 1's settings from ``spec.autoscaling`` (policy, bounds, scaling rule).
+def adaptation_config(topology: StreamTopology, scaling_overrides: Mapping[str, Any] | None = None,
+                      carried: object | None = None) -> AdaptationConfig:
+    """Algorithm 1's settings from ``spec.autoscaling`` (policy, bounds, scaling rule, ALBIC's
+    Algorithm 2 parameters).
 
     ``scaling_overrides`` are ScalingConfig fields the caller sets beyond the spec (``streamtopo run``
-    shortens the metric window for a demo run; the operator passes none).
+    shortens the metric window for a demo run; the operator passes none). ``carried`` is the policy state
+    the previous round returned (``AdaptationResult.policy_config``): ALBIC's collocations survive the
+    round while its parameters follow the spec as it is now.
     """
     from streamtopo.planner.adaptation import AdaptationConfig
+    from streamtopo.planner.albic.collocation import AlbicConfig
     from streamtopo.planner.scaling import ScalingConfig
 
     auto = topology.spec.autoscaling
     scaling = ScalingConfig.from_spec(auto, **dict(scaling_overrides or {}))
+    policy_config = carried
+    if auto.policy == "albic":
+        policy_config = AlbicConfig.from_spec(auto.albic, getattr(carried, "collocations", ()))
     return AdaptationConfig(policy=auto.policy, scaling="target", scaling_config=scaling,
-                            max_migrations=auto.max_migrations_per_round, max_migration_cost=auto.max_migration_cost,
+                            max_migrations=auto.max_migrations_per_round,
+                            max_migration_cost=auto.max_migration_cost, policy_config=policy_config,
                             executor_prefix=executor_prefix(topology.metadata.name))
 
 
@@ -431,6 +441,8 @@ class AdaptationLoop:
         self.seed = seed
         self.planner = planner
         self.scaling_state = ScalingState()
+        self.policy_state: object | None = None
+        """The rebalancer's state from the last round (ALBIC's collocations), passed into the next."""
         self.history: list[StepResult] = []
 
     @property
@@ -463,10 +475,12 @@ class AdaptationLoop:
         except MetricsUnavailable as why:
             return self._record(self._skip(why.reason, f"{why}: no rebalancing or scaling this period", count))
         result = self.planner.adapt(self.topology, state, self.scaling_state, now=now, window=self.interval,
-                                    scaling_overrides=self.scaling_overrides, seed=self.seed)
+                                    scaling_overrides=self.scaling_overrides, seed=self.seed,
+                                    carried=self.policy_state)
         if result.safe:
             return self._record(self._skip("AllocationKept", result.reason, count))
         self.scaling_state = result.scaling_state
+        self.policy_state = result.policy_config
         executors = next_executors(result, before.executors, cluster)
         routing = before
         if result.assignment != before.assignment() or executors != dict(before.executors):

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from controller_testkit import MemoryPlatform, ScriptedRuntime, wait_for
 
+from streamtopo.controller.planner_worker import WorkerPlanner
 from streamtopo.controller.platform import MetricsUnavailable, RuntimeStats, UnitRates
 from streamtopo.controller.reconcile import (
+    IN_PROCESS,
     AdaptationLoop,
     ConditionChange,
+    Planner,
     allocation_state,
     merge_conditions,
     reconcile,
@@ -242,6 +247,82 @@ def test_loop_skips_when_an_executor_cannot_be_scraped(scripted_runtime):
     assert result.skipped == "ScrapeFailed" and platform.applied == []
     degraded = next(c for c in result.outcome.conditions if c.type == "Degraded")
     assert degraded.status == "True" and "no rebalancing or scaling" in degraded.message
+
+
+@dataclass
+class StatsSource:
+    """A MetricsSource that reports the stats a test sets: the loop's decisions on exact traffic."""
+
+    stats: RuntimeStats
+
+    def collect(self, topology: str, window_seconds: float) -> RuntimeStats:
+        return self.stats
+
+
+def hot_pair_stats(hot: float) -> RuntimeStats:
+    """Even load; src/0 sends ``hot`` records/s to agg/0 and 10 to every other agg key group, and the
+    other src units spread 10 records/s evenly. ALBIC's Step 1 makes (src/0, agg/0) a candidate when
+    hot > avg * sF, avg = (hot + 70) / 8 (Algorithm 2, lines 2-12)."""
+    units = {("src", kg): UnitRates(busy=0.05, records_in=100.0) for kg in range(8)}
+    units |= {("agg", kg): UnitRates(busy=0.05, records_in=100.0) for kg in range(8)}
+    units[("out", 0)] = UnitRates(busy=0.01, records_in=10.0)
+    traffic = {(("src", i), ("agg", j)): 10.0 for i in range(8) for j in range(8)}
+    traffic[(("src", 0), ("agg", 0))] = hot
+    return RuntimeStats(topology="hot", window_seconds=300.0, units=units, traffic=traffic)
+
+
+def albic_loop(albic: dict, planner: Planner = IN_PROCESS) -> tuple[AdaptationLoop, StatsSource]:
+    doc = scenario_topology()
+    doc["spec"]["autoscaling"]["albic"] = albic
+    source = StatsSource(hot_pair_stats(1000.0))
+    return AdaptationLoop(MemoryPlatform(two_hosts()), source, load_topology(doc), routing=initial_routing(),
+                          planner=planner), source
+
+
+@pytest.fixture(params=["in-process", "worker"])
+def planner(request) -> Iterator[Planner]:
+    """Where rounds are computed: in process (``streamtopo run``) or, as the operator does, in a worker
+    process replaced after every call (so nothing survives a round there)."""
+    if request.param == "in-process":
+        yield IN_PROCESS
+        return
+    worker = WorkerPlanner(tasks_per_child=1)
+    try:
+        yield worker
+    finally:
+        worker.shutdown()
+
+
+HOT_PAIR = (("src", 0), ("agg", 0))
+
+
+def test_albic_spec_fields_change_the_loops_decisions(planner: Planner):
+    """spec.autoscaling.albic reaches Algorithm 2: with the paper's sF = 1.5 the hot pair is collocated;
+    with sF above hot / avg (1000 / 133.75 = 7.5) no pair qualifies; with maxPL = 0 no set is kept whole."""
+    default = albic_loop({}, planner)[0].step(0.0).adaptation
+    assert default is not None and HOT_PAIR in default.rebalance.details["collocation_constraints"]
+    assert default.assignment[HOT_PAIR[0]] == default.assignment[HOT_PAIR[1]]
+    strict = albic_loop({"scoreFactor": 8.0}, planner)[0].step(0.0).adaptation
+    assert strict is not None and strict.rebalance.details["collocation_constraints"] == []
+    assert strict.rebalance.details["new_constraint"] is None
+    no_sets = albic_loop({"maxPartitionLoad": 0, "maxLoadDistance": 0}, planner)[0].step(0.0).adaptation
+    assert no_sets is not None and no_sets.rebalance.details["max_partition_load"] == 0
+
+
+def test_albic_collocations_persist_across_rounds(planner: Planner):
+    """A pair collocated in one round stays a collocation while it still exchanges data, though its score
+    fell below the threshold (the paper's "existing colocated key group pairs"): the loop passes the
+    round's policy state into the next."""
+    loop, source = albic_loop({}, planner)
+    first = loop.step(0.0).adaptation
+    assert first is not None and HOT_PAIR in first.rebalance.details["collocation_constraints"]
+    source.stats = hot_pair_stats(10.0)  # the pair's traffic is now like every other pair's
+    second = loop.step(300.0).adaptation
+    assert second is not None and HOT_PAIR in second.rebalance.details["collocation_constraints"]
+    fresh, fresh_source = albic_loop({}, planner)
+    fresh_source.stats = hot_pair_stats(10.0)
+    forgetful = fresh.step(0.0).adaptation  # the same stats without the carried state: nothing to keep
+    assert forgetful is not None and forgetful.rebalance.details["collocation_constraints"] == []
 
 
 # ----------------------------------------------------------------------------- Kubernetes rendering

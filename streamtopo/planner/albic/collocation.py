@@ -46,6 +46,7 @@ from streamtopo.planner.albic.rules import host_of
 from streamtopo.planner.albic.state import StateIndex, check_budget, index_state
 from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
 from streamtopo.planner.metis import metis_labels, weight_matrix
+from streamtopo.planner.model import AlbicSpec
 
 Pair = tuple[KeyGroupId, KeyGroupId]
 
@@ -65,6 +66,14 @@ class AlbicConfig:
     milp: MilpConfig = field(default_factory=MilpConfig)
     collocations: tuple[Pair, ...] = ()
     """Collocation pairs returned by the previous round (details["collocation_constraints"])."""
+
+    @classmethod
+    def from_spec(cls, spec: AlbicSpec, collocations: Sequence[Pair] = ()) -> AlbicConfig:
+        """What a StreamTopology's ``spec.autoscaling.albic`` asks for, with the pairs the previous
+        round kept (the caller carries them between rounds; the spec may change in between)."""
+        return cls(max_load_distance=spec.max_load_distance, max_partition_load=spec.max_partition_load,
+                   step_partition_load=spec.step_partition_load, score_factor=spec.score_factor,
+                   collocations=tuple(collocations))
 
 
 @dataclass(frozen=True)
