@@ -56,6 +56,7 @@ from streamtopo.controller.planner_worker import DEFAULT_TASKS_PER_CHILD, Worker
 from streamtopo.controller.platform import DesiredState, MetricsSource, MetricsUnavailable
 from streamtopo.controller.prometheus import PrometheusMetricsSource
 from streamtopo.controller.reconcile import (
+    APPROVE_ANNOTATION,
     AdaptationLoop,
     ConditionChange,
     Event,
@@ -328,7 +329,7 @@ async def spl_loop(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo
         if stopped:
             break
         nodes_changed = getattr(memo, "nodes_version", STATE.nodes_version) != STATE.nodes_version
-        if not nodes_changed and time.monotonic() < period.next_step:
+        if not nodes_changed and time.monotonic() < period.next_step and not period.approved(body):
             continue  # nothing to do: no API call between periods
         try:
             await asyncio.to_thread(period.run, body, memo, nodes_changed, stopped)
@@ -343,6 +344,12 @@ class Period:
     def __init__(self, next_step: float):
         self.next_step = next_step
         self.loop: AdaptationLoop | None = None
+
+    def approved(self, body: Mapping[str, Any]) -> str | None:
+        """The pending recommendation's id when the topology's approve annotation names it."""
+        wanted = ((body.get("metadata") or {}).get("annotations") or {}).get(APPROVE_ANNOTATION)
+        pending = self.loop.pending if self.loop is not None else None
+        return wanted if pending is not None and wanted == pending.id else None
 
     def run(self, body: kopf.Body, memo: kopf.Memo, nodes_changed: bool, stopped: kopf.DaemonStopped) -> None:
         """One wake-up in a worker thread.
@@ -361,6 +368,12 @@ class Period:
             if nodes_changed:
                 _replan_if_cluster_changed(body, memo, platform, deployment)
                 deployment = _previous(platform) or deployment
+            if (decision := self.approved(body)) is not None and self.loop is not None:
+                self.loop.platform, self.loop.routing = platform, deployment.routing
+                approval = self.loop.approve(decision)
+                if approval is not None and not stopped:
+                    publish(body, platform, approval.outcome, observed=False)
+                    _count(approval)
             if time.monotonic() < self.next_step:
                 return
             self.next_step = time.monotonic() + _interval(body)
@@ -368,12 +381,13 @@ class Period:
                 self.loop = AdaptationLoop(platform, metrics_source(deployment, platform), deployment.topology,
                                            routing=deployment.routing, planner=STATE.planner)
                 self.loop.scaling_state = getattr(memo, "scaling_state", self.loop.scaling_state)
+                self.loop.policy_state = getattr(memo, "policy_state", None)
             self.loop.platform, self.loop.routing = platform, deployment.routing
             if stopped:
                 return
             platform.apply(deployment)  # recreate executor pods that died since the last period
             result = self.loop.step(time.time())
-            memo.scaling_state = self.loop.scaling_state
+            memo.scaling_state, memo.policy_state = self.loop.scaling_state, self.loop.policy_state
             if not stopped:
                 publish(body, platform, result.outcome, observed=False)
         _count(result)

@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from streamtopo.planner.adaptation import AdaptationConfig, AdaptationResult
 
 CONDITION_TYPES = ("Planned", "Ready", "Rebalancing", "Scaling", "Degraded")
+APPROVE_ANNOTATION = "streamtopo.dev/approve"
+"""Recommend mode: the annotation whose value, a decision id, approves that one decision."""
 MIN_EXECUTOR_CPU = 0.1
 
 
@@ -420,12 +422,43 @@ class StepResult:
     executors_after: int = 0
 
 
+@dataclass(frozen=True)
+class Recommendation:
+    """A decision computed in Recommend mode and not applied: what approving ``id`` would apply."""
+
+    id: str
+    state: AllocationState
+    result: AdaptationResult
+    before: RoutingTable
+    routing: RoutingTable
+    """The routing table it applies (version ``before.version + 1``)."""
+
+    @staticmethod
+    def identify(routing: RoutingTable) -> str:
+        """A content hash: the same decision on the same routing version gets the same id."""
+        import hashlib
+
+        return hashlib.sha256(routing.to_json().encode()).hexdigest()[:12]
+
+    def summary(self, approved: bool = False) -> dict[str, Any]:
+        rebalance = self.result.rebalance
+        return {"id": self.id, "time": now_iso(), "routingVersion": self.before.version,
+                "migrations": len(self.result.migrations), "executorsBefore": len(self.before.executors),
+                "executorsAfter": len(self.routing.executors),
+                "loadDistance": round(rebalance.load_distance if rebalance else 0.0, 4),
+                "reason": self.result.reason, "approved": approved}
+
+
 class AdaptationLoop:
     """The SPL loop for one topology on any platform: ``step(now)`` once per statistics period.
 
     ``streamtopo run`` and the Kubernetes operator both drive it. ``routing`` is the table currently
     applied; without one, the first step plans and applies the initial deployment (:func:`reconcile`).
     ``now`` is seconds on any clock (only differences matter: stabilisation and scale-down delays).
+
+    ``spec.autoscaling.mode`` decides what a period does with its decision: apply it (Auto), only publish
+    it as ``pending`` until :meth:`approve` is called with its id (Recommend; the scaling and policy state
+    stay as they were, since nothing changed), or compute nothing (Off).
     """
 
     def __init__(self, platform: Platform, metrics: MetricsSource, topology: StreamTopology, *,
@@ -443,6 +476,8 @@ class AdaptationLoop:
         self.scaling_state = ScalingState()
         self.policy_state: object | None = None
         """The rebalancer's state from the last round (ALBIC's collocations), passed into the next."""
+        self.pending: Recommendation | None = None
+        """Recommend mode: the last decision that would change something, until approved or replaced."""
         self.history: list[StepResult] = []
 
     @property
@@ -465,7 +500,9 @@ class AdaptationLoop:
                                            outcome=deployed))
         before = self.routing
         count = len(before.executors)
-        if not self.topology.spec.autoscaling.enabled:
+        mode = self.topology.spec.autoscaling.acting
+        if mode == "Off":
+            self.pending = None
             return self._record(StepResult(routing=before, skipped="AutoscalingDisabled",
                                            executors_before=count, executors_after=count))
         cluster = self.platform.hosts()
@@ -479,18 +516,73 @@ class AdaptationLoop:
                                     carried=self.policy_state)
         if result.safe:
             return self._record(self._skip("AllocationKept", result.reason, count))
-        self.scaling_state = result.scaling_state
-        self.policy_state = result.policy_config
         executors = next_executors(result, before.executors, cluster)
         routing = before
         if result.assignment != before.assignment() or executors != dict(before.executors):
             routing = before.moved(result.assignment, executors)
-            self.platform.apply(DesiredState(self.topology, routing))  # line 8
+        if mode == "Recommend":
+            return self._record(self._recommend(state, before, routing, result))
+        return self._record(self._apply(state, before, routing, result))
+
+    def approve(self, decision: str) -> StepResult | None:
+        """Apply the pending recommendation ``decision`` (Recommend mode); None when it is not the
+        pending one (already applied, replaced by a newer decision, or never made: nothing to do).
+
+        A decision made for an older routing version than the one applied now is stale (the deployment
+        changed since, e.g. a re-plan) and is dropped with a Warning instead of applied."""
+        pending = self.pending
+        if pending is None or pending.id != decision or self.routing is None:
+            return None
+        self.pending = None
+        if self.routing.version != pending.before.version:
+            count = len(self.routing.executors)
+            step = StepResult(routing=self.routing, skipped="RecommendationStale",
+                              executors_before=count, executors_after=count)
+            step.outcome.events.append(Event(
+                "RecommendationStale", f"decision {decision} was made for routing v{pending.before.version}, "
+                f"v{self.routing.version} is applied now: not applied", "Warning"))
+            return self._record(step)
+        step = self._apply(pending.state, pending.before, pending.routing, pending.result)
+        step.outcome.events.insert(0, Event("RecommendationApproved", f"decision {decision} approved: applied "
+                                            f"as routing v{pending.routing.version}"))
+        step.outcome.status["recommendation"] = pending.summary(approved=True)
+        return self._record(step)
+
+    def _apply(self, state: AllocationState, before: RoutingTable, routing: RoutingTable,
+               result: AdaptationResult) -> StepResult:
+        """Line 8: apply the decision, and keep its scaling and policy state for the next round."""
+        self.scaling_state = result.scaling_state
+        self.policy_state = result.policy_config
+        if routing is not before:
+            self.platform.apply(DesiredState(self.topology, routing))
             self.routing = routing
         step = StepResult(applied=routing is not before, routing=routing, adaptation=result,
-                          executors_before=count, executors_after=len(routing.executors))
+                          executors_before=len(before.executors), executors_after=len(routing.executors))
         step.outcome = report(state, before, routing, result)
-        return self._record(step)
+        return step
+
+    def _recommend(self, state: AllocationState, before: RoutingTable, routing: RoutingTable,
+                   result: AdaptationResult) -> StepResult:
+        """Publish the decision, apply nothing: the report as it would read, under a Recommendation."""
+        count = len(before.executors)
+        step = StepResult(routing=before, adaptation=result, executors_before=count, executors_after=count)
+        reported = report(state, before, routing, result)
+        step.outcome.conditions.append(ConditionChange("Degraded", "False", "MetricsAvailable", ""))
+        if routing is before:
+            self.pending = None
+            step.outcome.conditions += [ConditionChange(kind, "False", "NothingToRecommend", result.reason)
+                                        for kind in ("Rebalancing", "Scaling")]
+            return step
+        self.pending = Recommendation(Recommendation.identify(routing), state, result, before, routing)
+        approve = (f"approve with: kubectl annotate stopo {self.topology.metadata.name} "
+                   f"{APPROVE_ANNOTATION}={self.pending.id}")
+        details = "; ".join(e.message for e in reported.events) or result.reason
+        message = f"decision {self.pending.id} (not applied, mode Recommend): {details}; {approve}"
+        step.outcome.events.append(Event("Recommendation", message))
+        step.outcome.conditions += [ConditionChange(kind, "False", "RecommendationPending", message)
+                                    for kind in ("Rebalancing", "Scaling")]
+        step.outcome.status["recommendation"] = self.pending.summary()
+        return step
 
     def _skip(self, reason: str, message: str, count: int) -> StepResult:
         result = StepResult(routing=self.routing, skipped=reason, executors_before=count, executors_after=count)

@@ -330,6 +330,11 @@ class AutoscalingSpec(Model):
     """The statistics-period loop: ALBIC rebalancing plus horizontal scaling of executors."""
 
     enabled: bool = True
+    """``false`` is the same as ``mode: Off``."""
+    mode: Literal["Auto", "Recommend", "Off"] = "Auto"
+    """Auto: apply every period's decision. Recommend: compute and publish each decision
+    (status.recommendation, a Recommendation Event) and apply one only when the topology is annotated
+    ``streamtopo.dev/approve: <its id>``. Off: no decisions."""
     interval: Duration = 60.0
     """SPL, the statistics period."""
     policy: RebalancePolicy = "albic"
@@ -344,6 +349,11 @@ class AutoscalingSpec(Model):
     """No scaling decision for this long after a change."""
     scale_down_delay: Duration = 1800.0
     """A scale-down must be wanted this long before it happens."""
+
+    @property
+    def acting(self) -> Literal["Auto", "Recommend", "Off"]:
+        """The mode in force (``enabled: false`` turns any mode off)."""
+        return self.mode if self.enabled else "Off"
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSpec:
@@ -448,6 +458,22 @@ class RebalanceSummary(Model):
     collocation_factor: float
 
 
+class RecommendationSummary(Model):
+    """The last decision computed in Recommend mode: what it would change, and whether it was applied."""
+
+    id: str
+    """Approve it with ``kubectl annotate stopo NAME streamtopo.dev/approve=<id>``."""
+    time: str
+    routing_version: int
+    """The routing version it applies to; a decision for an older one is stale and is not applied."""
+    migrations: int
+    executors_before: int
+    executors_after: int
+    load_distance: float
+    reason: str
+    approved: bool = False
+
+
 class StreamTopologyStatus(Model):
     """What the operator reports; computed state (routing) lives in the owned ConfigMap instead."""
 
@@ -466,6 +492,7 @@ class StreamTopologyStatus(Model):
     load_distance: float | None = None
     pes: list[PESummary] = Field(default_factory=list)
     last_rebalance: RebalanceSummary | None = None
+    recommendation: RecommendationSummary | None = None
     routing_version: int | None = None
     routing_config_map: str | None = None
 

@@ -19,6 +19,7 @@ from controller_testkit import MemoryPlatform, ScriptedRuntime, wait_for
 from streamtopo.controller.planner_worker import WorkerPlanner
 from streamtopo.controller.platform import MetricsUnavailable, RuntimeStats, UnitRates
 from streamtopo.controller.reconcile import (
+    APPROVE_ANNOTATION,
     IN_PROCESS,
     AdaptationLoop,
     ConditionChange,
@@ -271,9 +272,10 @@ def hot_pair_stats(hot: float) -> RuntimeStats:
     return RuntimeStats(topology="hot", window_seconds=300.0, units=units, traffic=traffic)
 
 
-def albic_loop(albic: dict, planner: Planner = IN_PROCESS) -> tuple[AdaptationLoop, StatsSource]:
+def albic_loop(albic: dict, planner: Planner = IN_PROCESS,
+               **autoscaling: str) -> tuple[AdaptationLoop, StatsSource]:
     doc = scenario_topology()
-    doc["spec"]["autoscaling"]["albic"] = albic
+    doc["spec"]["autoscaling"] |= {"albic": albic, **autoscaling}
     source = StatsSource(hot_pair_stats(1000.0))
     return AdaptationLoop(MemoryPlatform(two_hosts()), source, load_topology(doc), routing=initial_routing(),
                           planner=planner), source
@@ -323,6 +325,42 @@ def test_albic_collocations_persist_across_rounds(planner: Planner):
     fresh_source.stats = hot_pair_stats(10.0)
     forgetful = fresh.step(0.0).adaptation  # the same stats without the carried state: nothing to keep
     assert forgetful is not None and forgetful.rebalance.details["collocation_constraints"] == []
+
+
+def test_recommend_mode_applies_nothing_until_its_decision_is_approved():
+    """Recommend computes what Auto would apply, publishes it with an id and applies it only on approval,
+    once; an unknown id changes nothing."""
+    loop, _ = albic_loop({}, mode="Recommend")
+    platform = loop.platform
+    step = loop.step(0.0)
+    assert platform.applied == [] and loop.routing.version == 1 and step.applied is False
+    pending = loop.pending
+    summary = step.outcome.status["recommendation"]
+    assert pending is not None and summary["id"] == pending.id and summary["approved"] is False
+    assert summary["migrations"] == len(step.adaptation.migrations) > 0 and summary["routingVersion"] == 1
+    event = next(e for e in step.outcome.events if e.reason == "Recommendation")
+    assert pending.id in event.message and f"{APPROVE_ANNOTATION}={pending.id}" in event.message
+    auto, _ = albic_loop({}, mode="Auto")
+    auto.step(0.0)
+    assert pending.routing == auto.routing and auto.routing.version == 2  # the decision Auto applies
+    assert loop.approve("0123456789ab") is None and platform.applied == []
+    approved = loop.approve(pending.id)
+    assert approved is not None and approved.applied
+    assert [d.routing for d in platform.applied] == [pending.routing] and loop.routing == pending.routing
+    assert any(e.reason == "RecommendationApproved" for e in approved.outcome.events)
+    assert approved.outcome.status["recommendation"]["approved"] is True
+    assert loop.approve(pending.id) is None and len(platform.applied) == 1  # once
+
+
+def test_a_recommendation_for_an_older_routing_version_is_not_applied():
+    loop, _ = albic_loop({}, mode="Recommend")
+    loop.step(0.0)
+    pending = loop.pending
+    assert pending is not None
+    loop.routing = loop.routing.moved(loop.routing.assignment())  # re-planned meanwhile: v2, as it was
+    stale = loop.approve(pending.id)
+    assert stale is not None and stale.skipped == "RecommendationStale" and loop.platform.applied == []
+    assert any(e.type == "Warning" and pending.id in e.message for e in stale.outcome.events)
 
 
 # ----------------------------------------------------------------------------- Kubernetes rendering
