@@ -52,6 +52,8 @@ def run(
     extend_import_path(udf_dirs)
     try:
         topology = load_topology(file)
+        if topology.spec.suspend:
+            raise ValueError("spec.suspend: the topology is suspended (no executor runs); set it to false to run it")
         output = output_dir(topology, output)
         check_pipeline(topology, output, verbose=verbose)
     except (TopologyError, ValueError) as error:

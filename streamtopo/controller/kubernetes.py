@@ -292,7 +292,7 @@ def render(desired: DesiredState, namespace: str, owner: Mapping[str, Any],
     """Every object of a desired state: ConfigMap, Service, then one Pod per executor."""
     settings = settings or RenderSettings()
     return [render_configmap(desired, namespace, owner), render_service(desired, namespace, owner, settings),
-            *(render_pod(desired, e, namespace, owner, settings) for e in sorted(desired.executors))]
+            *(render_pod(desired, e, namespace, owner, settings) for e in sorted(desired.running))]
 
 
 # ------------------------------------------------------------------------------------------ nodes
@@ -378,7 +378,7 @@ class KubernetesPlatform:
         self._ensure(render_service(desired, self.namespace, self.owner, self.settings),
                      self.core.read_namespaced_service, self.core.create_namespaced_service, None, None)
         existing = {p["metadata"]["name"]: p for p in self._pods()}
-        for executor in sorted(desired.executors):
+        for executor in sorted(desired.running):
             pod = render_pod(desired, executor, self.namespace, self.owner, self.settings)
             current = existing.get(executor)
             if current is not None:
@@ -389,7 +389,7 @@ class KubernetesPlatform:
                     continue
                 self._delete_pod(executor)
             self._create(self.core.create_namespaced_pod, pod)
-        for name in sorted(set(existing) - set(desired.executors)):
+        for name in sorted(set(existing) - set(desired.running)):
             self._delete_pod(name)
 
     def read_deployment(self) -> DesiredState | None:

@@ -211,7 +211,10 @@ def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outc
     deployment = outcome.desired
     changes = list(outcome.conditions)
     executors = outcome.status.get("executors", current.get("executors"))
-    if executors:
+    suspended = bool((body.get("spec") or {}).get("suspend"))
+    if suspended:
+        changes.append(ConditionChange("Ready", "False", "Suspended", "spec.suspend: no executor runs"))
+    elif executors:
         running = sum(1 for p in phases.values() if p == "Running")
         ready = running >= executors
         changes.append(ConditionChange("Ready", "True" if ready else "False",
@@ -221,6 +224,8 @@ def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outc
     by_type = {c["type"]: c for c in conditions}
     if by_type.get("Planned", {}).get("status") == "False":
         phase = "Degraded" if phases else "Failed"
+    elif suspended:
+        phase = "Suspended"
     elif by_type.get("Degraded", {}).get("status") == "True":
         phase = "Degraded"
     elif by_type.get("Ready", {}).get("status") == "True":

@@ -39,6 +39,12 @@ class DesiredState:
     def executors(self) -> Mapping[str, ExecutorEntry]:
         return self.routing.executors
 
+    @property
+    def running(self) -> Mapping[str, ExecutorEntry]:
+        """The executors a platform runs now: none while suspended (the routing table keeps them, so a
+        resume brings back the same executors with the same units)."""
+        return {} if self.topology.spec.suspend else self.routing.executors
+
 
 @runtime_checkable
 class Platform(Protocol):

@@ -178,8 +178,10 @@ def plan_status(plan: Plan, routing: RoutingTable) -> dict[str, Any]:
 
 
 def same_deployment(previous: DesiredState, topology: StreamTopology, cluster: Cluster) -> bool:
-    """Nothing to re-plan: same spec, and every executor's host still exists with the labels it needs."""
-    if previous.topology.spec != topology.spec:
+    """Nothing to re-plan: same spec (``suspend`` aside: a pause keeps the plan), and every executor's
+    host still exists with the labels it needs."""
+    if previous.topology.spec.model_copy(update={"suspend": False}) != topology.spec.model_copy(
+            update={"suspend": False}):
         return False
     names = {h.name for h in cluster.hosts}
     return all(e.host is None or e.host in names for e in previous.executors.values())
@@ -228,11 +230,11 @@ def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, 
         return invalid_outcome("InvalidSpec", error.problems)
     cluster = platform.hosts()
     if previous is not None and not force_replan and same_deployment(previous, topology, cluster):
-        platform.apply(previous)
-        return Outcome(desired=previous, cluster=cluster, conditions=[ConditionChange("Planned", "True", "UpToDate",
-                                                                     "the applied plan matches the spec")],
-                       status={"executors": len(previous.executors),
-                               "routingVersion": previous.routing.version})
+        kept = DesiredState(topology, previous.routing)  # the spec as it is now (suspended or not)
+        platform.apply(kept)
+        return Outcome(desired=kept, cluster=cluster, conditions=[ConditionChange("Planned", "True", "UpToDate",
+                                                                 "the applied plan matches the spec")],
+                       status={"executors": len(kept.running), "routingVersion": kept.routing.version})
     try:
         desired, plan = planner.plan(topology, cluster, previous.routing if previous else None, seed)
     except TopologyError as error:
@@ -501,6 +503,10 @@ class AdaptationLoop:
         before = self.routing
         count = len(before.executors)
         mode = self.topology.spec.autoscaling.acting
+        if self.topology.spec.suspend:
+            self.pending = None
+            return self._record(StepResult(routing=before, skipped="Suspended",
+                                           executors_before=count, executors_after=count))
         if mode == "Off":
             self.pending = None
             return self._record(StepResult(routing=before, skipped="AutoscalingDisabled",

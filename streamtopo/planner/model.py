@@ -394,6 +394,9 @@ class StreamTopologySpec(Model):
     """What the user declares."""
 
     image: str = "streamtopo/runtime:0.1.0"
+    suspend: bool = False
+    """Stop every executor and keep the routing table, offsets and state; ``false`` again starts the same
+    executors, which resume exactly where they stopped (as Flink's ``job.state: suspended``)."""
     key_groups: int = Field(default=32, ge=1, le=4096)
     operators: list[Operator] = Field(min_length=1)
     streams: list[StreamSpec] = Field(default_factory=list)
@@ -482,7 +485,7 @@ class StreamTopologyStatus(Model):
         use_attribute_docstrings=True,
     )
     observed_generation: int | None = None
-    phase: Literal["Pending", "Planned", "Running", "Degraded", "Failed"] | None = None
+    phase: Literal["Pending", "Planned", "Running", "Degraded", "Failed", "Suspended"] | None = None
     conditions: list[Condition] = Field(default_factory=list)
     executors: int | None = None
     max_utilization: float | None = None

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,7 +36,9 @@ class DesiredStateLike(Protocol):
 
     topology: StreamTopology
     routing: RoutingTable
-    executors: dict[str, Any]
+    @property
+    def running(self) -> Mapping[str, Any]:
+        """The executors to run now (none while the topology is suspended)."""
 
 
 @dataclass
@@ -76,10 +79,10 @@ class LocalPlatform:
         """Write topology and routing, start missing executors, stop ones no longer desired (idempotent)."""
         self.write_topology(desired.topology)
         self.write_routing(desired.routing)
-        for name, entry in desired.executors.items():
+        for name, entry in desired.running.items():
             if name not in self.processes or self.processes[name].popen.poll() is not None:
                 self.start(name, _field(entry, "host"), float(_field(entry, "cpu") or 1.0))
-        for name in sorted(set(self.processes) - set(desired.executors)):
+        for name in sorted(set(self.processes) - set(desired.running)):
             self.stop(name)
 
     def running_executors(self) -> dict[str, str | None]:

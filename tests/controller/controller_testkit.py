@@ -51,7 +51,7 @@ class MemoryPlatform:
 
     def apply(self, desired: DesiredState) -> None:
         self.applied.append(desired)
-        self.running = {name: entry.host for name, entry in desired.executors.items()}
+        self.running = {name: entry.host for name, entry in desired.running.items()}
 
     def running_executors(self) -> dict[str, str | None]:
         return dict(self.running)

@@ -184,6 +184,28 @@ def test_update_replans_and_invalid_update_keeps_last_good(kube: EmulatedKuberne
         {n: p["metadata"]["uid"] for n, p in good_pods.items()}
 
 
+def test_suspend_deletes_the_pods_and_resume_recreates_them_on_the_same_plan(kube: EmulatedKubernetes,
+                                                                              monkeypatch: pytest.MonkeyPatch):
+    cluster(kube)
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, topology())
+        first = wait_for(lambda: routing(kube), what="first plan")
+        wait_for(lambda: set(pods(kube)) == set(first["executors"]), what="pods")
+        kube.patch(f"{CR_PATH}/pipe", {"spec": {"suspend": True}})
+        wait_for(lambda: not pods(kube), what="every executor pod deleted")
+        suspended = wait_for(lambda: (s := status(kube)).get("phase") == "Suspended" and s, what="phase Suspended")
+        paused_routing = routing(kube)
+        kube.patch(f"{CR_PATH}/pipe", {"spec": {"suspend": False}})
+        back = wait_for(lambda: (p := pods(kube)) and set(p) == set(first["executors"]) and p,
+                        what="the same executors again")
+        resumed = wait_for(lambda: (s := status(kube)).get("phase") not in (None, "Suspended") and s,
+                           what="phase after resume")
+    assert paused_routing == first and routing(kube) == first  # kept: same version, units and executors
+    ready = next(c for c in suspended["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "Suspended" and suspended["executors"] == 0
+    assert set(back) == set(first["executors"]) and resumed["executors"] == len(first["executors"])
+
+
 def test_node_removed_and_added_replans(kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch):
     cluster(kube)
     with operator(kube, monkeypatch):

@@ -88,6 +88,29 @@ def test_spec_change_replans_with_a_newer_version():
     assert set(second.desired.routing.units) == units_of(changed)
 
 
+def test_suspend_stops_every_executor_and_resume_brings_back_the_same_plan():
+    """A pause is not a re-plan: the routing table (version, units, executors) is kept while no executor
+    runs, and resuming runs exactly the executors it names again."""
+    platform = MemoryPlatform(Cluster.uniform(3, 1.5))
+    first = reconcile(wordcount(), platform)
+    assert platform.running and set(platform.running) == set(first.desired.routing.executors)
+    paused_doc = wordcount()
+    paused_doc["spec"]["suspend"] = True
+    paused = reconcile(paused_doc, platform, previous=first.desired)
+    assert paused.plan is None and paused.desired.routing == first.desired.routing
+    assert platform.running == {} and paused.status["executors"] == 0
+    resumed = reconcile(wordcount(), platform, previous=paused.desired)
+    assert resumed.plan is None and resumed.desired.routing == first.desired.routing
+    assert platform.running == {n: e.host for n, e in first.desired.routing.executors.items()}
+
+
+def test_a_suspended_topology_makes_no_decisions():
+    loop, _ = albic_loop({})
+    loop.topology = loop.topology.model_copy(update={"spec": loop.topology.spec.model_copy(update={"suspend": True})})
+    step = loop.step(0.0)
+    assert step.skipped == "Suspended" and step.adaptation is None and loop.platform.applied == []
+
+
 def test_invalid_spec_applies_nothing_and_names_the_field():
     platform = MemoryPlatform(Cluster.uniform(3, 1.5))
     doc = wordcount()

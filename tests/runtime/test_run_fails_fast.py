@@ -200,3 +200,12 @@ def test_a_run_shorter_than_the_warm_up_says_so_and_fails(tmp_path):
     assert "the run ended during warm-up: executor(s) " in output and "were not running yet" in output
     assert "give a longer --duration" in output
     assert_short_and_quiet(output)
+
+
+def test_a_suspended_topology_is_refused_before_anything_starts(tmp_path):
+    topology = sequence_topology("paused", count=10, rate=10, keys=2, window=1.0)
+    path = write_topology(tmp_path, topology.model_copy(update={"spec": topology.spec.model_copy(
+        update={"suspend": True})}))
+    result = CliRunner().invoke(app, ["run", str(path), "--duration", "5"])
+    assert result.exit_code == 2 and "spec.suspend" in result.output
+    assert not any(noise in result.output for noise in NOISE)
