@@ -53,7 +53,8 @@ def run(
     try:
         topology = load_topology(file)
         if topology.spec.suspend:
-            raise ValueError("spec.suspend: the topology is suspended (no executor runs); set it to false to run it")
+            raise ValueError("spec.suspend: the topology is suspended (no executor runs); "
+                             "set it to false to run it")
         output = output_dir(topology, output)
         check_pipeline(topology, output, verbose=verbose)
     except (TopologyError, ValueError) as error:

@@ -232,8 +232,8 @@ def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, 
     if previous is not None and not force_replan and same_deployment(previous, topology, cluster):
         kept = DesiredState(topology, previous.routing)  # the spec as it is now (suspended or not)
         platform.apply(kept)
-        return Outcome(desired=kept, cluster=cluster, conditions=[ConditionChange("Planned", "True", "UpToDate",
-                                                                 "the applied plan matches the spec")],
+        planned = ConditionChange("Planned", "True", "UpToDate", "the applied plan matches the spec")
+        return Outcome(desired=kept, cluster=cluster, conditions=[planned],
                        status={"executors": len(kept.running), "routingVersion": kept.routing.version})
     try:
         desired, plan = planner.plan(topology, cluster, previous.routing if previous else None, seed)

@@ -184,8 +184,8 @@ def test_update_replans_and_invalid_update_keeps_last_good(kube: EmulatedKuberne
         {n: p["metadata"]["uid"] for n, p in good_pods.items()}
 
 
-def test_suspend_deletes_the_pods_and_resume_recreates_them_on_the_same_plan(kube: EmulatedKubernetes,
-                                                                              monkeypatch: pytest.MonkeyPatch):
+def test_suspend_deletes_the_pods_and_resume_recreates_them(kube: EmulatedKubernetes,
+                                                            monkeypatch: pytest.MonkeyPatch):
     cluster(kube)
     with operator(kube, monkeypatch):
         kube.create(CR_PATH, topology())
@@ -193,7 +193,8 @@ def test_suspend_deletes_the_pods_and_resume_recreates_them_on_the_same_plan(kub
         wait_for(lambda: set(pods(kube)) == set(first["executors"]), what="pods")
         kube.patch(f"{CR_PATH}/pipe", {"spec": {"suspend": True}})
         wait_for(lambda: not pods(kube), what="every executor pod deleted")
-        suspended = wait_for(lambda: (s := status(kube)).get("phase") == "Suspended" and s, what="phase Suspended")
+        suspended = wait_for(lambda: (s := status(kube)).get("phase") == "Suspended" and s,
+                             what="phase Suspended")
         paused_routing = routing(kube)
         kube.patch(f"{CR_PATH}/pipe", {"spec": {"suspend": False}})
         back = wait_for(lambda: (p := pods(kube)) and set(p) == set(first["executors"]) and p,

@@ -106,7 +106,8 @@ def test_suspend_stops_every_executor_and_resume_brings_back_the_same_plan():
 
 def test_a_suspended_topology_makes_no_decisions():
     loop, _ = albic_loop({})
-    loop.topology = loop.topology.model_copy(update={"spec": loop.topology.spec.model_copy(update={"suspend": True})})
+    paused = loop.topology.spec.model_copy(update={"suspend": True})
+    loop.topology = loop.topology.model_copy(update={"spec": paused})
     step = loop.step(0.0)
     assert step.skipped == "Suspended" and step.adaptation is None and loop.platform.applied == []
 
