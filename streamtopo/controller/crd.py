@@ -53,6 +53,10 @@ PRINTER_COLUMNS = [
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 
+# `kubectl scale stopo NAME --replicas N` and HPAs: spec.replicas pins the executor count.
+SCALE_SUBRESOURCE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.executors",
+                     "labelSelectorPath": ".status.selector"}
+
 
 class CRDSchemaError(ValueError):
     """The model uses a construct a structural schema cannot express; names the field path."""
@@ -212,7 +216,7 @@ def crd_manifest() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": SCALE_SUBRESOURCE},
                     "additionalPrinterColumns": PRINTER_COLUMNS,
                     "schema": {"openAPIV3Schema": openapi_schema()},
                 }

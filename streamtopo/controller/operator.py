@@ -51,6 +51,7 @@ from streamtopo.controller.kubernetes import (
     RenderSettings,
     patch_status,
     read_topology,
+    selector,
 )
 from streamtopo.controller.planner_worker import DEFAULT_TASKS_PER_CHILD, WorkerPlanner
 from streamtopo.controller.platform import DesiredState, MetricsSource, MetricsUnavailable
@@ -233,6 +234,7 @@ def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outc
     else:
         phase = "Planned" if deployment or current.get("phase") else "Pending"
     status = {**outcome.status, "conditions": conditions, "phase": phase,
+              "selector": selector(meta["name"]),
               "observedGeneration": generation,
               "routingConfigMap": f"{meta['name']}-routing" if phases or deployment else current.get("routingConfigMap")}
     patch_status(STATE.client(), meta["namespace"], meta["name"], {k: v for k, v in status.items() if v is not None})

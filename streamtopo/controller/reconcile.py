@@ -177,11 +177,14 @@ def plan_status(plan: Plan, routing: RoutingTable) -> dict[str, Any]:
     }
 
 
+NOT_PLANNED = {"suspend": False, "replicas": None}
+"""Spec fields that change no plan: a pause, and the executor count the SPL loop's scaling follows."""
+
+
 def same_deployment(previous: DesiredState, topology: StreamTopology, cluster: Cluster) -> bool:
-    """Nothing to re-plan: same spec (``suspend`` aside: a pause keeps the plan), and every executor's
-    host still exists with the labels it needs."""
-    if previous.topology.spec.model_copy(update={"suspend": False}) != topology.spec.model_copy(
-            update={"suspend": False}):
+    """Nothing to re-plan: same spec (:data:`NOT_PLANNED` aside), and every executor's host still exists
+    with the labels it needs."""
+    if previous.topology.spec.model_copy(update=NOT_PLANNED) != topology.spec.model_copy(update=NOT_PLANNED):
         return False
     names = {h.name for h in cluster.hosts}
     return all(e.host is None or e.host in names for e in previous.executors.values())
@@ -378,7 +381,9 @@ def adaptation_config(topology: StreamTopology, scaling_overrides: Mapping[str, 
     from streamtopo.planner.scaling import ScalingConfig
 
     auto = topology.spec.autoscaling
-    scaling = ScalingConfig.from_spec(auto, **dict(scaling_overrides or {}))
+    pinned = topology.spec.replicas
+    bounds = {"min_executors": pinned, "max_executors": pinned} if pinned is not None else {}
+    scaling = ScalingConfig.from_spec(auto, **{**dict(scaling_overrides or {}), **bounds})
     policy_config = carried
     if auto.policy == "albic":
         policy_config = AlbicConfig.from_spec(auto.albic, getattr(carried, "collocations", ()))

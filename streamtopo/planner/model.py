@@ -397,6 +397,10 @@ class StreamTopologySpec(Model):
     suspend: bool = False
     """Stop every executor and keep the routing table, offsets and state; ``false`` again starts the same
     executors, which resume exactly where they stopped (as Flink's ``job.state: suspended``)."""
+    replicas: int | None = Field(default=None, ge=1)
+    """Executors pinned (``kubectl scale stopo NAME --replicas N``, or an HPA through the scale
+    subresource): the SPL loop keeps exactly this many and ALBIC balances within them. Unset: the
+    autoscaler chooses between minExecutors and maxExecutors."""
     key_groups: int = Field(default=32, ge=1, le=4096)
     operators: list[Operator] = Field(min_length=1)
     streams: list[StreamSpec] = Field(default_factory=list)
@@ -488,6 +492,9 @@ class StreamTopologyStatus(Model):
     phase: Literal["Pending", "Planned", "Running", "Degraded", "Failed", "Suspended"] | None = None
     conditions: list[Condition] = Field(default_factory=list)
     executors: int | None = None
+    """Executors in the routing table (the scale subresource's replicas)."""
+    selector: str | None = None
+    """Label selector of the executor pods (the scale subresource's, for an HPA)."""
     max_utilization: float | None = None
     """COLA's U: the largest host utilisation of the plan."""
     communication_cost: float | None = None

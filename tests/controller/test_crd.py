@@ -138,7 +138,12 @@ def test_names_subresource_and_printer_columns() -> None:
     assert spec["names"]["kind"] == "StreamTopology" and spec["names"]["plural"] == "streamtopologies"
     assert spec["names"]["shortNames"] == ["stopo"]
     (version,) = spec["versions"]
-    assert version["name"] == "v1alpha1" and version["storage"] and version["subresources"] == {"status": {}}
+    assert version["name"] == "v1alpha1" and version["storage"] and set(version["subresources"]) == {"status", "scale"}
+    scale = version["subresources"]["scale"]
+    spec_fields = crd_schema()["properties"]["spec"]["properties"]
+    assert spec_fields[scale["specReplicasPath"].removeprefix(".spec.")]["type"] == "integer"
+    for path in (scale["statusReplicasPath"], scale["labelSelectorPath"]):
+        assert path.removeprefix(".status.") in crd_schema()["properties"]["status"]["properties"]
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert list(columns) == ["Phase", "Executors", "U", "LoadDistance", "Age"]
     status = crd_schema()["properties"]["status"]["properties"]

@@ -104,6 +104,32 @@ def test_suspend_stops_every_executor_and_resume_brings_back_the_same_plan():
     assert platform.running == {n: e.host for n, e in first.desired.routing.executors.items()}
 
 
+@pytest.mark.parametrize("pinned", [1, 3])
+def test_pinned_replicas_set_the_executor_count_and_albic_balances_within_it(pinned: int):
+    """spec.replicas (the scale subresource) overrides the target rule, whose own count here is 2
+    (0.81 cores at 70 % of one core each): 3 starts an executor that receives key groups; 1 drains one."""
+    loop, _ = albic_loop({}, stabilization="1h")
+    loop.topology = loop.topology.model_copy(update={"spec": loop.topology.spec.model_copy(
+        update={"replicas": pinned})})
+    step = loop.step(0.0)
+    assert step.adaptation is not None, step.outcome.conditions
+    routing = loop.routing
+    active = [n for n, e in routing.executors.items() if not e.draining]
+    assert len(active) == pinned
+    assert set(routing.assignment().values()) & set(active) == set(active)  # every active one hosts units
+    unpinned, _ = albic_loop({}, stabilization="1h")
+    assert len(unpinned.routing.executors) == 2 and unpinned.step(0.0).executors_after == 2
+
+
+def test_a_new_replica_count_is_not_a_re_plan():
+    platform = MemoryPlatform(Cluster.uniform(3, 1.5))
+    first = reconcile(wordcount(), platform)
+    scaled = wordcount()
+    scaled["spec"]["replicas"] = 5
+    again = reconcile(scaled, platform, previous=first.desired)
+    assert again.plan is None and again.desired.routing == first.desired.routing
+
+
 def test_a_suspended_topology_makes_no_decisions():
     loop, _ = albic_loop({})
     paused = loop.topology.spec.model_copy(update={"suspend": True})
