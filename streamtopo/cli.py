@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import Annotated
 
 import typer
 
 import streamtopo.commands
+from streamtopo import __version__
 
 app = typer.Typer(
     name="streamtopo",
@@ -20,6 +22,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"streamtopo {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+        version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                              help="Print the version and exit.")] = False,
+) -> None:
+    """Fuse, place, run, rebalance and scale streaming pipelines (StreamTopology) on Kubernetes and Spark."""
 
 
 def _register_commands() -> None:

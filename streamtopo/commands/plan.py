@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
         algorithm: Annotated[str | None, typer.Option(
             help="cola | none | single | fint | metis (default: spec.fusion.algorithm).")] = None,
         graph: Annotated[str | None, typer.Option(help="auto | logical | unit (default: spec.fusion.graph).")] = None,
-        output_format: Annotated[str, typer.Option("--format", help="table | json | yaml.")] = "table",
+        output_format: Annotated[str, typer.Option("--format", "-o", help="table | json | yaml.")] = "table",
         seed: Annotated[int, typer.Option(help="Seed of the randomised planners.")] = 0,
     ) -> None:
         """Fuse operators into PEs and place them on hosts; exit 0 feasible, 2 bad input, 3 no plan."""

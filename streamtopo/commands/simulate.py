@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
             "--periods", min=1, help="Periods to run (default: the scenario's).")] = None,
         seed: Annotated[int | None, typer.Option("--seed", help="Seed (default: the scenario's).")] = None,
         plot: Annotated[Path | None, typer.Option("--plot", help="Draw the per-period series into this PNG.")] = None,
-        output_format: Annotated[str, typer.Option("--format", help="table | json.")] = "table",
+        output_format: Annotated[str, typer.Option("--format", "-o", help="table | json.")] = "table",
         deterministic_time: Annotated[float | None, typer.Option(
             "--deterministic-time", min=0.001,
             help="albic/milp: CP-SAT deterministic-time limit per MILP solve, a machine-independent work "

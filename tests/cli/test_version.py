@@ -1,0 +1,32 @@
+"""One version: the package metadata's, printed by ``streamtopo --version`` and carried by the chart and
+the default executor image."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from streamtopo.cli import app
+from streamtopo.planner.model import StreamTopologySpec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_version_comes_from_the_package_metadata_everywhere():
+    installed = version("streamtopo")
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"streamtopo {installed}"
+    chart = yaml.safe_load((ROOT / "charts/streamtopo/Chart.yaml").read_text())
+    assert chart["version"] == chart["appVersion"] == installed
+    image = StreamTopologySpec.model_fields["image"].default
+    assert image.rpartition(":")[2] == installed
+
+
+def test_dash_o_selects_the_output_format_like_kubectl(tmp_path):
+    example = ROOT / "examples" / "wordcount.yaml"
+    short = CliRunner().invoke(app, ["plan", str(example), "--hosts", "3", "--host-cpu", "2", "-o", "json"])
+    long = CliRunner().invoke(app, ["plan", str(example), "--hosts", "3", "--host-cpu", "2", "--format", "json"])
+    assert short.exit_code == 0 and short.output == long.output and short.output.lstrip().startswith("{")
