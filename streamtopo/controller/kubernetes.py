@@ -298,17 +298,15 @@ def render(desired: DesiredState, namespace: str, owner: Mapping[str, Any],
 # ------------------------------------------------------------------------------------------ nodes
 
 
-_QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
-_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
-           "Ti": 2**40}
-
-
 def quantity(value: str | float) -> float:
-    """A Kubernetes resource quantity (``3500m``, ``4``, ``16Gi``) as a number."""
-    match = _QUANTITY.match(str(value).strip())
-    if not match or match.group(2) not in _SUFFIX:
-        raise ValueError(f"not a resource quantity: {value!r}")
-    return float(match.group(1)) * _SUFFIX[match.group(2)]
+    """A Kubernetes resource quantity (``3500m``, ``4``, ``16Gi``, ``1e3``, ``100u``) as a number, parsed
+    by the Kubernetes client's own parser."""
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return float(parse_quantity(value))
+    except (ValueError, TypeError, ArithmeticError):
+        raise ValueError(f"not a resource quantity: {value!r}") from None
 
 
 def cluster_from_nodes(nodes: list[Mapping[str, Any]]) -> Cluster:
