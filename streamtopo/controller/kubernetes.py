@@ -309,6 +309,42 @@ def quantity(value: str | float) -> float:
         raise ValueError(f"not a resource quantity: {value!r}") from None
 
 
+FAILING_WAIT = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                          "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+"""Waiting reasons of a container that will not start by itself (not a normal warm-up)."""
+
+
+@dataclass(frozen=True)
+class PodHealth:
+    """One executor pod as kubelet reports it."""
+
+    phase: str
+    ready: bool
+    """The pod's Ready condition: its readiness probe (/readyz) passes."""
+    problem: str | None
+    """Why it fails (``CrashLoopBackOff (OOMKilled)``, ``ImagePullBackOff``, ``Failed: Evicted``), or None."""
+    restarts: int
+
+
+def pod_health(pod: Mapping[str, Any]) -> PodHealth:
+    status = pod.get("status") or {}
+    phase = status.get("phase", "Pending")
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    containers = status.get("containerStatuses") or []
+    restarts = sum(int(c.get("restartCount") or 0) for c in containers)
+    problem = None
+    for c in containers:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        terminated = (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") or {}
+        if waiting.get("reason") in FAILING_WAIT:
+            problem = waiting["reason"] + (f" ({terminated['reason']})" if terminated.get("reason") else "")
+        elif terminated.get("reason") == "OOMKilled":
+            problem = "OOMKilled"
+    if phase == "Failed":
+        problem = f"Failed: {status.get('reason') or 'the executor exited'}"
+    return PodHealth(phase, ready, problem, restarts)
+
+
 def cluster_from_nodes(nodes: list[Mapping[str, Any]]) -> Cluster:
     """Hosts from Node objects: schedulable, Ready (or not yet reporting), allocatable CPU > 0."""
     hosts = []
@@ -366,8 +402,9 @@ class KubernetesPlatform:
         """Executor -> pod IP, for the direct-scrape metrics source."""
         return {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in self._pods()}
 
-    def pod_phases(self) -> dict[str, str]:
-        return {p["metadata"]["name"]: (p.get("status") or {}).get("phase", "Pending") for p in self._pods()}
+    def pod_health(self) -> dict[str, PodHealth]:
+        """Executor pod -> readiness and what keeps it from running, read from the pods' status."""
+        return {p["metadata"]["name"]: pod_health(p) for p in self._pods()}
 
     def apply(self, desired: DesiredState) -> None:
         """ConfigMap first (executors read it), then the Service, then the pods."""

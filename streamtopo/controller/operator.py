@@ -48,6 +48,7 @@ from streamtopo.controller.kubernetes import (
     VERSION,
     KubernetesPlatform,
     NoHosts,
+    PodHealth,
     RenderSettings,
     patch_status,
     read_topology,
@@ -90,6 +91,8 @@ class OperatorState:
         """Seconds between daemon wake-ups (node changes, pod convergence); the SPL is per topology."""
         self.nodes_version = 0
         self.topologies: set[tuple[str, str]] = set()
+        self.failures: dict[tuple[str, str], set[tuple[str, str | None, int]]] = {}
+        """Executor failures already reported per topology (pod, reason, restarts): one Event each."""
         self.lock = threading.Lock()
         self.planner = planner_from_env()
         """Plans in a worker process (created on the first plan, replaced after N calls)."""
@@ -208,23 +211,23 @@ def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outc
             return  # deleted meanwhile: nothing to report on
         raise
     generation = meta.get("generation") if observed else current.get("observedGeneration")
-    phases = platform.pod_phases()
+    health = platform.pod_health()
     deployment = outcome.desired
     changes = list(outcome.conditions)
+    events = list(outcome.events)
     executors = outcome.status.get("executors", current.get("executors"))
     suspended = bool((body.get("spec") or {}).get("suspend"))
     if suspended:
         changes.append(ConditionChange("Ready", "False", "Suspended", "spec.suspend: no executor runs"))
     elif executors:
-        running = sum(1 for p in phases.values() if p == "Running")
-        ready = running >= executors
-        changes.append(ConditionChange("Ready", "True" if ready else "False",
-                                       "ExecutorsRunning" if ready else "ExecutorsPending",
-                                       f"{running} of {executors} executor pods running"))
+        health_changes, health_events = executor_health(meta, health, executors, current.get("conditions") or [],
+                                                        decided={c.type for c in changes})
+        changes += health_changes
+        events += health_events
     conditions = merge_conditions(current.get("conditions") or [], changes, now=now_iso(), generation=generation)
     by_type = {c["type"]: c for c in conditions}
     if by_type.get("Planned", {}).get("status") == "False":
-        phase = "Degraded" if phases else "Failed"
+        phase = "Degraded" if health else "Failed"
     elif suspended:
         phase = "Suspended"
     elif by_type.get("Degraded", {}).get("status") == "True":
@@ -236,16 +239,49 @@ def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outc
     status = {**outcome.status, "conditions": conditions, "phase": phase,
               "selector": selector(meta["name"]),
               "observedGeneration": generation,
-              "routingConfigMap": f"{meta['name']}-routing" if phases or deployment else current.get("routingConfigMap")}
+              "routingConfigMap": f"{meta['name']}-routing" if health or deployment else current.get("routingConfigMap")}
     patch_status(STATE.client(), meta["namespace"], meta["name"], {k: v for k, v in status.items() if v is not None})
-    for event in outcome.events:
+    for event in events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
+
+
+def executor_health(meta: Mapping[str, Any], health: Mapping[str, PodHealth], executors: int,
+                    current: list[Mapping[str, Any]], decided: set[str]) -> tuple[list[ConditionChange], list[Event]]:
+    """Ready from the pods' readiness probes; a failing executor (crash loop, OOM kill, image pull, a
+    failed pod) makes the topology Degraded with the pod and reason, and gets one Warning Event per new
+    failure (pod, reason, restart count); starting executors are Progressing, not Degraded. Once no
+    executor fails, Degraded clears unless this outcome already decided it (``decided``: condition types)."""
+    ready = sum(1 for h in health.values() if h.ready)
+    failing = {name: h for name, h in sorted(health.items()) if h.problem}
+    counts = f"{ready} of {executors} executors ready"
+    changes = [ConditionChange("Ready", "True", "ExecutorsReady", counts) if ready >= executors else
+               ConditionChange("Ready", "False", "ExecutorsFailing" if failing else "ExecutorsStarting", counts)]
+    if ready >= executors:
+        changes.append(ConditionChange("Progressing", "False", "ExecutorsReady", counts))
+    elif not failing:
+        changes.append(ConditionChange("Progressing", "True", "ExecutorsStarting", counts))
+    events = []
+    if failing:
+        message = "; ".join(f"pod {name}: {h.problem} ({h.restarts} restarts)" for name, h in failing.items())
+        changes += [ConditionChange("Progressing", "False", "ExecutorFailing", message),
+                    ConditionChange("Degraded", "True", "ExecutorFailing", message)]
+        key = (meta["namespace"], meta["name"])
+        seen = STATE.failures.setdefault(key, set())
+        for name, h in failing.items():
+            if (name, h.problem, h.restarts) not in seen:
+                seen.add((name, h.problem, h.restarts))
+                events.append(Event("ExecutorFailing", f"pod {name}: {h.problem} ({h.restarts} restarts)", "Warning"))
+    elif "Degraded" not in decided and any(c.get("type") == "Degraded" and c.get("reason") == "ExecutorFailing"
+                                           for c in current):
+        changes.append(ConditionChange("Degraded", "False", "ExecutorsRecovered", counts))
+    return changes, events
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 def forget_topology(body: kopf.Body, **_: Any) -> None:
     """Owned objects are garbage-collected through their ownerReferences; only our own memory goes."""
     STATE.topologies.discard((body.metadata.namespace, body.metadata.name))
+    STATE.failures.pop((body.metadata.namespace, body.metadata.name), None)
     TOPOLOGIES.set(len(STATE.topologies))
 
 

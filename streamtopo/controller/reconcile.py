@@ -55,7 +55,7 @@ from streamtopo.planner.routing import (
 if TYPE_CHECKING:
     from streamtopo.planner.adaptation import AdaptationConfig, AdaptationResult
 
-CONDITION_TYPES = ("Planned", "Ready", "Rebalancing", "Scaling", "Degraded")
+CONDITION_TYPES = ("Planned", "Ready", "Progressing", "Rebalancing", "Scaling", "Degraded")
 APPROVE_ANNOTATION = "streamtopo.dev/approve"
 """Recommend mode: the annotation whose value, a decision id, approves that one decision."""
 MIN_EXECUTOR_CPU = 0.1
@@ -597,7 +597,8 @@ class AdaptationLoop:
 
     def _skip(self, reason: str, message: str, count: int) -> StepResult:
         result = StepResult(routing=self.routing, skipped=reason, executors_before=count, executors_after=count)
-        result.outcome.conditions += [ConditionChange("Degraded", "True", reason, message),
+        degraded = "False" if reason == "WarmingUp" else "True"  # executors just started: not a fault
+        result.outcome.conditions += [ConditionChange("Degraded", degraded, reason, message),
                                       ConditionChange("Rebalancing", "False", reason, message),
                                       ConditionChange("Scaling", "False", reason, message)]
         return result

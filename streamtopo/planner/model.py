@@ -442,7 +442,7 @@ class StreamTopology(Model):
 class Condition(Model):
     """A condition as the Kubernetes API conventions define it."""
 
-    type: Literal["Planned", "Ready", "Rebalancing", "Scaling", "Degraded"]
+    type: Literal["Planned", "Ready", "Progressing", "Rebalancing", "Scaling", "Degraded"]
     status: Literal["True", "False", "Unknown"]
     reason: str
     message: str = ""

@@ -146,7 +146,7 @@ def test_create_renders_pods_configmap_service_and_status(kube: EmulatedKubernet
     assert st["executors"] == len(created) and st["routingVersion"] == table["version"] == 1
     assert st["observedGeneration"] == 1 and st["pes"]
     ready = next(c for c in st["conditions"] if c["type"] == "Ready")
-    assert ready["status"] == "False" and ready["reason"] == "ExecutorsPending"  # no kubelet runs the pods
+    assert ready["status"] == "False" and ready["reason"] == "ExecutorsStarting"  # no kubelet runs the pods
     assert all(c["lastTransitionTime"] for c in st["conditions"])
     assert events(kube, "Planned")
 
@@ -205,6 +205,53 @@ def test_suspend_deletes_the_pods_and_resume_recreates_them(kube: EmulatedKubern
     ready = next(c for c in suspended["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == "Suspended" and suspended["executors"] == 0
     assert set(back) == set(first["executors"]) and resumed["executors"] == len(first["executors"])
+
+
+def crash_looping(reason: str) -> dict[str, Any]:
+    return {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
+                       "containerStatuses": [{"name": "executor", "ready": False, "restartCount": 3,
+                                              "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                                              "lastState": {"terminated": {"reason": reason, "exitCode": 137}}}]}}
+
+
+def running_ready() -> dict[str, Any]:
+    return {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": "executor", "ready": True, "restartCount": 0,
+                                              "state": {"running": {}}, "lastState": {}}]}}
+
+
+def test_health_follows_readiness_and_a_crash_loop_is_named(kube: EmulatedKubernetes,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """Ready counts pods whose readiness probe passes (not Running ones); an OOM-killed executor in a crash
+    loop makes the topology Degraded naming the pod and reason, with one Warning Event; recovered, the
+    topology is Ready and no longer Degraded for it."""
+    cluster(kube)
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, topology())
+        table = wait_for(lambda: routing(kube), what="plan")
+        names = sorted(wait_for(lambda: (p := pods(kube)) and set(p) == set(table["executors"]) and p,
+                                what="pods"))
+        victim, others = names[0], names[1:]
+        for name in others:
+            kube.patch(f"{PODS}/{name}/status", running_ready())
+        kube.patch(f"{PODS}/{victim}/status", crash_looping("OOMKilled"))
+        degraded = wait_for(lambda: (c := condition(kube, "Degraded")).get("reason") == "ExecutorFailing" and c,
+                            what="Degraded=ExecutorFailing")
+        warned = wait_for(lambda: events(kube, "ExecutorFailing"), what="a Warning Event")
+        not_ready = condition(kube, "Ready")
+        kube.patch(f"{PODS}/{victim}/status", running_ready())
+        ready = wait_for(lambda: (c := condition(kube, "Ready")).get("status") == "True" and c, what="Ready=True")
+        after = wait_for(lambda: (c := condition(kube, "Degraded")).get("reason") != "ExecutorFailing" and c,
+                         what="Degraded no longer ExecutorFailing")
+        warnings = events(kube, "ExecutorFailing")
+    assert degraded["status"] == "True" and victim in degraded["message"]
+    assert "CrashLoopBackOff (OOMKilled)" in degraded["message"] and "3 restarts" in degraded["message"]
+    assert not_ready["status"] == "False" and not_ready["reason"] == "ExecutorsFailing"
+    assert f"{len(others)} of {len(names)}" in not_ready["message"]
+    assert warned[0]["type"] == "Warning" and victim in warned[0]["message"] and "OOMKilled" in warned[0]["message"]
+    assert len(warnings) == 1  # reported once, not every period
+    assert ready["reason"] == "ExecutorsReady" and f"{len(names)} of {len(names)}" in ready["message"]
+    assert after["reason"] != "ExecutorFailing"
 
 
 def test_node_removed_and_added_replans(kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch):
