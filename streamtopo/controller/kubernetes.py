@@ -133,7 +133,8 @@ def render_configmap(desired: DesiredState, namespace: str, owner: Mapping[str, 
                                if k != "app.kubernetes.io/component"},
                               {VERSION_ANNOTATION: str(desired.routing.version)}),
         "data": {"routing.json": desired.routing.to_json(),
-                 "topology.yaml": yaml.safe_dump(spec_doc, sort_keys=False)},
+                 "topology.yaml": yaml.safe_dump(spec_doc, sort_keys=False),
+                 **({"state.json": desired.memory} if desired.memory is not None else {})},
     }
 
 
@@ -441,7 +442,7 @@ class KubernetesPlatform:
         if "routing.json" not in data or "topology.yaml" not in data:
             return None
         return DesiredState(topology=load_topology(data["topology.yaml"]),
-                            routing=RoutingTable.from_json(data["routing.json"]))
+                            routing=RoutingTable.from_json(data["routing.json"]), memory=data.get("state.json"))
 
     # -------------------------------------------------------------------------------------- helpers
 

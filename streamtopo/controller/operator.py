@@ -423,14 +423,12 @@ class Period:
             if self.loop is None or self.loop.topology != deployment.topology:
                 self.loop = AdaptationLoop(platform, metrics_source(deployment, platform), deployment.topology,
                                            routing=deployment.routing, planner=STATE.planner)
-                self.loop.scaling_state = getattr(memo, "scaling_state", self.loop.scaling_state)
-                self.loop.policy_state = getattr(memo, "policy_state", None)
+                self.loop.restore(deployment.memory)  # windows, collocations, history: kept in the ConfigMap
             self.loop.platform, self.loop.routing = platform, deployment.routing
             if stopped:
                 return
             platform.apply(deployment)  # recreate executor pods that died since the last period
             result = self.loop.step(time.time())
-            memo.scaling_state, memo.policy_state = self.loop.scaling_state, self.loop.policy_state
             if not stopped:
                 publish(body, platform, result.outcome, observed=False)
         _count(result)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamtopo.controller.platform import DesiredState
-from streamtopo.controller.reconcile import IN_PROCESS, Planner
+from streamtopo.controller.reconcile import IN_PROCESS, Collocations, Planner
 from streamtopo.planner.allocation import AllocationState
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology, TopologyError
@@ -65,10 +65,10 @@ def _plan(topology: StreamTopology, cluster: Cluster, previous: RoutingTable | N
 
 
 def _adapt(topology: StreamTopology, state: AllocationState, scaling_state: Any, now: float, window: float,
-           scaling_overrides: Mapping[str, Any], seed: int, carried: object | None) -> Any:
+           scaling_overrides: Mapping[str, Any], seed: int, collocations: Collocations) -> Any:
     """Runs in the worker."""
     return IN_PROCESS.adapt(topology, state, scaling_state, now=now, window=window,
-                            scaling_overrides=scaling_overrides, seed=seed, carried=carried)
+                            scaling_overrides=scaling_overrides, seed=seed, collocations=collocations)
 
 
 class WorkerPlanner(Planner):
@@ -97,9 +97,9 @@ class WorkerPlanner(Planner):
 
     def adapt(self, topology: StreamTopology, state: AllocationState, scaling_state: Any, *, now: float,
               window: float, scaling_overrides: Mapping[str, Any], seed: int,
-              carried: object | None = None) -> Any:
+              collocations: Collocations = ()) -> Any:
         return self._call(_adapt, topology, state, scaling_state, now, window, dict(scaling_overrides), seed,
-                          carried)
+                          collocations)
 
     def _submit(self, function: Callable[..., Any], *args: Any) -> tuple[ProcessPoolExecutor, Future[Any]]:
         """Queue one call; the pool's last call retires it (its worker exits once the queue is done)."""

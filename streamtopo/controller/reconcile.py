@@ -54,6 +54,10 @@ from streamtopo.planner.routing import (
 
 if TYPE_CHECKING:
     from streamtopo.planner.adaptation import AdaptationConfig, AdaptationResult
+    from streamtopo.planner.scaling import ScalingState
+
+Collocations = tuple[tuple[KeyGroupId, KeyGroupId], ...]
+"""ALBIC's collocated key-group pairs, carried from round to round."""
 
 CONDITION_TYPES = ("Planned", "Ready", "Progressing", "Rebalancing", "Scaling", "Degraded")
 APPROVE_ANNOTATION = "streamtopo.dev/approve"
@@ -206,13 +210,13 @@ class Planner:
 
     def adapt(self, topology: StreamTopology, state: AllocationState, scaling_state: Any, *, now: float,
               window: float, scaling_overrides: Mapping[str, Any], seed: int,
-              carried: object | None = None) -> AdaptationResult:
+              collocations: Collocations = ()) -> AdaptationResult:
         """One round of ALBIC's Algorithm 1 with the spec's settings (:func:`adaptation_config`);
-        ``carried`` is the previous round's ``AdaptationResult.policy_config``."""
+        ``collocations`` are the pairs the previous round kept."""
         from streamtopo.planner.adaptation import adapt
 
         return adapt(state, scaling_state, time=now, window=window,
-                     config=adaptation_config(topology, scaling_overrides, carried), seed=seed)
+                     config=adaptation_config(topology, scaling_overrides, collocations), seed=seed)
 
 
 IN_PROCESS = Planner()
@@ -233,13 +237,15 @@ def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, 
         return invalid_outcome("InvalidSpec", error.problems)
     cluster = platform.hosts()
     if previous is not None and not force_replan and same_deployment(previous, topology, cluster):
-        kept = DesiredState(topology, previous.routing)  # the spec as it is now (suspended or not)
+        kept = DesiredState(topology, previous.routing, previous.memory)  # the spec as it is now
         platform.apply(kept)
         planned = ConditionChange("Planned", "True", "UpToDate", "the applied plan matches the spec")
         return Outcome(desired=kept, cluster=cluster, conditions=[planned],
                        status={"executors": len(kept.running), "routingVersion": kept.routing.version})
     try:
         desired, plan = planner.plan(topology, cluster, previous.routing if previous else None, seed)
+        if previous is not None:  # a re-plan keeps the SPL loop's windows and history
+            desired = DesiredState(desired.topology, desired.routing, previous.memory)
     except TopologyError as error:
         return invalid_outcome("InvalidSpec", error.problems)
     except ValueError as error:  # COLA's NoValidPlan names the constraints that cannot be met
@@ -367,14 +373,14 @@ def executor_loads(state: AllocationState, assignment: Mapping[KeyGroupId, str],
 
 
 def adaptation_config(topology: StreamTopology, scaling_overrides: Mapping[str, Any] | None = None,
-                      carried: object | None = None) -> AdaptationConfig:
+                      collocations: Collocations = ()) -> AdaptationConfig:
     """Algorithm 1's settings from ``spec.autoscaling`` (policy, bounds, scaling rule, ALBIC's
     Algorithm 2 parameters).
 
     ``scaling_overrides`` are ScalingConfig fields the caller sets beyond the spec (``streamtopo run``
-    shortens the metric window for a demo run; the operator passes none). ``carried`` is the policy state
-    the previous round returned (``AdaptationResult.policy_config``): ALBIC's collocations survive the
-    round while its parameters follow the spec as it is now.
+    shortens the metric window for a demo run; the operator passes none). ``collocations`` are the pairs
+    the previous round kept (``AdaptationResult.policy_config.collocations``): they survive the round
+    while ALBIC's parameters follow the spec as it is now. Other policies run with their defaults.
     """
     from streamtopo.planner.adaptation import AdaptationConfig
     from streamtopo.planner.albic.collocation import AlbicConfig
@@ -384,9 +390,7 @@ def adaptation_config(topology: StreamTopology, scaling_overrides: Mapping[str, 
     pinned = topology.spec.replicas
     bounds = {"min_executors": pinned, "max_executors": pinned} if pinned is not None else {}
     scaling = ScalingConfig.from_spec(auto, **{**dict(scaling_overrides or {}), **bounds})
-    policy_config = carried
-    if auto.policy == "albic":
-        policy_config = AlbicConfig.from_spec(auto.albic, getattr(carried, "collocations", ()))
+    policy_config = AlbicConfig.from_spec(auto.albic, collocations) if auto.policy == "albic" else None
     return AdaptationConfig(policy=auto.policy, scaling="target", scaling_config=scaling,
                             max_migrations=auto.max_migrations_per_round,
                             max_migration_cost=auto.max_migration_cost, policy_config=policy_config,
@@ -427,6 +431,66 @@ class StepResult:
     adaptation: AdaptationResult | None = None
     executors_before: int = 0
     executors_after: int = 0
+
+
+DECISIONS_KEPT = 20
+
+
+@dataclass(frozen=True)
+class LoopMemory:
+    """The SPL loop's state between rounds: the scaling rule's windows, ALBIC's collocations and the last
+    decisions. Kept with the routing table (``DesiredState.memory``) so an operator restart resumes it."""
+
+    scaling: ScalingState = field(default_factory=lambda: _scaling_state())
+    collocations: Collocations = ()
+    decisions: tuple[dict[str, Any], ...] = ()
+
+    def to_json(self) -> str:
+        import dataclasses
+        import json
+
+        return json.dumps({"scaling": dataclasses.asdict(self.scaling), "collocations": self.collocations,
+                           "decisions": self.decisions}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> LoopMemory:
+        """Tolerant: a missing or unreadable memory (older operator, hand edit) starts fresh."""
+        import json
+
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+            scaling = data.get("scaling") or {}
+            scaling["history"] = tuple(tuple(h) for h in scaling.get("history") or ())
+            pairs = tuple((_unit(a), _unit(b)) for a, b in data.get("collocations") or ())
+            return cls(_scaling_state(**scaling), pairs, tuple(data.get("decisions") or ()))
+        except (ValueError, TypeError, AttributeError):
+            return cls()
+
+
+def _scaling_state(**fields: Any) -> ScalingState:
+    from streamtopo.planner.scaling import ScalingState
+
+    return ScalingState(**fields)
+
+
+def _unit(value: Any) -> KeyGroupId:
+    op, kg = value
+    return (str(op), int(kg))
+
+
+def decision_record(before: RoutingTable, after: RoutingTable, result: AdaptationResult) -> dict[str, Any]:
+    """One applied decision as the history keeps it (time, kind, before/after, reason, figures)."""
+    kinds = [kind for kind, happened in (("rebalance", bool(result.migrations)),
+                                         ("scale-up", bool(result.added or result.unmarked)),
+                                         ("scale-down", bool(result.marked)), ("terminate", bool(result.terminated)))
+             if happened]
+    rebalance = result.rebalance
+    return {"time": now_iso(), "kind": "+".join(kinds) or "reassign", "routingVersion": after.version,
+            "executorsBefore": len(before.executors), "executorsAfter": len(after.executors),
+            "migrations": len(result.migrations), "reason": result.reason,
+            "loadDistance": round(rebalance.load_distance, 4) if rebalance else None}
 
 
 @dataclass(frozen=True)
@@ -481,10 +545,14 @@ class AdaptationLoop:
         self.seed = seed
         self.planner = planner
         self.scaling_state = ScalingState()
-        self.policy_state: object | None = None
-        """The rebalancer's state from the last round (ALBIC's collocations), passed into the next."""
+        self.collocations: Collocations = ()
+        """ALBIC's collocated pairs from the last round, passed into the next."""
         self.pending: Recommendation | None = None
         """Recommend mode: the last decision that would change something, until approved or replaced."""
+        self.decisions: tuple[dict[str, Any], ...] = ()
+        """The last :data:`DECISIONS_KEPT` decisions applied (persisted with the routing table)."""
+        self._written: str | None = None
+        """The memory last handed to the platform (a period that changes nothing writes nothing)."""
         self.history: list[StepResult] = []
 
     @property
@@ -524,7 +592,7 @@ class AdaptationLoop:
             return self._record(self._skip(why.reason, f"{why}: no rebalancing or scaling this period", count))
         result = self.planner.adapt(self.topology, state, self.scaling_state, now=now, window=self.interval,
                                     scaling_overrides=self.scaling_overrides, seed=self.seed,
-                                    carried=self.policy_state)
+                                    collocations=self.collocations)
         if result.safe:
             return self._record(self._skip("AllocationKept", result.reason, count))
         executors = next_executors(result, before.executors, cluster)
@@ -559,14 +627,28 @@ class AdaptationLoop:
         step.outcome.status["recommendation"] = pending.summary(approved=True)
         return self._record(step)
 
+    @property
+    def memory(self) -> LoopMemory:
+        """What the next round needs from this one, as a value (persisted, restorable)."""
+        return LoopMemory(self.scaling_state, self.collocations, self.decisions)
+
+    def restore(self, text: str | None) -> None:
+        """Continue from a persisted :attr:`memory` (an operator restart); None or unreadable: start fresh."""
+        memory = LoopMemory.from_json(text)
+        self.scaling_state, self.collocations, self.decisions = memory.scaling, memory.collocations, memory.decisions
+        self._written = text
+
     def _apply(self, state: AllocationState, before: RoutingTable, routing: RoutingTable,
                result: AdaptationResult) -> StepResult:
-        """Line 8: apply the decision, and keep its scaling and policy state for the next round."""
+        """Line 8: apply the decision with the scaling and policy state that follow from it, in one write."""
         self.scaling_state = result.scaling_state
-        self.policy_state = result.policy_config
+        self.collocations = tuple(getattr(result.policy_config, "collocations", ()))
         if routing is not before:
-            self.platform.apply(DesiredState(self.topology, routing))
-            self.routing = routing
+            self.decisions = (*self.decisions, decision_record(before, routing, result))[-DECISIONS_KEPT:]
+        memory = self.memory.to_json()
+        if routing is not before or memory != self._written:
+            self.platform.apply(DesiredState(self.topology, routing, memory))
+            self.routing, self._written = routing, memory
         step = StepResult(applied=routing is not before, routing=routing, adaptation=result,
                           executors_before=len(before.executors), executors_after=len(routing.executors))
         step.outcome = report(state, before, routing, result)

@@ -207,6 +207,31 @@ def test_suspend_deletes_the_pods_and_resume_recreates_them(kube: EmulatedKubern
     assert set(back) == set(first["executors"]) and resumed["executors"] == len(first["executors"])
 
 
+def test_the_loops_memory_is_stored_with_the_routing_table(kube: EmulatedKubernetes):
+    """KubernetesPlatform writes DesiredState.memory into the routing ConfigMap beside routing.json and
+    reads it back (what a restarted operator resumes from); a later apply without a change rewrites
+    nothing."""
+    from kubernetes import config
+
+    from streamtopo.controller.kubernetes import KubernetesPlatform
+    from streamtopo.controller.platform import DesiredState
+    from streamtopo.controller.reconcile import reconcile
+
+    cluster(kube)
+    owner = kube.create(CR_PATH, topology())
+    platform = KubernetesPlatform(NS, owner, config.new_client_from_config(config_file=str(kube.kubeconfig)))
+    first = reconcile(owner, platform).desired
+    assert first is not None and platform.read_deployment().memory is None
+    memory = '{"collocations": [[["src", 0], ["agg", 0]]], "decisions": [], "scaling": {}}'
+    platform.apply(DesiredState(first.topology, first.routing, memory))
+    back = platform.read_deployment()
+    assert back.memory == memory and back.routing == first.routing
+    version = kube.get(f"/api/v1/namespaces/{NS}/configmaps/pipe-routing")["metadata"]["resourceVersion"]
+    again = reconcile(owner, platform, previous=back).desired  # same spec: kept, memory included
+    assert again.memory == memory
+    assert kube.get(f"/api/v1/namespaces/{NS}/configmaps/pipe-routing")["metadata"]["resourceVersion"] == version
+
+
 def crash_looping(reason: str) -> dict[str, Any]:
     return {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
                        "containerStatuses": [{"name": "executor", "ready": False, "restartCount": 3,

@@ -23,6 +23,7 @@ from streamtopo.controller.reconcile import (
     IN_PROCESS,
     AdaptationLoop,
     ConditionChange,
+    LoopMemory,
     Planner,
     allocation_state,
     merge_conditions,
@@ -310,12 +311,12 @@ class StatsSource:
         return self.stats
 
 
-def hot_pair_stats(hot: float) -> RuntimeStats:
+def hot_pair_stats(hot: float, busy: float = 0.05) -> RuntimeStats:
     """Even load; src/0 sends ``hot`` records/s to agg/0 and 10 to every other agg key group, and the
     other src units spread 10 records/s evenly. ALBIC's Step 1 makes (src/0, agg/0) a candidate when
     hot > avg * sF, avg = (hot + 70) / 8 (Algorithm 2, lines 2-12)."""
-    units = {("src", kg): UnitRates(busy=0.05, records_in=100.0) for kg in range(8)}
-    units |= {("agg", kg): UnitRates(busy=0.05, records_in=100.0) for kg in range(8)}
+    units = {("src", kg): UnitRates(busy=busy, records_in=100.0) for kg in range(8)}
+    units |= {("agg", kg): UnitRates(busy=busy, records_in=100.0) for kg in range(8)}
     units[("out", 0)] = UnitRates(busy=0.01, records_in=10.0)
     traffic = {(("src", i), ("agg", j)): 10.0 for i in range(8) for j in range(8)}
     traffic[(("src", 0), ("agg", 0))] = hot
@@ -375,6 +376,49 @@ def test_albic_collocations_persist_across_rounds(planner: Planner):
     fresh_source.stats = hot_pair_stats(10.0)
     forgetful = fresh.step(0.0).adaptation  # the same stats without the carried state: nothing to keep
     assert forgetful is not None and forgetful.rebalance.details["collocation_constraints"] == []
+
+
+def restarted(loop: AdaptationLoop, stats: RuntimeStats) -> AdaptationLoop:
+    """A new loop (an operator restart) from what ``loop`` last applied: routing table and memory."""
+    written = loop.platform.applied[-1]
+    fresh = AdaptationLoop(MemoryPlatform(two_hosts()), StatsSource(stats), loop.topology, routing=written.routing)
+    fresh.restore(written.memory)
+    return fresh
+
+
+def test_a_restarted_loop_keeps_the_stabilisation_window_and_the_decisions():
+    """What a loop applies carries its memory; a loop restored from it holds the stabilisation window
+    the first one opened, where a loop without the memory scales at once."""
+    first, source = albic_loop({}, stabilization="1h")
+    source.stats = hot_pair_stats(1000.0, busy=0.2)  # 3.21 cores: 5 executors at 70 %
+    assert first.step(0.0).executors_after == 5
+    written = first.platform.applied[-1]
+    assert written.routing == first.routing and written.memory is not None
+    memory = LoopMemory.from_json(written.memory)
+    assert memory == first.memory and memory.scaling.last_change == 0.0
+    assert [(d["kind"], d["executorsBefore"], d["executorsAfter"]) for d in memory.decisions] == \
+        [("rebalance+scale-up", 2, 5)]
+    hotter = hot_pair_stats(1000.0, busy=0.3)  # 4.81 cores: 7 wanted, 6 at most
+    again = restarted(first, hotter)
+    assert again.memory == memory
+    held = again.step(300.0)
+    assert held.executors_after == 5 and "stabilising" in held.adaptation.decision.reason
+    forgetful = AdaptationLoop(MemoryPlatform(two_hosts()), StatsSource(hotter), first.topology,
+                               routing=written.routing)
+    assert forgetful.step(300.0).executors_after == 6
+
+
+def test_a_restarted_loop_keeps_albics_collocations():
+    first, _ = albic_loop({})
+    assert HOT_PAIR in first.step(0.0).adaptation.rebalance.details["collocation_constraints"]
+    assert HOT_PAIR in LoopMemory.from_json(first.platform.applied[-1].memory).collocations
+    second = restarted(first, hot_pair_stats(10.0)).step(300.0)  # the pair is no longer hot: kept anyway
+    assert HOT_PAIR in second.adaptation.rebalance.details["collocation_constraints"]
+
+
+def test_an_unreadable_memory_starts_fresh():
+    for text in (None, "", "{not json", '{"scaling": {"nosuch": 1}}', '{"collocations": [[1]]}'):
+        assert LoopMemory.from_json(text) == LoopMemory()
 
 
 def test_recommend_mode_applies_nothing_until_its_decision_is_approved():
