@@ -35,6 +35,7 @@ from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.graph import operator_of, replica_name
 from streamtopo.planner.model import (
     API_VERSION,
+    EXECUTOR_CONFIG_DIR,
     KIND,
     StreamTopology,
     StreamTopologySpec,
@@ -53,7 +54,7 @@ VERSION_ANNOTATION = f"{GROUP}/routing-version"
 OPERATOR_LABEL_PREFIX = f"op.{GROUP}/"
 HA_LABEL_PREFIX = f"ha.{GROUP}/"
 HOSTNAME_KEY = "kubernetes.io/hostname"
-CONFIG_DIR = "/etc/streamtopo"
+CONFIG_DIR = EXECUTOR_CONFIG_DIR
 COMPONENT_LABELS = {
     "app.kubernetes.io/name": "streamtopo",
     "app.kubernetes.io/part-of": "streamtopo",
@@ -81,6 +82,7 @@ class RenderSettings:
         secret = env.get("STREAMTOPO_TRANSPORT_SECRET_NAME")
         return cls(
             metrics_port=int(env.get("STREAMTOPO_EXECUTOR_METRICS_PORT", "9100")),
+            executor_memory=env.get("STREAMTOPO_EXECUTOR_MEMORY") or cls.executor_memory,
             runtime_image=env.get("STREAMTOPO_RUNTIME_IMAGE") or None,
             transport_url=env.get("STREAMTOPO_TRANSPORT_URL") or None,
             transport_secret=(secret, env.get("STREAMTOPO_TRANSPORT_SECRET_KEY", "password")) if secret else None,
@@ -219,9 +221,12 @@ def pod_identity(desired: DesiredState, executor: str, entry: ExecutorEntry, set
     image = desired.topology.spec.image
     if settings.runtime_image and image == StreamTopologySpec.model_fields["image"].default:
         image = settings.runtime_image
+    shape = desired.topology.spec.executor
     return {"image": image, "host": entry.host, "cpu": entry.cpu, "transport": url,
             "secret": list(secret) if secret else None, "executor": executor,
-            "metricsPort": settings.metrics_port, "memory": settings.executor_memory}
+            "metricsPort": settings.metrics_port, "memory": shape.resources.memory or settings.executor_memory,
+            "template": shape.model_dump(mode="json", by_alias=True, exclude_none=True,
+                                         exclude={"resources"})}
 
 
 def identity_hash(identity: Mapping[str, Any]) -> str:
@@ -233,15 +238,23 @@ def render_pod(desired: DesiredState, executor: str, namespace: str, owner: Mapp
     entry = desired.executors[executor]
     identity = pod_identity(desired, executor, entry, settings)
     sched = scheduling(desired.topology, desired.routing, executor)
-    labels = {**topology_labels(desired.name), EXECUTOR_LABEL: executor, **sched["labels"]}
+    shape = desired.topology.spec.executor
+    template = shape.pod_template
+    labels = {**template.metadata.labels, **topology_labels(desired.name), EXECUTOR_LABEL: executor,
+              **sched["labels"]}
     env = [{"name": "STREAMTOPO_EXECUTOR", "value": executor}]
     if identity["secret"]:
         env.append({"name": "STREAMTOPO_TRANSPORT_PASSWORD",
                     "valueFrom": {"secretKeyRef": {"name": identity["secret"][0], "key": identity["secret"][1]}}})
+    env += _wire(shape.env)
     affinity: dict[str, Any] = {}
-    if entry.host:
+    terms = [_wire(t.match_expressions) for t in template.node_terms()] or [[]]
+    if entry.host:  # the planned node, ANDed into each of the template's terms
+        pinned = {"key": HOSTNAME_KEY, "operator": "In", "values": [entry.host]}
+        terms = [[*t, pinned] for t in terms]
+    if terms != [[]]:
         affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": HOSTNAME_KEY, "operator": "In", "values": [entry.host]}]}]}}
+            {"matchExpressions": t} for t in terms]}}
     if sched["antiAffinity"]:
         affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": sched["antiAffinity"]}
     cpu = f"{round(entry.cpu * 1000)}m"
@@ -261,8 +274,8 @@ def render_pod(desired: DesiredState, executor: str, namespace: str, owner: Mapp
                      "--cpu", str(entry.cpu), "--output", "/tmp/output"],
             "env": env,
             "ports": [{"name": "metrics", "containerPort": settings.metrics_port, "protocol": "TCP"}],
-            "resources": {"requests": {"cpu": cpu, "memory": settings.executor_memory},
-                          "limits": {"memory": settings.executor_memory}},
+            "resources": {"requests": {"cpu": cpu, "memory": identity["memory"]},
+                          "limits": {"memory": identity["memory"]}},
             "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 10},
             "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 20,
                               "initialDelaySeconds": 60, "failureThreshold": 3},
@@ -270,11 +283,17 @@ def render_pod(desired: DesiredState, executor: str, namespace: str, owner: Mapp
                                 "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
                                 "seccompProfile": {"type": "RuntimeDefault"}},
             "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                             {"name": "tmp", "mountPath": "/tmp"}],
+                             {"name": "tmp", "mountPath": "/tmp"}, *_wire(shape.volume_mounts)],
         }],
         "volumes": [{"name": "config", "configMap": {"name": routing_name(desired.name)}},
-                    {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+                    {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}, *_wire(template.spec.volumes)],
     }
+    pod = template.spec
+    for key, value in (("tolerations", _wire(pod.tolerations)), ("imagePullSecrets", _wire(pod.image_pull_secrets)),
+                       ("serviceAccountName", pod.service_account_name),
+                       ("priorityClassName", pod.priority_class_name)):
+        if value:
+            pod_spec[key] = value
     if affinity:
         pod_spec["affinity"] = affinity
     if sched["nodeSelector"]:
@@ -283,9 +302,14 @@ def render_pod(desired: DesiredState, executor: str, namespace: str, owner: Mapp
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _metadata(executor, namespace, owner, labels,
-                              {HASH_ANNOTATION: identity_hash(identity)}),
+                              {**template.metadata.annotations, HASH_ANNOTATION: identity_hash(identity)}),
         "spec": pod_spec,
     }
+
+
+def _wire(models: list[Any]) -> list[dict[str, Any]]:
+    """Spec models as the Kubernetes API spells them (camelCase, unset fields left out)."""
+    return [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in models]
 
 
 def render(desired: DesiredState, namespace: str, owner: Mapping[str, Any],

@@ -157,11 +157,26 @@ def plan_deployment(topology: StreamTopology, cluster: Cluster, previous: Routin
     units: dict[KeyGroupId, str] = {}
     for i, (pe, pe_units) in enumerate(zip(plan.pes, plan_units(plan, topology.spec))):
         executor = executor_name(name, i)
-        executors[executor] = ExecutorEntry(host=pe.host, cpu=_cpu(pe.size))
+        executors[executor] = ExecutorEntry(host=pe.host, cpu=topology.spec.executor.resources.cpu or _cpu(pe.size))
         units.update({u: executor for u in pe_units})
     start = RoutingTable(topology=name, version=previous.version if previous else 0, executors={}, units={})
     routing = start.moved(units, executors, entry_batch_sizes(topology.spec))
     return DesiredState(topology=topology, routing=routing), plan
+
+
+AFFINITY_FIELD = "spec.executor.podTemplate.spec.affinity"
+
+
+def executor_hosts(spec: StreamTopologySpec, cluster: Cluster) -> Cluster:
+    """The hosts executors may run on: those the pod template's node affinity admits (the planner places
+    only there, so a planned pod is never unschedulable for the template's sake). Raises ValueError
+    naming the field when no host matches."""
+    template = spec.executor.pod_template
+    hosts = [h for h in cluster.hosts if template.allows(h.labels)]
+    if not hosts:
+        raise ValueError(f"{AFFINITY_FIELD}: no node matches the node affinity "
+                         f"(nodes: {', '.join(h.name for h in cluster.hosts)})")
+    return cluster if len(hosts) == len(cluster.hosts) else Cluster(hosts=hosts)
 
 
 def _cpu(size: float) -> float:
@@ -243,7 +258,11 @@ def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, 
         return Outcome(desired=kept, cluster=cluster, conditions=[planned],
                        status={"executors": len(kept.running), "routingVersion": kept.routing.version})
     try:
-        desired, plan = planner.plan(topology, cluster, previous.routing if previous else None, seed)
+        hosts = executor_hosts(topology.spec, cluster)
+    except ValueError as error:
+        return invalid_outcome("NoValidPlan", [(AFFINITY_FIELD, str(error).removeprefix(f"{AFFINITY_FIELD}: "))])
+    try:
+        desired, plan = planner.plan(topology, hosts, previous.routing if previous else None, seed)
         if previous is not None:  # a re-plan keeps the SPL loop's windows and history
             desired = DesiredState(desired.topology, desired.routing, previous.memory)
     except TopologyError as error:
@@ -388,7 +407,9 @@ def adaptation_config(topology: StreamTopology, scaling_overrides: Mapping[str, 
 
     auto = topology.spec.autoscaling
     pinned = topology.spec.replicas
-    bounds = {"min_executors": pinned, "max_executors": pinned} if pinned is not None else {}
+    bounds: dict[str, Any] = {"min_executors": pinned, "max_executors": pinned} if pinned is not None else {}
+    if topology.spec.executor.resources.cpu is not None:  # executors the loop adds request this much
+        bounds["executor_capacity"] = topology.spec.executor.resources.cpu
     scaling = ScalingConfig.from_spec(auto, **{**dict(scaling_overrides or {}), **bounds})
     policy_config = AlbicConfig.from_spec(auto.albic, collocations) if auto.policy == "albic" else None
     return AdaptationConfig(policy=auto.policy, scaling="target", scaling_config=scaling,
@@ -584,7 +605,10 @@ class AdaptationLoop:
             self.pending = None
             return self._record(StepResult(routing=before, skipped="AutoscalingDisabled",
                                            executors_before=count, executors_after=count))
-        cluster = self.platform.hosts()
+        try:
+            cluster = executor_hosts(self.topology.spec, self.platform.hosts())
+        except ValueError as error:
+            return self._record(self._skip("NoMatchingNodes", str(error), count))
         try:
             stats = self.metrics.collect(self.topology.metadata.name, self.interval)
             state = allocation_state(stats, before, self.topology.spec, cluster)

@@ -390,6 +390,237 @@ class BatchingSpec(Model):
     """Fixed records per batch, overriding Aeolus."""
 
 
+# --------------------------------------------------------------------------------- executor pods
+
+QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+"""A Kubernetes resource quantity (the API server's own grammar)."""
+Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=64)]
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LabelKey = Annotated[str, Field(pattern=_LABEL_KEY.pattern, max_length=317)]
+LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
+RESERVED_LABEL_PREFIXES = ("streamtopo.dev/", "app.kubernetes.io/", "op.streamtopo.dev/", "ha.streamtopo.dev/")
+"""Label prefixes the operator sets on executor pods (selection, exlocation): a template cannot set them."""
+EXECUTOR_CONFIG_DIR = "/etc/streamtopo"
+"""Where executor pods mount their routing ConfigMap (topology.yaml, routing.json)."""
+EXECUTOR_PATHS = (EXECUTOR_CONFIG_DIR, "/tmp")
+"""The executor container's own mounts (routing ConfigMap, scratch space): a template cannot use them."""
+
+
+class ExecutorResources(Model):
+    """What every executor pod requests."""
+
+    cpu: float | None = Field(default=None, gt=0, le=1024)
+    """Cores per executor. Unset: each executor requests its PE's size (COLA), and executors the
+    autoscaler adds one core. Set: every executor requests this much and the planner's executor capacity
+    (ALBIC's, the scaling rule's) is this many cores."""
+    memory: Quantity | None = None
+    """Memory request and limit per executor (the JVM's heap lives in it). Unset: the platform default
+    (the chart's ``executor.memory``, 512Mi)."""
+
+
+class LocalObjectReference(Model):
+    name: Name
+
+
+class KeyRef(Model):
+    name: Name
+    key: str = Field(min_length=1, max_length=253)
+    optional: bool | None = None
+
+
+class EnvVarSource(Model):
+    secret_key_ref: KeyRef | None = None
+    config_map_key_ref: KeyRef | None = None
+
+
+class EnvVar(Model):
+    """An environment variable of the executor container: a value, or a key of a Secret or ConfigMap of
+    the topology's namespace."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=253)
+    value: str | None = Field(default=None, max_length=32768)
+    value_from: EnvVarSource | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        if self.name.startswith("STREAMTOPO_"):
+            raise field_error("name", f"{self.name}: STREAMTOPO_* variables are the operator's")
+        if self.value is not None and self.value_from is not None:
+            raise field_error("valueFrom", "set value or valueFrom, not both")
+        return self
+
+
+class VolumeMount(Model):
+    name: Name
+    mount_path: str = Field(pattern=r"^/", max_length=4096)
+    read_only: bool = False
+    sub_path: str | None = Field(default=None, pattern=r"^[^/]", max_length=4096)
+
+    @model_validator(mode="after")
+    def _not_the_executors(self) -> VolumeMount:
+        if any(self.mount_path.rstrip("/") == p or self.mount_path.startswith(p + "/") for p in EXECUTOR_PATHS):
+            raise field_error("mountPath", f"{self.mount_path} is the executor's own ({', '.join(EXECUTOR_PATHS)})")
+        if ".." in self.mount_path.split("/") or (self.sub_path and ".." in self.sub_path.split("/")):
+            raise field_error("mountPath", "no '..' in mount paths")
+        return self
+
+
+class ConfigMapVolume(Model):
+    name: Name
+    optional: bool | None = None
+
+
+class SecretVolume(Model):
+    secret_name: Name
+    optional: bool | None = None
+
+
+class EmptyDirVolume(Model):
+    medium: Literal["", "Memory"] | None = None
+    size_limit: Quantity | None = None
+
+
+class ClaimVolume(Model):
+    claim_name: Name
+    read_only: bool | None = None
+
+
+class Volume(Model):
+    """A volume of the executor pod: ConfigMap, Secret, emptyDir or PersistentVolumeClaim of the topology's
+    namespace (no hostPath or other node-level sources: tenants do not reach the nodes)."""
+
+    name: Name
+    config_map: ConfigMapVolume | None = None
+    secret: SecretVolume | None = None
+    empty_dir: EmptyDirVolume | None = None
+    persistent_volume_claim: ClaimVolume | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Volume:
+        sources = [self.config_map, self.secret, self.empty_dir, self.persistent_volume_claim]
+        if sum(s is not None for s in sources) != 1:
+            raise field_error("name", f"volume {self.name}: exactly one of configMap, secret, emptyDir, "
+                                      "persistentVolumeClaim")
+        if self.name in ("config", "tmp"):
+            raise field_error("name", f"volume {self.name} is the executor's own")
+        return self
+
+
+class Toleration(Model):
+    key: LabelKey | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: LabelValue | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, ge=0, le=10**9)
+
+
+class NodeSelectorRequirement(Model):
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[LabelValue] = Field(default_factory=list, max_length=64)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """As the scheduler reads it (Gt/Lt compare integers)."""
+        value = labels.get(self.key)
+        if self.operator == "Exists":
+            return value is not None
+        if self.operator == "DoesNotExist":
+            return value is None
+        if self.operator == "In":
+            return value in self.values
+        if self.operator == "NotIn":
+            return value not in self.values
+        try:
+            number, bound = int(value or ""), int(self.values[0])
+        except (ValueError, IndexError):
+            return False
+        return number > bound if self.operator == "Gt" else number < bound
+
+
+class NodeSelectorTerm(Model):
+    match_expressions: list[NodeSelectorRequirement] = Field(min_length=1, max_length=32)
+
+
+class NodeSelector(Model):
+    node_selector_terms: list[NodeSelectorTerm] = Field(min_length=1, max_length=16)
+
+
+class NodeAffinity(Model):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+
+
+class Affinity(Model):
+    node_affinity: NodeAffinity | None = None
+
+
+class TemplateMetadata(Model):
+    labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=64)
+    annotations: dict[str, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict, max_length=64)
+
+    @model_validator(mode="after")
+    def _not_ours(self) -> TemplateMetadata:
+        for kind, keys in (("labels", self.labels), ("annotations", self.annotations)):
+            bad = sorted(k for k in keys if len(k) > 317 or not _LABEL_KEY.match(k))
+            if bad:
+                raise field_error(kind, f"{', '.join(map(repr, bad))}: not a valid key (prefix/name)")
+            taken = sorted(k for k in keys if k.startswith(RESERVED_LABEL_PREFIXES))
+            if taken:
+                raise field_error(kind, f"{', '.join(taken)}: the prefixes {', '.join(RESERVED_LABEL_PREFIXES)} "
+                                        "are the operator's")
+        return self
+
+
+class PodSpecTemplate(Model):
+    """The pod-level fields a template may set."""
+
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    affinity: Affinity | None = None
+    """Node affinity terms the planner also honours: executors are placed only on matching nodes (each
+    term ANDed with the planned node)."""
+    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list, max_length=16)
+    service_account_name: Name | None = None
+    priority_class_name: Name | None = None
+    volumes: list[Volume] = Field(default_factory=list, max_length=32)
+
+
+class PodTemplate(Model):
+    """A PodTemplateSpec subset merged into every executor pod (Flink's podTemplate, spark-operator's
+    executor section). Security contexts, probes, the image and the command stay the operator's."""
+
+    metadata: TemplateMetadata = Field(default_factory=TemplateMetadata)
+    spec: PodSpecTemplate = Field(default_factory=PodSpecTemplate)
+
+    def node_terms(self) -> list[NodeSelectorTerm]:
+        affinity = self.spec.affinity
+        required = affinity.node_affinity.required_during_scheduling_ignored_during_execution \
+            if affinity and affinity.node_affinity else None
+        return list(required.node_selector_terms) if required else []
+
+    def allows(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node with ``labels`` satisfies the template's node affinity (any term, all of its
+        expressions)."""
+        terms = self.node_terms()
+        return not terms or any(all(e.matches(labels) for e in t.match_expressions) for t in terms)
+
+
+class ExecutorSpec(Model):
+    """How executor pods are shaped (resources, environment, mounts, a pod template)."""
+
+    resources: ExecutorResources = Field(default_factory=ExecutorResources)
+    env: list[EnvVar] = Field(default_factory=list, max_length=64)
+    volume_mounts: list[VolumeMount] = Field(default_factory=list, max_length=32)
+    pod_template: PodTemplate = Field(default_factory=PodTemplate)
+
+    @model_validator(mode="after")
+    def _mounts_have_volumes(self) -> ExecutorSpec:
+        volumes = {v.name for v in self.pod_template.spec.volumes}
+        missing = sorted({m.name for m in self.volume_mounts} - volumes)
+        if missing:
+            raise field_error("volumeMounts", f"no volume named {', '.join(missing)} in podTemplate.spec.volumes")
+        return self
+
+
 class StreamTopologySpec(Model):
     """What the user declares."""
 
@@ -410,6 +641,7 @@ class StreamTopologySpec(Model):
     metrics: MetricsSpec = Field(default_factory=MetricsSpec)
     transport: TransportSpec = Field(default_factory=TransportSpec)
     batching: BatchingSpec = Field(default_factory=BatchingSpec)
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
 
     def operator(self, name: str) -> Operator:
         return self.by_name()[name]

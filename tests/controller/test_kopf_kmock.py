@@ -151,6 +151,28 @@ def test_create_renders_pods_configmap_service_and_status(kube: EmulatedKubernet
     assert events(kube, "Planned")
 
 
+def test_the_executor_template_reaches_the_pods_through_the_api(kube: EmulatedKubernetes,
+                                                                 monkeypatch: pytest.MonkeyPatch):
+    cluster(kube)
+    doc = topology(exlocated=False)
+    doc["spec"]["executor"] = {
+        "resources": {"memory": "1536Mi"}, "env": [{"name": "FEED_REGION", "value": "eu"}],
+        "podTemplate": {"metadata": {"labels": {"team": "markets"}},
+                        "spec": {"tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                                 "priorityClassName": "streaming"}}}
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, doc)
+        table = wait_for(lambda: routing(kube), what="plan")
+        created = wait_for(lambda: (p := pods(kube)) and set(p) == set(table["executors"]) and p, what="pods")
+    for pod in created.values():
+        container = pod["spec"]["containers"][0]
+        assert pod["metadata"]["labels"]["team"] == "markets"
+        assert pod["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+        assert pod["spec"]["priorityClassName"] == "streaming"
+        assert {"name": "FEED_REGION", "value": "eu"} in container["env"]
+        assert container["resources"]["limits"] == {"memory": "1536Mi"}
+
+
 def test_update_replans_and_invalid_update_keeps_last_good(kube: EmulatedKubernetes,
                                                            monkeypatch: pytest.MonkeyPatch):
     cluster(kube)
