@@ -75,6 +75,10 @@ SPL_STEPS = Counter("streamtopo_operator_spl_steps_total", "SPL rounds by outcom
 MIGRATIONS = Counter("streamtopo_operator_migrations_total", "Key groups moved by the SPL loop")
 SCALING = Counter("streamtopo_operator_scaling_decisions_total", "Executor set changes", ["direction"])
 TOPOLOGIES = Gauge("streamtopo_operator_topologies", "StreamTopologies handled by this operator")
+LOAD_DISTANCE = Gauge("streamtopo_operator_load_distance", "ALBIC's load distance after the last period's plan",
+                      ["namespace", "topology"])
+EXECUTORS = Gauge("streamtopo_operator_executors", "Executors in the routing table after the last period",
+                  ["namespace", "topology"])
 
 
 def planner_from_env() -> WorkerPlanner:
@@ -282,6 +286,11 @@ def forget_topology(body: kopf.Body, **_: Any) -> None:
     """Owned objects are garbage-collected through their ownerReferences; only our own memory goes."""
     STATE.topologies.discard((body.metadata.namespace, body.metadata.name))
     STATE.failures.pop((body.metadata.namespace, body.metadata.name), None)
+    for gauge in (LOAD_DISTANCE, EXECUTORS):
+        try:
+            gauge.remove(body.metadata.namespace, body.metadata.name)
+        except KeyError:  # never measured
+            pass
     TOPOLOGIES.set(len(STATE.topologies))
 
 
@@ -416,7 +425,7 @@ class Period:
                 approval = self.loop.approve(decision)
                 if approval is not None and not stopped:
                     publish(body, platform, approval.outcome, observed=False)
-                    _count(approval)
+                    _count(approval, body)
             if time.monotonic() < self.next_step:
                 return
             self.next_step = time.monotonic() + _interval(body)
@@ -431,7 +440,7 @@ class Period:
             result = self.loop.step(time.time())
             if not stopped:
                 publish(body, platform, result.outcome, observed=False)
-        _count(result)
+        _count(result, body)
 
 
 def _interval(body: Mapping[str, Any]) -> float:
@@ -461,8 +470,12 @@ def _replan_if_cluster_changed(body: Mapping[str, Any], memo: Any, platform: Kub
     publish(body, platform, outcome, observed=False)
 
 
-def _count(result: Any) -> None:
+def _count(result: Any, body: Mapping[str, Any]) -> None:
     SPL_STEPS.labels(result.skipped or ("applied" if result.applied else "unchanged")).inc()
+    where = (body["metadata"]["namespace"], body["metadata"]["name"])
+    EXECUTORS.labels(*where).set(result.executors_after)
+    if result.adaptation is not None and result.adaptation.rebalance is not None:
+        LOAD_DISTANCE.labels(*where).set(result.adaptation.rebalance.load_distance)
     if result.adaptation is not None:
         MIGRATIONS.inc(len(result.adaptation.migrations))
         if result.adaptation.added or result.adaptation.unmarked:

@@ -23,8 +23,8 @@ from streamtopo.controller.manifests import NAMESPACE, Document, manifest_files,
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts/streamtopo"
 KUBE_VERSION = "1.30.0"
-CRD_TYPED = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("kopf.dev/v1", "KopfPeering"),
-             ("kopf.dev/v1", "ClusterKopfPeering")}
+CRD_TYPED = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
+             ("kopf.dev/v1", "KopfPeering"), ("kopf.dev/v1", "ClusterKopfPeering")}
 
 NAMESPACED = {"watchScope": "namespaces", "watchNamespaces": ["team-a", "team-b"]}
 VALKEY_MONITORING = {
@@ -35,7 +35,9 @@ VALKEY_MONITORING = {
 }
 HA = {"replicaCount": 2, "strategy": {"type": "RollingUpdate"}, "peering": {"enabled": True},
       "rbac": {"secretNames": ["prom-auth", "team-prom"]}, **NAMESPACED}
-VALUE_SETS = {"default": {}, "namespaced": NAMESPACED, "valkey+monitoring": VALKEY_MONITORING, "ha": HA}
+OBSERVABILITY = {"grafanaDashboard": {"enabled": True}, "prometheusRule": {"enabled": True, "backlogRecords": 500}}
+VALUE_SETS = {"default": {}, "namespaced": NAMESPACED, "valkey+monitoring": VALKEY_MONITORING, "ha": HA,
+              "observability": OBSERVABILITY}
 
 
 @pytest.fixture(scope="module", params=list(VALUE_SETS))
@@ -461,3 +463,60 @@ def test_every_value_is_documented_and_has_a_default() -> None:
         for part in parts:
             assert isinstance(value, dict) and part in value, f"{path} has no default in values.yaml"
             value = value[part]
+
+
+# ---------------------------------------------------------------------------------- observability
+
+
+def exported_names() -> set[str]:
+    """Every sample name the executors and the operator export (from their registries)."""
+    from prometheus_client import REGISTRY
+
+    import streamtopo.controller.operator  # noqa: F401  (its metrics register in the default registry)
+    from streamtopo.runtime.metrics import ExecutorMetrics
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+    names = set()
+    for registry in (ExecutorMetrics("t", "e").registry, REGISTRY):
+        for family in registry.collect():
+            names.update(family.name + s for s in suffixes.get(family.type, ("",)))
+    return names
+
+
+def queried_names(expr: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"\bstreamtopo_[a-z_]+", expr))
+
+
+def test_dashboard_and_alerts_query_only_what_is_exported() -> None:
+    import json
+
+    documents = render_chart(OBSERVABILITY, chart_dir=CHART)
+    (dashboard_map,) = [d for d in of_kind(documents, "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")]
+    assert dashboard_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(dashboard_map["data"]["streamtopo.json"])
+    assert dashboard["uid"] and dashboard["title"] and isinstance(dashboard["schemaVersion"], int)
+    exported = exported_names()
+    expressions = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    expressions += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)) and all({"x", "y", "w", "h"} <= set(p["gridPos"]) for p in dashboard["panels"])
+    (rule,) = of_kind(documents, "PrometheusRule")
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(alerts) == {"StreamtopoBacklogGrowing", "StreamtopoExecutorDown", "StreamtopoRebalanceFailing",
+                           "StreamtopoOperatorDown"}
+    assert "> 500" in alerts["StreamtopoBacklogGrowing"]["expr"]
+    expressions += [r["expr"] for r in alerts.values()]
+    used = set().union(*map(queried_names, expressions))
+    assert used and used <= exported, sorted(used - exported)
+    for needed in ("streamtopo_unit_backlog_records", "streamtopo_unit_oldest_record_age_seconds",
+                   "streamtopo_executor_cpu_seconds_total", "streamtopo_operator_load_distance",
+                   "streamtopo_migrations_total", "streamtopo_migration_pause_seconds_bucket"):
+        assert needed in used
+
+
+def test_observability_is_off_by_default() -> None:
+    documents = render_chart({}, chart_dir=CHART)
+    assert not of_kind(documents, "PrometheusRule")
+    assert not [d for d in of_kind(documents, "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")]
