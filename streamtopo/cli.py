@@ -20,7 +20,7 @@ app = typer.Typer(
     help="Fuse, place, run, rebalance and scale streaming pipelines (StreamTopology) on Kubernetes and Spark.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 
 

@@ -42,19 +42,23 @@ FusionAlgorithm = Literal["cola", "none", "single", "fint", "metis"]
 RebalancePolicy = Literal["albic", "milp", "flux", "potc", "cola", "cmr"]
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-DURATION_PATTERN = r"^\d+(\.\d+)?(ms|s|m|h|d)?$"
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+DURATION_PATTERN = r"^(\d+(\.\d+)?|(\d+(\.\d+)?(ms|s|m|h|d))+)$"
+"""Seconds, or Go's duration grammar without signs and sub-millisecond units: ``90s``, ``1m30s``, ``1h``."""
+_DURATION = re.compile(DURATION_PATTERN)
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from ``"90s"``, ``"5m"``, ``"250ms"``, ``"1h"`` or a plain number of seconds."""
+    """Seconds from ``"90s"``, ``"5m"``, ``"250ms"``, ``"1h"``, ``"1m30s"`` or a plain number of seconds."""
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a string like '60s', '5m', '250ms'")
     if isinstance(value, int | float):
         seconds = float(value)
-    elif isinstance(value, str) and (match := _DURATION.match(value)):
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    elif isinstance(value, str) and _DURATION.match(value.strip()):
+        text = value.strip()
+        parts = _DURATION_PART.findall(text)
+        seconds = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in parts) if parts else float(text)
     else:
         raise ValueError(f"{value!r} is not a duration: use seconds or a string like '60s', '5m', '250ms'")
     if seconds < 0:
@@ -68,7 +72,15 @@ def format_duration(seconds: float) -> str:
         count = seconds / _UNIT_SECONDS[unit]
         if count >= 1 and count == int(count):
             return f"{int(count)}{unit}"
-    return f"{round(seconds * 1000, 3):g}ms"
+    parts, rest = [], seconds
+    for unit in ("d", "h", "m", "s"):
+        if (count := int(rest // _UNIT_SECONDS[unit])) > 0:
+            parts.append(f"{count}{unit}")
+            rest -= count * _UNIT_SECONDS[unit]
+    milliseconds = round(rest * 1000, 3)
+    if milliseconds or not parts:
+        parts.append(f"{milliseconds:f}".rstrip("0").rstrip(".") + "ms")
+    return "".join(parts)
 
 
 Duration = Annotated[
@@ -913,7 +925,7 @@ _PATTERN_MEANING = {
     _NAME.pattern: "must be a lowercase DNS label: letters, digits and '-', starting and ending alphanumeric",
     r"^[A-Za-z][A-Za-z0-9_-]*$": "must start with a letter, then letters, digits, '_' or '-'",
     r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$": "must be module:function, e.g. mypkg.enrich:apply",
-    DURATION_PATTERN: "must be a duration such as 60s, 5m or 250ms",
+    DURATION_PATTERN: "must be a duration such as 60s, 5m, 1m30s or 250ms",
     r"^(redis|rediss|valkey|valkeys)://": "must be a redis://, rediss://, valkey:// or valkeys:// URL",
 }
 

@@ -30,3 +30,8 @@ def test_dash_o_selects_the_output_format_like_kubectl(tmp_path):
     short = CliRunner().invoke(app, ["plan", str(example), "--hosts", "3", "--host-cpu", "2", "-o", "json"])
     long = CliRunner().invoke(app, ["plan", str(example), "--hosts", "3", "--host-cpu", "2", "--format", "json"])
     assert short.exit_code == 0 and short.output == long.output and short.output.lstrip().startswith("{")
+
+
+def test_shell_completion_is_offered():
+    result = CliRunner().invoke(app, ["--show-completion", "bash"])
+    assert result.exit_code == 0 and "_STREAMTOPO_COMPLETE" in result.output

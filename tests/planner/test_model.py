@@ -50,14 +50,15 @@ def test_bare_spec_is_accepted():
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("250ms", 0.25), ("90s", 90), ("5m", 300), ("1.5h", 5400), ("2d", 172800), (12, 12), ("7", 7)],
+    [("250ms", 0.25), ("90s", 90), ("5m", 300), ("1.5h", 5400), ("2d", 172800), (12, 12), ("7", 7),
+     ("1m30s", 90), ("2h45m", 9900), ("1h0m0.5s", 3600.5), ("1m500ms", 60.5)],
 )
 def test_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
     assert parse_duration(format_duration(parse_duration(text))) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("bad", ["ten seconds", "-5s", True, "5 weeks", None])
+@pytest.mark.parametrize("bad", ["ten seconds", "-5s", True, "5 weeks", None, "1m 30s", "m30s", "1x", "5s5"])
 def test_bad_durations_are_refused(bad):
     with pytest.raises(ValueError):
         parse_duration(bad)
