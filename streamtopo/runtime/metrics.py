@@ -163,7 +163,12 @@ class Probe:
         self.healthy, self.ready = healthy, ready
 
 
-def serve(metrics: ExecutorMetrics, probe: Probe, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+LOOPBACK = "127.0.0.1"
+ALL_INTERFACES = "0.0.0.0"
+"""Where `streamtopo executor` serves by default: kubelet's probes and Prometheus reach a pod on its IP."""
+
+
+def serve(metrics: ExecutorMetrics, probe: Probe, port: int, host: str = LOOPBACK) -> ThreadingHTTPServer:
     """Start the exporter in a daemon thread; ``port`` 0 picks a free one (``server.server_port``)."""
 
     class Handler(BaseHTTPRequestHandler):
