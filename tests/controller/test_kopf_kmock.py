@@ -164,6 +164,11 @@ def test_the_executor_template_reaches_the_pods_through_the_api(kube: EmulatedKu
         kube.create(CR_PATH, doc)
         table = wait_for(lambda: routing(kube), what="plan")
         created = wait_for(lambda: (p := pods(kube)) and set(p) == set(table["executors"]) and p, what="pods")
+        # leave only once kopf has recorded the handled spec: stopping amid its own patch can restart the
+        # daemon after the stop flag, and the runner then times out on exit
+        wait_for(lambda: "streamtopo.dev/last-handled-configuration" in
+                 (kube.get(f"{CR_PATH}/pipe")["metadata"].get("annotations") or {}), what="handled")
+        wait_for(lambda: condition(kube, "Ready").get("reason") == "ExecutorsStarting", what="status after pods")
     for pod in created.values():
         container = pod["spec"]["containers"][0]
         assert pod["metadata"]["labels"]["team"] == "markets"
