@@ -1,20 +1,29 @@
-"""`streamtopo run FILE`: run a StreamTopology on this machine (embedded Valkey, local executors)."""
+"""`streamtopo run FILE...`: run StreamTopologies on this machine (embedded Valkey, local executors); several files
+run together with their common sub-trees computed once (planner/benoit/split.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
+if TYPE_CHECKING:
+    from streamtopo.planner.model import StreamTopology
+
 
 def run(
-    file: Path = typer.Argument(..., help="StreamTopology YAML file."),
+    files: list[Path] = typer.Argument(..., help="StreamTopology YAML file; several run together, their "
+                                       "common sub-trees computed once (docs/sharing.md)."),
     duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds "
                                           "(default: until finite sources end, or Ctrl-C)."),
     executors: int | None = typer.Option(None, "--executors", min=1,
                                          help="Executors (default: one per COLA PE)."),
     output: Path | None = typer.Option(None, "--output", help="Directory of file sinks "
-                                       "(default: ./streamtopo-output/<topology name>)."),
+                                       "(default: ./streamtopo-output/<topology name>; with several "
+                                       "files, <output>/<topology name>)."),
+    no_share: bool = typer.Option(False, "--no-share", help="With several files: run each whole, computing "
+                                  "nothing once (the baseline sharing is measured against)."),
     migrate_every: float | None = typer.Option(None, "--migrate-every", min=0.1,
                                                help="Drill: move a random key group every S seconds."),
     kill_every: float | None = typer.Option(None, "--kill-every", min=0.5,
@@ -43,22 +52,16 @@ def run(
 
     from streamtopo.controller.local_loop import local_loop
     from streamtopo.controller.plan_output import render_run_plan
-    from streamtopo.planner.model import TopologyError, load_topology
     from streamtopo.runtime.operators.udf import extend_import_path
-    from streamtopo.runtime.runner import RunOptions, check_pipeline, output_dir, print_summary, run_topology
+    from streamtopo.runtime.runner import RunOptions, print_summary, run_topologies
 
     console = Console()
-    udf_dirs = (file.resolve().parent,)  # UDF modules next to the file import without PYTHONPATH
+    udf_dirs = tuple(dict.fromkeys(f.resolve().parent for f in files))  # UDF modules next to the files
     extend_import_path(udf_dirs)
     try:
-        topology = load_topology(file)
-        if topology.spec.suspend:
-            raise ValueError("spec.suspend: the topology is suspended (no executor runs); "
-                             "set it to false to run it")
-        output = output_dir(topology, output)
-        check_pipeline(topology, output, verbose=verbose)
-    except (TopologyError, ValueError) as error:
-        console.print(f"[red]error:[/red] {escape(str(file))}:\n{escape(str(error))}", highlight=False,
+        topologies, outputs = _prepare(files, output, no_share=no_share, verbose=verbose)
+    except _BadInput as error:
+        console.print(f"[red]error:[/red] {escape(error.where)}:\n{escape(error.message)}", highlight=False,
                       soft_wrap=True)
         raise typer.Exit(2) from None
     options = RunOptions(duration=duration, executors=executors, output=output, migrate_every=migrate_every,
@@ -68,10 +71,61 @@ def run(
                          progress_every=None if console.is_terminal else 5.0,
                          show_plan=lambda plan, routing: render_run_plan(plan, routing, console),
                          adaptation=local_loop)
-    summary = run_topology(topology, options, console)
-    print_summary(summary, console)
+    summaries = run_topologies(topologies, options, console, outputs)
+    for name, summary in summaries.items():
+        if len(summaries) > 1:
+            console.rule(name)
+        print_summary(summary, console)
     # Ending during warm-up is a failure too: the pipeline did not run, whatever the duration asked for.
-    raise typer.Exit(1 if summary.failed or summary.unready else 0)
+    raise typer.Exit(1 if any(s.failed or s.unready for s in summaries.values()) else 0)
+
+
+class _BadInput(Exception):
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where, self.message = where, message
+
+
+def _prepare(files: list[Path], output: Path | None, *, no_share: bool,
+             verbose: bool) -> tuple[list[StreamTopology], dict[str, Path | None]]:
+    """Load and check the files; with several, split off their shared part (unless ``no_share``).
+    Returns the topologies to run (the shared part first) and each one's file-sink directory."""
+    from streamtopo.planner.benoit.split import split_shared
+    from streamtopo.planner.benoit.topologies import stream_cycles
+    from streamtopo.planner.model import TopologyError, load_topology
+    from streamtopo.runtime.runner import check_pipeline, output_dir
+
+    loaded = []
+    for file in files:
+        try:
+            topology = load_topology(file)
+        except TopologyError as error:
+            raise _BadInput(str(file), str(error)) from None
+        if topology.spec.suspend:
+            raise _BadInput(str(file), "spec.suspend: the topology is suspended (no executor runs); "
+                                       "set it to false to run it")
+        loaded.append(topology)
+    names = [t.metadata.name for t in loaded]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise _BadInput("metadata.name", f"{', '.join(twice)} given twice: each topology runs once")
+    cycles = stream_cycles(loaded) if len(loaded) > 1 else []
+    if cycles:
+        raise _BadInput("streams", f"topologies feed each other in a cycle: {cycles[0]}")
+    topologies = loaded
+    if len(loaded) > 1 and not no_share:
+        split = split_shared(loaded)
+        topologies = ([split.shared] if split.shared else []) + split.consumers
+    outputs: dict[str, Path | None] = {}
+    for topology in topologies:
+        name = topology.metadata.name
+        outputs[name] = output_dir(topology, output if len(loaded) == 1 or output is None else output / name)
+        try:
+            check_pipeline(topology, outputs[name], verbose=verbose)
+        except ValueError as error:
+            origin = files[names.index(name)] if name in names else "the shared part of " + ", ".join(map(str, files))
+            raise _BadInput(str(origin), str(error)) from None
+    return topologies, outputs
 
 
 def register(app: typer.Typer) -> None:

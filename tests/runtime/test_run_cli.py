@@ -36,6 +36,24 @@ def test_run_rejects_an_invalid_topology_naming_the_field(tmp_path):
     assert "spec.operators[0].source.ratePerSecond" in result.output
 
 
+def test_run_refuses_several_topologies_that_cannot_run_together(tmp_path):
+    """Several files run together (their common part once): the same name twice, or topologies feeding each
+    other through named streams in a cycle, are refused before anything starts."""
+    def relay(name: str, read: str, write_to: str) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"metadata": {"name": name}, "spec": {"operators": [
+            {"name": "in", "kind": "source", "source": {"stream": read}},
+            {"name": "out", "kind": "sink", "inputs": ["in"], "sink": {"stream": write_to}}]}}))
+        return path
+
+    ping, pong = relay("ping", "a", "b"), relay("pong", "b", "a")
+    result = CliRunner().invoke(app, ["run", str(ping), str(pong)])
+    assert result.exit_code == 2
+    assert "cycle" in result.output and "ping -> stream b -> pong" in result.output.replace("\n", " ")
+    twice = CliRunner().invoke(app, ["run", str(ping), str(ping)])
+    assert twice.exit_code == 2 and "given twice" in twice.output
+
+
 def test_run_reports_a_udf_that_does_not_import_before_starting(tmp_path):
     topology = sequence_topology("cli-badudf", count=10, rate=10, keys=1, window=1.0, extra=[
         {"name": "enrich", "kind": "udf", "inputs": ["totals"], "function": "not_a_module_q:apply"}],

@@ -1,0 +1,66 @@
+"""Topologies with a common prefix run together, the prefix once (planner/benoit/split.py): each consumer's
+output is exactly what it is when the topologies run apart, with key-group migrations and kill -9 drills
+on every part, against a real Valkey and PySpark executors as processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from runtime_support import assert_exactly_once, expected_totals, read_lines
+
+from streamtopo.planner.benoit.split import split_shared
+from streamtopo.planner.model import StreamTopology
+from streamtopo.runtime.runner import RunOptions, run_topologies
+
+pytestmark = [pytest.mark.slow, pytest.mark.valkey, pytest.mark.spark]
+
+COUNT, RATE, KEYS = 1200, 100, 7
+PREFIX = [
+    {"name": "numbers", "kind": "source",
+     "source": {"generator": "sequence", "ratePerSecond": RATE, "count": COUNT, "keys": KEYS}},
+    {"name": "kept", "kind": "filter", "inputs": ["numbers"], "expr": "value % 3 <> 0"},
+    {"name": "doubled", "kind": "map", "inputs": ["kept"], "select": ["key", "value", "value * 2 AS twice"]},
+]
+
+
+def topology(name: str, tail: list[dict]) -> StreamTopology:
+    return StreamTopology.model_validate({"metadata": {"name": name}, "spec": {"keyGroups": 4, "operators": [
+        *PREFIX, *tail, {"name": "out", "kind": "sink", "inputs": [tail[-1]["name"]], "sink": {"file": {}}}]}})
+
+
+PER_SECOND = topology("per-second", [{"name": "totals", "kind": "aggregate", "inputs": ["doubled"], "keyBy": ["key"],
+                                      "window": {"size": 1.0}, "aggregations": ["count(*) AS n", "sum(value) AS total"]}])
+TWICE = topology("twice", [{"name": "sums", "kind": "aggregate", "inputs": ["doubled"], "keyBy": ["key"],
+                            "window": {"size": 2.0}, "aggregations": ["sum(twice) AS total2", "max(value) AS top"]}])
+
+
+def lines(output: Path) -> list[str]:
+    return sorted(line for path in (output / "out").glob("kg-*.jsonl") for line in path.read_text().splitlines())
+
+
+def run(topologies: list[StreamTopology], root: Path, **drills: float) -> dict[str, Path]:
+    outputs = {t.metadata.name: root / t.metadata.name for t in topologies}
+    options = RunOptions(executors=2, live=False, duration=600, seed=5, **drills)
+    summaries = run_topologies(topologies, options, outputs=outputs)
+    for name, summary in summaries.items():
+        assert summary.finished and summary.failed is None, (name, summary.failed)
+    if drills:
+        assert sum(s.migrations for s in summaries.values()) >= 3
+        assert sum(s.kills for s in summaries.values()) >= 1
+    return outputs
+
+
+def test_a_shared_prefix_runs_once_and_every_output_is_what_it_is_alone(tmp_path: Path) -> None:
+    split = split_shared([PER_SECOND, TWICE])
+    assert split.shared is not None
+    assert [op.name for op in split.shared.spec.operators] == ["numbers", "kept", "doubled", "publish-doubled"]
+    for consumer in split.consumers:
+        assert not any(op.source and op.source.generator for op in consumer.spec.operators)
+    shared = run([split.shared, *split.consumers], tmp_path / "shared", migrate_every=1.5, kill_every=8.0)
+    apart = run([PER_SECOND, TWICE], tmp_path / "apart")
+    for name in ("per-second", "twice"):
+        assert lines(shared[name]) == lines(apart[name]), name
+        assert lines(apart[name])
+    assert_exactly_once(read_lines(shared["per-second"]),
+                        expected_totals(COUNT, RATE, KEYS, 1.0, dropped=lambda seq: seq % 3 == 0))
