@@ -158,12 +158,12 @@ def main() -> None:
 
 def report(results: dict, ilp_rows: list, args: argparse.Namespace) -> list[str]:
     command = f"python bench/sharing.py --runs {args.runs} --ilp-runs {args.ilp_runs} --ilp-time {args.ilp_time:g}"
-    lines = header(command) + ["", "Successes out of the runs and rp(h) (Proc-Power) per point; strategy 3 "
-                                   "(the paper's recommendation) shown, all four in the plots.", ""]
+    lines = header(command) + ["", ("Successes out of the runs and rp(h) (Proc-Power) per point; strategy 3 "
+                                    "(the paper's recommendation) shown, all four in the plots."), ""]
     for experiment in EXPERIMENTS:
         table = results[experiment.number]
-        lines += [f"Experiment {experiment.number}, {experiment.title} "
-                  f"(plot: [sharing_exp{experiment.number}.png](img/sharing_exp{experiment.number}.png)):", ""]
+        plot = f"sharing_exp{experiment.number}.png"
+        lines += [f"Experiment {experiment.number}, {experiment.title} (plot: [{plot}](img/{plot})):", ""]
         rows = [[x] + [f"{table[x][(h, 3)][0]} / {table[x][(h, 3)][1]:.2f}" for h in HEURISTICS]
                 for x in table]
         lines += markdown([experiment.axis] + [HEURISTICS[h] for h in HEURISTICS], rows) + [""]

@@ -95,12 +95,12 @@ def main() -> None:
     rate = 40000 * args.rate_scale
     lines = header(f"python bench/sharing_run.py --repeats {args.repeats} --rate-scale {args.rate_scale:g} "
                    f"--source-seconds {args.source_seconds:g} --executors {args.executors}") + [
-        "", f"examples/sharing/*.yaml: three topologies, {rate:,.0f} trades/s each for {args.source_seconds:g} s "
-            f"of records, {args.executors} executor(s) per topology; medians of {args.repeats} runs per mode "
-            "(CPU-seconds of every executor, JVM and the embedded Valkey). Target (issue 12): shared <= 0.75x.", ""]
+        "", (f"examples/sharing/*.yaml: three topologies, {rate:,.0f} trades/s each for {args.source_seconds:g} s "
+             f"of records, {args.executors} executor(s) per topology; medians of {args.repeats} runs per mode "
+             "(CPU-seconds of every executor, JVM and the embedded Valkey). Target (issue 12): shared <= 0.75x."), ""]
     lines += markdown(["mode", "CPU-seconds", "wall seconds to end of stream"], rows)
-    lines += ["", f"Outputs of the three topologies identical in both modes (floats to 9 significant digits): "
-                  f"{'yes' if same else 'NO'} ({records:,} output records)."]
+    lines += ["", (f"Outputs of the three topologies identical in both modes (floats to 9 significant digits): "
+                   f"{'yes' if same else 'NO'} ({records:,} output records).")]
     console.print("\n".join(lines))
     if not args.no_write:
         write_section(SECTION, lines)

@@ -9,6 +9,7 @@ JSON and YAML are the contract of ``Plan.to_dict()``. Exit codes: 0 feasible pla
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +53,8 @@ def resolve_cluster(request: PlanRequest) -> Cluster:
     hosts = DEFAULT_HOSTS if request.hosts is None else request.hosts
     cpu = DEFAULT_HOST_CPU if request.host_cpu is None else request.host_cpu
     problems = ([("--hosts", "need at least one host")] if hosts < 1 else []) + (
-        [("--host-cpu", "host CPU must be positive")] if cpu <= 0 else [])
+        [("--host-cpu", f"host CPU must be a positive finite number (got {cpu})")]
+        if not cpu > 0 or not math.isfinite(cpu) else [])
     if problems:
         raise TopologyError(problems)
     return Cluster.uniform(hosts, cpu)

@@ -10,6 +10,7 @@ a uniform one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,8 @@ class Cluster(Model):
         """``count`` identical hosts named host-1 .. host-N."""
         if count < 1:
             raise TopologyError([("hosts", "need at least one host")])
-        if cpu <= 0:
-            raise TopologyError([("host-cpu", "host CPU must be positive")])
+        if not cpu > 0 or not math.isfinite(cpu):
+            raise TopologyError([("host-cpu", f"host CPU must be a positive finite number (got {cpu})")])
         return cls(hosts=[Host(name=f"host-{i + 1}", cpu=cpu, labels=dict(labels or {})) for i in range(count)])
 
     def host(self, name: str) -> Host:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import networkx as nx
 import yaml
@@ -31,6 +32,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
+
+from streamtopo.planner.expressions import expression_problem
 
 API_GROUP = "streamtopo.dev"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -102,6 +105,17 @@ Name = Annotated[str, Field(pattern=_NAME.pattern, min_length=1, max_length=52)]
 """A Kubernetes object name (DNS-1123 label): topology and Secret names."""
 OpName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", min_length=1, max_length=63)]
 """An operator name: a letter, then letters, digits, '_' or '-'."""
+MAX_EXPRESSION = 4096
+MAX_OPERATORS = 512
+MAX_EXECUTORS = 1024
+MAX_RECORD_BYTES = 64 * 2**20
+MIN_INTERVAL = 1.0
+"""Bounds on what one tenant's topology may ask for (docs/security.md): counts a planner and a cluster can
+serve, so a huge value is refused at the door instead of hanging a worker."""
+StreamName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_{][A-Za-z0-9._:{}-]*$", min_length=1, max_length=200)]
+"""A named Valkey stream: letters, digits and ``._:-``, ``{}`` for a cluster hash tag."""
+Expression = Annotated[str, Field(min_length=1, max_length=MAX_EXPRESSION)]
+"""A Spark SQL expression; the functions it calls are checked against planner/expressions.py."""
 
 
 class Model(BaseModel):
@@ -113,7 +127,25 @@ class Model(BaseModel):
         extra="forbid",
         frozen=True,
         use_attribute_docstrings=True,
+        allow_inf_nan=False,
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        """``keyGroups: true`` is a mistake, not 1: pydantic's lax mode would take a boolean for a number."""
+        if isinstance(data, Mapping):
+            for name, info in cls.model_fields.items():
+                key = info.alias if info.alias in data else name
+                if isinstance(data.get(key), bool) and _is_number(info.annotation):
+                    raise field_error(info.alias or name, f"{key} is a number, not {str(data[key]).lower()}")
+        return data
+
+
+def _is_number(annotation: Any) -> bool:
+    """int or float, possibly optional (bool is an int subclass but never a number here)."""
+    args = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+    return any((get_args(a)[0] if get_origin(a) is Annotated else a) in (int, float) for a in args)
 
 
 def field_error(field: str, message: str) -> PydanticCustomError:
@@ -141,15 +173,15 @@ class SourceSpec(Model):
 
     generator: GeneratorName | None = None
     """Built-in generator: trades, quotes (VWAP), words, or sequence ({seq, key, value})."""
-    stream: str | None = Field(default=None, min_length=1)
+    stream: StreamName | None = None
     """Read an existing Valkey/Redis stream of Arrow record batches instead of generating."""
-    rate_per_second: float = Field(default=1000.0, gt=0)
+    rate_per_second: float = Field(default=1000.0, gt=0, le=1e8)
     """Generated records per second over all key groups (also the planner's expected rate)."""
-    count: int | None = Field(default=None, ge=0)
+    count: int | None = Field(default=None, ge=0, le=10**12)
     """Stop after this many records (a finite run); unbounded when absent."""
-    keys: int | None = Field(default=None, ge=1)
+    keys: int | None = Field(default=None, ge=1, le=10**8)
     """Distinct keys the generator draws (sequence: key = seq % keys)."""
-    seed: int = 0
+    seed: int = Field(default=0, ge=-(2**63), le=2**63 - 1)
     """Seed of the generator, so a replay yields identical records."""
 
     @model_validator(mode="after")
@@ -161,8 +193,19 @@ class SourceSpec(Model):
 class FileSinkSpec(Model):
     """JSON lines, one file per key group, under the run's output directory."""
 
-    path: str | None = None
+    path: str | None = Field(default=None, min_length=1, max_length=1024)
     """File or directory name under the output directory (default: the operator's name)."""
+
+    @model_validator(mode="after")
+    def _inside_output(self) -> FileSinkSpec:
+        """A tenant's sink writes under the run's output directory and nowhere else."""
+        if self.path is not None:
+            parts = self.path.replace("\\", "/").split("/")
+            if self.path.startswith(("/", "\\", "~")) or ":" in parts[0]:
+                raise field_error("path", f"{self.path!r}: a sink path is relative to the output directory")
+            if ".." in parts or "\x00" in self.path:
+                raise field_error("path", f"{self.path!r}: a sink path may not leave the output directory")
+        return self
 
 
 class ConsoleSinkSpec(Model):
@@ -172,7 +215,7 @@ class ConsoleSinkSpec(Model):
 class SinkSpec(Model):
     """Where a sink writes: a transport stream, files, or the console."""
 
-    stream: str | None = Field(default=None, min_length=1)
+    stream: StreamName | None = None
     file: FileSinkSpec | None = None
     console: ConsoleSinkSpec | None = None
 
@@ -205,9 +248,9 @@ class WindowSpec(Model):
 class CostSpec(Model):
     """Profiled cost at the declared input rate; the planner estimates it when absent."""
 
-    cpu: NonNegative | None = None
+    cpu: NonNegative | None = Field(default=None, le=1e4)
     """CPU cores the operator uses at its declared input rate (COLA's w_v)."""
-    memory: NonNegative | None = None
+    memory: NonNegative | None = Field(default=None, le=1e15)
     """State bytes the operator holds (drives migration cost)."""
 
 
@@ -224,16 +267,16 @@ class Operator(Model):
     kind: OperatorKind
     inputs: list[OpName] = Field(default_factory=list)
     """Upstream operators (none for a source, exactly two for a join)."""
-    key_by: list[str] | None = None
+    key_by: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(default=None, max_length=16)
     """Partition key columns; key groups are hash(key) mod keyGroups."""
     key_groups: int | None = Field(default=None, ge=1, le=4096)
     """Key groups of this operator (defaults to spec.keyGroups)."""
-    expr: str | None = None
+    expr: str | None = Field(default=None, min_length=1, max_length=MAX_EXPRESSION)
     """Filter predicate, a Spark SQL expression."""
-    select: list[str] | None = None
+    select: list[Expression] | None = Field(default=None, min_length=1, max_length=256)
     """Map projections, Spark SQL select expressions."""
     window: WindowSpec | None = None
-    aggregations: list[str] | None = None
+    aggregations: list[Expression] | None = Field(default=None, min_length=1, max_length=64)
     """Aggregate expressions such as ``sum(price * volume) AS pv``."""
     function: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     """UDF as ``module:function``, a pandas DataFrame -> DataFrame function."""
@@ -241,9 +284,9 @@ class Operator(Model):
     sink: SinkSpec | None = None
     cost: CostSpec | None = None
     requires: RequiresSpec | None = None
-    selectivity: float | None = Field(default=None, ge=0)
+    selectivity: float | None = Field(default=None, ge=0, le=1e6)
     """Output records per input record (estimated per kind when absent)."""
-    record_bytes: int | None = Field(default=None, ge=1)
+    record_bytes: int | None = Field(default=None, ge=1, le=MAX_RECORD_BYTES)
     """Bytes per output record (default 64)."""
 
     @model_validator(mode="after")
@@ -266,15 +309,27 @@ class Operator(Model):
             raise field_error("sink", "only a sink operator has a sink")
         return self
 
+    @model_validator(mode="after")
+    def _allowed_functions(self) -> Operator:
+        """Tenant expressions call only allowed Spark functions (planner/expressions.py)."""
+        texts = [("expr", self.expr)] if self.expr is not None else []
+        texts += [(f"select[{i}]", t) for i, t in enumerate(self.select or [])]
+        texts += [(f"aggregations[{i}]", t) for i, t in enumerate(self.aggregations or [])]
+        for where, text in texts:
+            problem = expression_problem(text)
+            if problem:
+                raise field_error(where.split("[")[0], f"{where}: {text!r} {problem}")
+        return self
+
 
 class StreamSpec(Model):
     """Override of a derived edge's expected rate and record size."""
 
     from_: OpName = Field(alias="from", validation_alias=AliasChoices("from", "from_"))
     to: OpName
-    rate: NonNegative | None = None
+    rate: NonNegative | None = Field(default=None, le=1e9)
     """Records per second on this edge."""
-    record_bytes: int | None = Field(default=None, ge=1)
+    record_bytes: int | None = Field(default=None, ge=1, le=MAX_RECORD_BYTES)
 
 
 class HighAvailabilitySpec(Model):
@@ -350,10 +405,10 @@ class AutoscalingSpec(Model):
     interval: Duration = 60.0
     """SPL, the statistics period."""
     policy: RebalancePolicy = "albic"
-    min_executors: int = Field(default=1, ge=1)
-    max_executors: int = Field(default=32, ge=1)
+    min_executors: int = Field(default=1, ge=1, le=MAX_EXECUTORS)
+    max_executors: int = Field(default=32, ge=1, le=MAX_EXECUTORS)
     target_utilization: float = Field(default=0.7, gt=0, le=1)
-    max_migrations_per_round: int | None = Field(default=10, ge=0)
+    max_migrations_per_round: int | None = Field(default=10, ge=0, le=100_000)
     max_migration_cost: NonNegative | None = None
     """Bound on the summed migration cost (state bytes) per round instead of a count."""
     albic: AlbicSpec = Field(default_factory=AlbicSpec)
@@ -371,11 +426,14 @@ class AutoscalingSpec(Model):
     def _bounds(self) -> AutoscalingSpec:
         if self.min_executors > self.max_executors:
             raise field_error("minExecutors", "minExecutors is larger than maxExecutors")
+        if self.interval < MIN_INTERVAL:
+            raise field_error("interval", f"the SPL interval must be at least {MIN_INTERVAL:g}s (got {self.interval:g}s)")
         return self
 
 
 class PrometheusSpec(Model):
-    url: str = Field(min_length=1)
+    url: str = Field(pattern=r"^https?://[^\s/?#]+[^\s]*$", max_length=2048)
+    """http or https only (no file:// or other schemes reach the operator's HTTP client)."""
     basic_auth_secret: SecretKeyRef | None = None
     """Secret holding ``user:password`` for basic auth."""
 
@@ -396,9 +454,9 @@ class TransportSpec(Model):
 class BatchingSpec(Model):
     """Aeolus batching: batch size per edge from its cost model, capped at ``maxBytes``."""
 
-    max_bytes: int = Field(default=65536, ge=64)
+    max_bytes: int = Field(default=65536, ge=64, le=64 * 2**20)
     """B_max (the Aeolus paper uses 64 KB)."""
-    size: int | None = Field(default=None, ge=1)
+    size: int | None = Field(default=None, ge=1, le=10**7)
     """Fixed records per batch, overriding Aeolus."""
 
 
@@ -640,13 +698,13 @@ class StreamTopologySpec(Model):
     suspend: bool = False
     """Stop every executor and keep the routing table, offsets and state; ``false`` again starts the same
     executors, which resume exactly where they stopped (as Flink's ``job.state: suspended``)."""
-    replicas: int | None = Field(default=None, ge=1)
+    replicas: int | None = Field(default=None, ge=1, le=MAX_EXECUTORS)
     """Executors pinned (``kubectl scale stopo NAME --replicas N``, or an HPA through the scale
     subresource): the SPL loop keeps exactly this many and ALBIC balances within them. Unset: the
     autoscaler chooses between minExecutors and maxExecutors."""
     key_groups: int = Field(default=32, ge=1, le=4096)
-    operators: list[Operator] = Field(min_length=1)
-    streams: list[StreamSpec] = Field(default_factory=list)
+    operators: list[Operator] = Field(min_length=1, max_length=MAX_OPERATORS)
+    streams: list[StreamSpec] = Field(default_factory=list, max_length=4096)
     constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
     fusion: FusionSpec = Field(default_factory=FusionSpec)
     autoscaling: AutoscalingSpec = Field(default_factory=AutoscalingSpec)
@@ -970,21 +1028,71 @@ def load_topology(source: str | Path | Mapping[str, Any]) -> StreamTopology:
 
 
 def read_document(source: str | Path | Mapping[str, Any]) -> Any:
-    """YAML from a path or text; a mapping passes through. Errors name the file and line."""
+    """YAML from a path or text; a mapping passes through. Errors name the file and line.
+
+    Tenant input is refused here when it is not UTF-8, larger than MAX_DOCUMENT_BYTES, nested deeper than
+    MAX_DEPTH or has a key twice in one mapping (YAML would silently keep the last): never a traceback.
+    """
     if isinstance(source, Mapping):
+        _check_depth(source, "(document)")
         return source
     text, origin = source, "(text)"
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).exists()):
         origin = str(source)
         try:
-            text = Path(source).read_text()
+            raw = Path(source).read_bytes()
         except OSError as error:
             raise TopologyError([(origin, f"cannot read file: {error.strerror}")]) from None
+        if len(raw) > MAX_DOCUMENT_BYTES:
+            raise TopologyError([(origin, f"larger than {MAX_DOCUMENT_BYTES // 2**20} MiB")])
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise TopologyError([(origin, f"not UTF-8 text (byte {error.start})")]) from None
     elif isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml", ".json")):
         raise TopologyError([(source, "no such file")])
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise TopologyError([(origin, f"larger than {MAX_DOCUMENT_BYTES // 2**20} MiB")])
     try:
-        return yaml.safe_load(text)
+        document = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{origin}:{mark.line + 1}:{mark.column + 1}" if mark else origin
         raise TopologyError([(where, f"not valid YAML: {getattr(error, 'problem', error)}")]) from None
+    except RecursionError:
+        raise TopologyError([(origin, f"nested deeper than {MAX_DEPTH} levels")]) from None
+    _check_depth(document, origin)
+    return document
+
+
+MAX_DOCUMENT_BYTES = 2**20
+MAX_DEPTH = 32
+
+
+def _check_depth(document: Any, origin: str) -> None:
+    stack = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise TopologyError([(origin, f"nested deeper than {MAX_DEPTH} levels")])
+        if isinstance(value, Mapping):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if isinstance(key, list | dict):
+                raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar",
+                                                        key_node.start_mark)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
