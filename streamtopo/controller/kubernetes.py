@@ -76,6 +76,8 @@ class RenderSettings:
     """(Secret name, key) of the transport password when the topology names none."""
     executor_memory: str = "512Mi"
     service_labels: Mapping[str, str] = field(default_factory=dict)
+    udf_modules: tuple[str, ...] = ()
+    """Modules tenants' UDFs may come from (the chart's executor.udfModules); none by default."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> RenderSettings:
@@ -86,6 +88,7 @@ class RenderSettings:
             runtime_image=env.get("STREAMTOPO_RUNTIME_IMAGE") or None,
             transport_url=env.get("STREAMTOPO_TRANSPORT_URL") or None,
             transport_secret=(secret, env.get("STREAMTOPO_TRANSPORT_SECRET_KEY", "password")) if secret else None,
+            udf_modules=tuple(m.strip() for m in env.get("STREAMTOPO_UDF_MODULES", "").split(",") if m.strip()),
         )
 
 

@@ -176,7 +176,8 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         platform = _platform(body)
         nodes_version = STATE.nodes_version  # node events from now on are looked at by the daemon
         try:
-            outcome = reconcile(body, platform, previous=_previous(platform), planner=STATE.planner)
+            outcome = reconcile(body, platform, previous=_previous(platform), planner=STATE.planner,
+                                udf_modules=STATE.settings.udf_modules)
         except NoHosts as error:
             publish(body, platform, Outcome(conditions=[ConditionChange("Degraded", "True", "NoHosts", str(error))]),
                     observed=True)

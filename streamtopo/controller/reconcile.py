@@ -239,15 +239,17 @@ IN_PROCESS = Planner()
 
 def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, *,
               previous: DesiredState | None = None, force_replan: bool = False, seed: int = 0,
-              planner: Planner = IN_PROCESS) -> Outcome:
+              planner: Planner = IN_PROCESS, udf_modules: Sequence[str] | None = None) -> Outcome:
     """Validate, plan and apply one StreamTopology; never raises for bad input.
 
     With ``previous`` (the last good deployment, e.g. read back from the routing ConfigMap) and an
     unchanged spec and cluster, the previous state is re-applied as is: a restarted operator converges to
     the same objects and keeps the routing ALBIC reached instead of re-planning from scratch.
+    ``udf_modules``: the platform's allowed UDF modules (None: any outside the standard library).
     """
     try:
-        topology = document if isinstance(document, StreamTopology) else load_topology(_spec_only(document))
+        topology = (document if isinstance(document, StreamTopology)
+                    else load_topology(_spec_only(document), udf_modules=udf_modules))
     except TopologyError as error:
         return invalid_outcome("InvalidSpec", error.problems)
     cluster = platform.hosts()

@@ -12,7 +12,8 @@ cross-field layer (names, inputs, cycles, constraints) that a single field canno
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -27,6 +28,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     model_validator,
 )
@@ -110,6 +112,22 @@ MAX_OPERATORS = 512
 MAX_EXECUTORS = 1024
 MAX_RECORD_BYTES = 64 * 2**20
 MIN_INTERVAL = 1.0
+UDF_MODULES = "udf_modules"
+"""Validation-context key: the platform's allowed UDF modules (see :func:`udf_problem`)."""
+
+
+def udf_problem(function: str, allowed: Sequence[str] | None) -> str | None:
+    """Why a UDF ``module:function`` may not run: never from the standard library or streamtopo itself
+    (``os:system``, ``builtins:exec``), and on a platform that lists modules, only from those (or their
+    submodules)."""
+    module = function.split(":")[0]
+    top = module.split(".")[0]
+    if top in sys.stdlib_module_names or top == "streamtopo":
+        return f"{function!r}: UDFs cannot come from the standard library or streamtopo ({top})"
+    if allowed is not None and not any(module == m or module.startswith(m + ".") for m in allowed):
+        listed = ", ".join(allowed) or "none"
+        return f"{function!r}: module {module} is not among the platform's UDF modules ({listed})"
+    return None
 """Bounds on what one tenant's topology may ask for (docs/security.md): counts a planner and a cluster can
 serve, so a huge value is refused at the door instead of hanging a worker."""
 StreamName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_{][A-Za-z0-9._:{}-]*$", min_length=1, max_length=200)]
@@ -307,6 +325,14 @@ class Operator(Model):
             raise field_error("source", "only a source operator has a source")
         if self.kind != "sink" and self.sink is not None:
             raise field_error("sink", "only a sink operator has a sink")
+        return self
+
+    @model_validator(mode="after")
+    def _allowed_udf(self, info: ValidationInfo) -> Operator:
+        if self.function is not None:
+            problem = udf_problem(self.function, (info.context or {}).get(UDF_MODULES))
+            if problem:
+                raise field_error("function", problem)
         return self
 
     @model_validator(mode="after")
@@ -1006,11 +1032,13 @@ def problems_of(error: ValidationError) -> list[tuple[str, str]]:
     return problems
 
 
-def load_topology(source: str | Path | Mapping[str, Any]) -> StreamTopology:
+def load_topology(source: str | Path | Mapping[str, Any], *, udf_modules: Sequence[str] | None = None) -> StreamTopology:
     """Read and validate a StreamTopology from a file path, YAML text or a parsed document.
 
     A bare spec (a mapping with ``operators`` at the top) is accepted too, so that users can keep
     short files for ``streamtopo plan``. Raises :class:`TopologyError` naming every offending field.
+    ``udf_modules``: the modules UDFs may come from (the platform's list; None: any outside the standard
+    library, for local runs where the user runs their own code).
     """
     data = read_document(source)
     if isinstance(data, Mapping) and "operators" in data and "spec" not in data:
@@ -1018,7 +1046,7 @@ def load_topology(source: str | Path | Mapping[str, Any]) -> StreamTopology:
     if not isinstance(data, Mapping):
         raise TopologyError([("(document)", "expected a StreamTopology mapping")])
     try:
-        topology = StreamTopology.model_validate(data)
+        topology = StreamTopology.model_validate(data, context={UDF_MODULES: udf_modules})
     except ValidationError as error:
         raise TopologyError(problems_of(error)) from None
     problems = check_topology(topology.spec)

@@ -151,6 +151,24 @@ def test_invalid_spec_applies_nothing_and_names_the_field():
     assert outcome.events[0].type == "Warning" and "spec.operators[2].inputs[0]" in outcome.events[0].message
 
 
+def test_udfs_come_only_from_the_platforms_modules():
+    """The operator passes the chart's executor.udfModules to the one validator: a UDF from another module is
+    refused naming the field and nothing is applied; listed modules (and submodules) plan."""
+    doc = wordcount()
+    doc["spec"]["operators"].insert(3, {"name": "enrich", "kind": "udf", "inputs": ["nonempty"],
+                                        "function": "team_udfs.words:enrich"})
+    doc["spec"]["operators"][4]["inputs"] = ["enrich"]
+    refused = MemoryPlatform(Cluster.uniform(3, 1.5))
+    planned = next(c for c in reconcile(doc, refused, udf_modules=("other",)).conditions if c.type == "Planned")
+    assert refused.applied == [] and planned.reason == "InvalidSpec"
+    assert "spec.operators[3].function" in planned.message and "team_udfs.words" in planned.message
+    allowed = MemoryPlatform(Cluster.uniform(3, 1.5))
+    assert reconcile(doc, allowed, udf_modules=("team_udfs",)).desired is not None
+    doc["spec"]["operators"][3]["function"] = "subprocess:run"
+    planned = next(c for c in reconcile(doc, allowed, udf_modules=("subprocess",)).conditions if c.type == "Planned")
+    assert planned.reason == "InvalidSpec" and "standard library" in planned.message
+
+
 def test_lost_host_triggers_a_replan_off_that_host():
     platform = MemoryPlatform(Cluster.uniform(3, 1.5))
     first = reconcile(wordcount(), platform)
