@@ -14,7 +14,8 @@ Run with ``streamtopo operator`` (or ``kopf run -m streamtopo.controller.operato
 Planning (COLA + Aeolus, and ALBIC's Algorithm 1 every SPL) runs in one worker process
 (:mod:`streamtopo.controller.planner_worker`): this process only talks to the API and applies what the
 worker computed, so it never imports the solvers (OR-Tools) and stays small with many topologies.
-``STREAMTOPO_PLANNER_TASKS_PER_CHILD`` sets after how many calls the worker is replaced.
+``STREAMTOPO_PLANNER_TASKS_PER_CHILD`` sets after how many calls the worker is replaced,
+``STREAMTOPO_PLAN_TIMEOUT`` how long one planning call may take (then it is refused: NoValidPlan).
 
 Prometheus basic auth comes from ``spec.metrics.prometheus.basicAuthSecret``: one key of one Secret in
 the topology's namespace, read every period (rotation needs no restart), never logged nor written to
@@ -54,7 +55,7 @@ from streamtopo.controller.kubernetes import (
     read_topology,
     selector,
 )
-from streamtopo.controller.planner_worker import DEFAULT_TASKS_PER_CHILD, WorkerPlanner
+from streamtopo.controller.planner_worker import DEFAULT_TASKS_PER_CHILD, DEFAULT_TIMEOUT, WorkerPlanner
 from streamtopo.controller.platform import DesiredState, MetricsSource, MetricsUnavailable
 from streamtopo.controller.prometheus import PrometheusMetricsSource
 from streamtopo.controller.reconcile import (
@@ -82,7 +83,8 @@ EXECUTORS = Gauge("streamtopo_operator_executors", "Executors in the routing tab
 
 
 def planner_from_env() -> WorkerPlanner:
-    return WorkerPlanner(int(os.environ.get("STREAMTOPO_PLANNER_TASKS_PER_CHILD", DEFAULT_TASKS_PER_CHILD)))
+    return WorkerPlanner(int(os.environ.get("STREAMTOPO_PLANNER_TASKS_PER_CHILD", DEFAULT_TASKS_PER_CHILD)),
+                         timeout=float(os.environ.get("STREAMTOPO_PLAN_TIMEOUT", DEFAULT_TIMEOUT)))
 
 
 class OperatorState:

@@ -13,7 +13,10 @@ worker process and only applies the results itself:
   queued calls, then its worker exits) rather than with ``max_tasks_per_child``: on Python 3.11-3.13
   that option deadlocks when calls are queued as the worker reaches its limit (CPython gh-115634), and
   the operator's threads do queue calls;
-- a worker that died (OOM-killed, say) is replaced and the call retried once.
+- a worker that died (OOM-killed, say) is replaced and the call retried once;
+- a planning call that runs longer than ``timeout`` seconds is refused and its worker killed, so one tenant's huge
+  graph holds the queue for at most that long (issue 14: bounded work per tenant). The size of a request
+  is bounded before it gets here, by the model's limits (docs/security.md).
 
 Arguments and results cross the process boundary by pickling (pydantic models and dataclasses). A refused
 plan comes back as data (:class:`Refused`) because ``TopologyError`` carries its problems in an attribute
@@ -27,6 +30,7 @@ import multiprocessing
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +44,8 @@ from streamtopo.planner.plan import Plan
 from streamtopo.planner.routing import RoutingTable
 
 DEFAULT_TASKS_PER_CHILD = 50
+DEFAULT_TIMEOUT = 120.0
+"""Seconds one planning call may take (``STREAMTOPO_PLAN_TIMEOUT``), queueing included."""
 
 
 @dataclass(frozen=True)
@@ -78,10 +84,12 @@ class WorkerPlanner(Planner):
     queue for the single worker.
     """
 
-    def __init__(self, tasks_per_child: int = DEFAULT_TASKS_PER_CHILD, start_method: str = "spawn"):
+    def __init__(self, tasks_per_child: int = DEFAULT_TASKS_PER_CHILD, start_method: str = "spawn",
+                 timeout: float | None = DEFAULT_TIMEOUT):
         if tasks_per_child < 1:
             raise ValueError(f"tasks_per_child must be at least 1, got {tasks_per_child}")
         self.tasks_per_child = tasks_per_child
+        self.timeout = timeout
         self.start_method = start_method
         self._pool: ProcessPoolExecutor | None = None
         self._calls = 0
@@ -119,10 +127,23 @@ class WorkerPlanner(Planner):
     def _call(self, function: Callable[..., Any], *args: Any) -> Any:
         pool, future = self._submit(function, *args)
         try:
-            return future.result()
+            return self._result(pool, future, function)
         except BrokenProcessPool:  # the worker died: a fresh one gets the call once more
             self._discard(pool)
-        return self._submit(function, *args)[1].result()
+        pool, future = self._submit(function, *args)
+        return self._result(pool, future, function)
+
+    def _result(self, pool: ProcessPoolExecutor, future: Future[Any], function: Callable[..., Any]) -> Any:
+        timeout = self.timeout if function is _plan else None  # ALBIC's solves are bounded by deterministic time
+        try:
+            return future.result(timeout=timeout)
+        except FutureTimeout:
+            for process in list(getattr(pool, "_processes", {}).values()):  # stop the solver mid-call
+                process.kill()
+            self._discard(pool)
+            return Refused(None, f"planning did not finish within {timeout:g}s (the platform's limit per "
+                                 "request, STREAMTOPO_PLAN_TIMEOUT): a smaller graph, fewer key groups or a "
+                                 "simpler fusion algorithm plans faster")
 
     def _discard(self, pool: ProcessPoolExecutor) -> None:
         with self._lock:

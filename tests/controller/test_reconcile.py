@@ -169,6 +169,22 @@ def test_udfs_come_only_from_the_platforms_modules():
     assert planned.reason == "InvalidSpec" and "standard library" in planned.message
 
 
+def test_a_plan_over_the_time_limit_is_refused_and_the_worker_replaced():
+    """Bounded work per tenant: a planning call longer than the limit (here shorter than starting the worker)
+    is refused as NoValidPlan, its worker killed, and the next request plans on a fresh worker."""
+    worker = WorkerPlanner(tasks_per_child=10, timeout=0.001)
+    try:
+        platform = MemoryPlatform(Cluster.uniform(3, 1.5))
+        outcome = reconcile(wordcount(), platform, planner=worker)
+        planned = next(c for c in outcome.conditions if c.type == "Planned")
+        assert platform.applied == [] and planned.reason == "NoValidPlan"
+        assert "did not finish within 0.001s" in planned.message
+        worker.timeout = 120.0
+        assert reconcile(wordcount(), platform, planner=worker).desired is not None
+    finally:
+        worker.shutdown()
+
+
 def test_lost_host_triggers_a_replan_off_that_host():
     platform = MemoryPlatform(Cluster.uniform(3, 1.5))
     first = reconcile(wordcount(), platform)
