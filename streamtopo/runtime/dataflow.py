@@ -370,6 +370,10 @@ class Dataflow:
         named = spec_op.kind == "source"  # a stream source reads a user-named stream it shares
         for unit in units:
             got, oldest = False, None
+            if not named and not self.producers(op, unit.kg) and unit.rec.watermark != math.inf:
+                # No unit feeds this one (an unkeyed operator with more key groups than its input): it is
+                # complete from the start, and says so downstream, or end of stream would never come.
+                got = True
             for stream, entry in inputs.get(unit.key, []):
                 unit.rec.offsets[stream] = entry.id
                 oldest = entry.millis / 1000 if oldest is None else oldest
@@ -418,7 +422,8 @@ class Dataflow:
         partials = pd.concat(combined, ignore_index=True) if combined else None
         for unit in active:
             producers = list(unit.rec.wm_in) if named else self.producers(op, unit.kg)
-            wm = min((unit.rec.wm_in.get(p, -math.inf) for p in producers), default=-math.inf)
+            idle = math.inf if not named and not producers else -math.inf
+            wm = min((unit.rec.wm_in.get(p, -math.inf) for p in producers), default=idle)
             unit.rec.watermark = max(unit.rec.watermark, wm)
         frames, by_operator = [], []
         for name, flow, pairs in lazy.values():

@@ -287,6 +287,24 @@ def test_a_stream_sink_feeds_another_topologys_stream_source(valkey, spark, tmp_
     assert_exactly_once(read_lines(tmp_path / "out"), expected_totals(450, 3000, 5, 0.05))
 
 
+def test_an_unkeyed_operator_with_more_key_groups_than_its_input_reaches_end_of_stream(valkey, spark, tmp_path):
+    """Source with one key group -> unkeyed filter with four: units 1-3 of the filter have no producer. They
+    are complete from the start; before, they held the watermark at -inf and the run never ended."""
+    topology = StreamTopology.model_validate({"metadata": {"name": "ex-fanin"}, "spec": {"keyGroups": 4, "operators": [
+        {"name": "numbers", "kind": "source", "keyGroups": 1,
+         "source": {"generator": "sequence", "ratePerSecond": 2000, "count": 400, "keys": 5}},
+        {"name": "even", "kind": "filter", "inputs": ["numbers"], "expr": "value % 2 = 0"},
+        {"name": "out", "kind": "sink", "inputs": ["even"], "sink": {"file": {}}}]}})
+    routing = tmp_path / "routing.json"
+    write_routing(routing, round_robin(topology, ["ex-0"]))
+    running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
+    try:
+        wait_finished(running.executor.store, topology)
+    finally:
+        running.stop()
+    assert sorted(r["value"] for r in read_lines(tmp_path / "out")) == list(range(0, 400, 2))
+
+
 def test_a_stream_source_reads_external_json_entries(valkey, spark, tmp_path):
     """Entries another program XADDs (``json``: an object or a list): event time from ``ts``; a malformed
     entry goes to the dead-letter stream and the rest is processed."""

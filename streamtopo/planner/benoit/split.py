@@ -109,8 +109,7 @@ def _consumer(topology: StreamTopology, digests: dict[str, str], shared: set[str
     sources = []
     for op in topology.spec.operators:
         if digests[op.name] in needed:
-            # one key group reads the whole stream once (each key group of a stream source reads all of it)
-            source: dict[str, Any] = {"name": op.name, "kind": "source", "keyGroups": 1,
+            source: dict[str, Any] = {"name": op.name, "kind": "source",
                                       "source": {"stream": stream_name(digests[op.name])}}
             if op.record_bytes:
                 source["recordBytes"] = op.record_bytes
