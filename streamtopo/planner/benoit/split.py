@@ -109,7 +109,8 @@ def _consumer(topology: StreamTopology, digests: dict[str, str], shared: set[str
     sources = []
     for op in topology.spec.operators:
         if digests[op.name] in needed:
-            source: dict[str, Any] = {"name": op.name, "kind": "source",
+            # one key group: every key group of a stream source fetches the whole stream (docs/streams.md)
+            source: dict[str, Any] = {"name": op.name, "kind": "source", "keyGroups": 1,
                                       "source": {"stream": stream_name(digests[op.name])}}
             if op.record_bytes:
                 source["recordBytes"] = op.record_bytes
