@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pandas as pd
 import pyarrow as pa
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame, ipc_to_table
 
@@ -90,28 +91,30 @@ class Keys:
 
 def connect(url: str, *, attempts: int = 8, first_delay: float = 0.25, max_delay: float = 4.0,
             log: Callable[[str], None] | None = None, password: str | None = None) -> redis.Redis:
-    """A client for ``url`` after a successful PING, retrying with exponential backoff.
+    """A client for ``url`` after a successful PING, retried with redis-py's exponential backoff
+    (``first_delay``, doubling up to ``max_delay``).
 
     Raises :class:`TransportUnavailable` naming the URL and the last error once ``attempts`` fail.
     ``valkey://`` URLs are accepted as aliases of ``redis://``. ``password`` (from a Secret, never in the
-    URL) authenticates without appearing in any message.
+    URL) authenticates without appearing in any message. Only the first PING is retried here: the
+    executor's loop handles a transport lost later (it must reload from its last commit, not replay a call).
     """
     url = url.replace("valkeys://", "rediss://", 1).replace("valkey://", "redis://", 1)
-    delay, last = first_delay, None
-    for attempt in range(1, attempts + 1):
-        try:
-            extra = {"password": password} if password else {}
-            client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=30.0, **extra)
-            client.ping()
-            return client
-        except CONNECTION_ERRORS as error:
-            last = error
-            if log:
-                log(f"transport {url} unreachable (attempt {attempt}/{attempts}): {error}; retrying in {delay:.2g}s")
-            if attempt < attempts:
-                time.sleep(delay)
-                delay = min(max_delay, delay * 2)
-    raise TransportUnavailable(f"cannot reach the transport at {url} after {attempts} attempts: {last}")
+    extra = {"password": password} if password else {}
+    client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=30.0, **extra)
+    backoff = ExponentialBackoff(cap=max_delay, base=first_delay / 2)  # attempt n waits base * 2**n
+
+    def failed(error: Exception, failures: int) -> None:
+        if log:
+            wait = f"retrying in {backoff.compute(failures):.2g}s" if failures < attempts else "giving up"
+            log(f"transport {url} unreachable (attempt {failures}/{attempts}): {error}; {wait}")
+
+    try:
+        Retry(backoff, attempts - 1, supported_errors=CONNECTION_ERRORS).call_with_retry(
+            client.ping, failed, with_failure_count=True)
+    except CONNECTION_ERRORS as error:
+        raise TransportUnavailable(f"cannot reach the transport at {url} after {attempts} attempts: {error}") from None
+    return client
 
 
 # ---------------------------------------------------------------------------------------------- entries
