@@ -241,7 +241,7 @@ def pauses(url: str, work: Path, sizes: list[int], repeats: int) -> list[tuple[i
                                        "__a0_c": np.ones(n, dtype=np.int64),
                                        "__a1_s": np.arange(n, dtype=np.int64)}), "wm": -math.inf}
         blob = operator.encode_state(state)
-        store = StateStore(connect(url), Keys(top.metadata.name))
+        store = StateStore(connect(url), Keys.of(top))
         epoch, _ = store.acquire("totals/0", "seed")
         store.commit(Commit(units=[("totals/0", epoch, UnitRecord(state=blob).encode())]))
         store.release("totals/0", epoch)
@@ -394,7 +394,7 @@ class ExecutorGroup:
 
     def __init__(self, top: StreamTopology, work: Path, url: str, count: int, clock: float | None = None):
         self.top, self.spec = top, top.spec
-        self.keys = Keys(top.metadata.name)
+        self.keys = Keys.of(top)
         self.store = StateStore(connect(url), self.keys)
         if clock is not None:  # before any executor sets it (they only set a missing clock)
             self.store.client.set(self.keys.clock, repr(clock))

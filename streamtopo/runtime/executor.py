@@ -92,7 +92,7 @@ class Executor(Handover, Dataflow):
                                    self.config.memory_limit)
         self._dests: dict[str, dict[int, dict[str, list[int]]]] = {}
         self._producers: dict[str, dict[int, list[str]]] = {}
-        self.keys = Keys(topology.metadata.name)
+        self.keys = Keys.of(topology)
         self.metrics = ExecutorMetrics(topology.metadata.name, name)
         self.metrics.exec(self.metrics.capacity).set(cpu)
         self.metrics_port = metrics_port

@@ -368,7 +368,7 @@ def run_topologies(topologies: Sequence[StreamTopology], options: RunOptions, co
     try:
         for topology, routing in zip(topologies, routings):
             name = topology.metadata.name
-            store = StateStore(connect(valkey.url), Keys(name))
+            store = StateStore(connect(valkey.url), Keys.of(topology))
             output = Path(outputs[name]) if outputs.get(name) else None
             platform = LocalPlatform(workdir / name if len(topologies) > 1 else workdir, valkey.url, cluster,
                                      output_dir=output, env=executor_env(options))

@@ -34,6 +34,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame, ipc_to_table
 
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionError, OSError)
@@ -45,11 +46,20 @@ class TransportUnavailable(RuntimeError):
 
 
 class Keys:
-    """Names of every Valkey key of one topology."""
+    """Names of every Valkey key of one topology.
 
-    def __init__(self, topology: str):
+    Keys are scoped by namespace when the topology has one (on Kubernetes it always does): two namespaces
+    may run topologies of the same name, and streams of the same name, on one Valkey without sharing a key.
+    """
+
+    def __init__(self, topology: str, namespace: str | None = None):
         self.topology = topology
-        self.prefix = f"st:{{{topology}}}"
+        self.namespace = namespace
+        self.prefix = f"st:{{{namespace}/{topology}}}" if namespace else f"st:{{{topology}}}"
+
+    @classmethod
+    def of(cls, topology: StreamTopology) -> Keys:
+        return cls(topology.metadata.name, topology.metadata.namespace)
 
     def stream(self, producer: str, consumer: str, kg: int) -> str:
         return f"{self.prefix}:s:{producer}->{consumer}:{kg}"
@@ -85,8 +95,9 @@ class Keys:
         return f"{self.prefix}:t0"
 
     def sink_stream(self, name: str) -> str:
-        """A user-named sink stream (``sink: {stream: NAME}``) is exactly that name, for other readers."""
-        return name
+        """A user-named stream (``sink: {stream: NAME}``, ``source: {stream: NAME}``): the name itself, for
+        other programs, prefixed ``<namespace>/`` when the topology has a namespace (namespace-local)."""
+        return f"{self.namespace}/{name}" if self.namespace else name
 
 
 def connect(url: str, *, attempts: int = 8, first_delay: float = 0.25, max_delay: float = 4.0,

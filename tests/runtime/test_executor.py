@@ -305,6 +305,35 @@ def test_an_unkeyed_operator_with_more_key_groups_than_its_input_reaches_end_of_
     assert sorted(r["value"] for r in read_lines(tmp_path / "out")) == list(range(0, 400, 2))
 
 
+def test_two_namespaces_run_the_same_topology_name_on_one_valkey_apart(valkey, spark, tmp_path):
+    """Keys are scoped by namespace: "same" in team-a and in team-b, with different inputs and the same
+    named stream, run at once on one Valkey and each gets exactly its own totals."""
+    runs, expected = [], {}
+    for namespace, count in (("team-a", 300), ("team-b", 450)):
+        base = sequence_topology("same", count=count, rate=3000, keys=5, window=0.05, key_groups=2)
+        document = base.model_dump(mode="json", by_alias=True, exclude_none=True)
+        document["metadata"]["namespace"] = namespace
+        document["spec"]["operators"].append({"name": "publish", "kind": "sink", "inputs": ["numbers"],
+                                              "sink": {"stream": "numbers-out"}})
+        topology = StreamTopology.model_validate(document)
+        routing = tmp_path / f"{namespace}.json"
+        write_routing(routing, round_robin(topology, ["ex-0"]))
+        runs.append((topology, Running(Executor(topology, routing, "ex-0", valkey.url,
+                                                output_dir=tmp_path / namespace))))
+        expected[namespace] = expected_totals(count, 3000, 5, 0.05)
+    try:
+        for topology, running in runs:
+            wait_finished(running.executor.store, topology)
+    finally:
+        for _, running in runs:
+            running.stop()
+    for namespace in expected:
+        assert_exactly_once(read_lines(tmp_path / namespace), expected[namespace])
+    client = connect(valkey.url)
+    assert client.xlen("team-a/numbers-out") > 0 and client.xlen("team-b/numbers-out") > 0
+    assert not client.exists("numbers-out")
+
+
 def test_a_stream_source_reads_external_json_entries(valkey, spark, tmp_path):
     """Entries another program XADDs (``json``: an object or a list): event time from ``ts``; a malformed
     entry goes to the dead-letter stream and the rest is processed."""
