@@ -74,12 +74,12 @@ def test_udf_sees_one_key_group_at_a_time(spark, make_spec, udf_module):
     assert dict(zip(out._kg, out.rows)) == df.groupby("_kg").size().to_dict()
 
 
-def test_udf_that_does_not_import_names_operator_and_path(make_spec):
+def test_udf_that_does_not_import_names_operator_and_path(make_spec, udf_module):
     with pytest.raises(OperatorError, match=r"'enrich'.*no_such_module:fn") as info:
         udf(make_spec, "no_such_module:fn")
     assert info.value.field == "function"
     with pytest.raises(OperatorError, match="has no function 'missing'"):
-        udf(make_spec, "json:missing")
+        udf(make_spec, f"{udf_module}:missing")
 
 
 def test_udf_raising_reports_the_offending_records(spark, make_spec, udf_module):
