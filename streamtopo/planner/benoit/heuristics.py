@@ -142,7 +142,7 @@ class _Mapper:
 
     def map_node(self, ref: NodeRef) -> bool:
         operator = self.apps[ref[0]].node(ref[1]).operator
-        if self.reuse and self.heuristic != "random-no-reuse" and operator in self.instance and self.link(ref):
+        if self.reuse and operator in self.instance and self.link(ref):
             return True
         relatives = self.relatives(ref)
         return any(self.put(ref, u) for u in relatives) or self.open(ref)
