@@ -81,7 +81,7 @@ def rates(spec: StreamTopologySpec, ops: OperatorCostModel | None = None) -> tup
     ops = ops or OperatorCostModel()
     overrides = {(s.from_, s.to): s.rate for s in spec.streams if s.rate is not None}
     by_name = spec.by_name()
-    order = list(nx.topological_sort(_operator_dag(spec)))
+    order = list(nx.topological_sort(operator_dag(spec)))
     input_rate: dict[str, float] = {}
     edge_rate: dict[tuple[str, str], float] = {}
     for name in order:
@@ -101,7 +101,8 @@ def _selectivity(op: Operator, ops: OperatorCostModel) -> float:
     return op.selectivity if op.selectivity is not None else ops.selectivity[op.kind]
 
 
-def _operator_dag(spec: StreamTopologySpec) -> nx.DiGraph:
+def operator_dag(spec: StreamTopologySpec) -> nx.DiGraph:
+    """The operators and their input arcs (what a topological order or a cycle check walks)."""
     dag = nx.DiGraph()
     dag.add_nodes_from(op.name for op in spec.operators)
     dag.add_edges_from((u, op.name) for op in spec.operators for u in op.inputs)

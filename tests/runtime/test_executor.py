@@ -295,13 +295,7 @@ def test_an_unkeyed_operator_with_more_key_groups_than_its_input_reaches_end_of_
          "source": {"generator": "sequence", "ratePerSecond": 2000, "count": 400, "keys": 5}},
         {"name": "even", "kind": "filter", "inputs": ["numbers"], "expr": "value % 2 = 0"},
         {"name": "out", "kind": "sink", "inputs": ["even"], "sink": {"file": {}}}]}})
-    routing = tmp_path / "routing.json"
-    write_routing(routing, round_robin(topology, ["ex-0"]))
-    running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
-    try:
-        wait_finished(running.executor.store, topology)
-    finally:
-        running.stop()
+    run_to_end(valkey, topology, tmp_path)
     assert sorted(r["value"] for r in read_lines(tmp_path / "out")) == list(range(0, 400, 2))
 
 

@@ -51,10 +51,9 @@ def split_shared(topologies: Sequence[StreamTopology], *, across_namespaces: boo
     """Shared hash -> operator name in the shared topology."""
     operators: list[dict[str, Any]] = []
     rates: dict[str, float] = {}
-    key_groups = 1
+    key_groups = max(t.spec.key_groups for t, digests in zip(topologies, hashes)
+                     if any(digests[op.name] in shared for op in t.spec.operators))
     for topology, digests in zip(topologies, hashes):
-        key_groups = max(key_groups, topology.spec.key_groups) if any(
-            digests[op.name] in shared for op in topology.spec.operators) else key_groups
         for op in topology.spec.operators:
             h = digests[op.name]
             if h not in shared:

@@ -34,7 +34,7 @@ from streamtopo.planner.benoit.problem import (
     Processor,
 )
 from streamtopo.planner.cluster import Cluster
-from streamtopo.planner.graph import DEFAULT_RECORD_BYTES, OperatorCostModel, rates
+from streamtopo.planner.graph import DEFAULT_RECORD_BYTES, OperatorCostModel, operator_dag, rates
 from streamtopo.planner.model import StreamTopology, TopologyError
 
 HOW_IT_RUNS = {"name", "inputs", "cost", "requires", "selectivity", "record_bytes", "key_groups"}
@@ -77,10 +77,7 @@ def structural_hashes(topology: StreamTopology, *, across_namespaces: bool = Fal
 
 
 def _order(topology: StreamTopology) -> list[str]:
-    graph = nx.DiGraph()
-    graph.add_nodes_from(op.name for op in topology.spec.operators)
-    graph.add_edges_from((i, op.name) for op in topology.spec.operators for i in op.inputs)
-    return list(nx.lexicographical_topological_sort(graph))
+    return list(nx.lexicographical_topological_sort(operator_dag(topology.spec)))
 
 
 def stream_cycles(topologies: Sequence[StreamTopology]) -> list[str]:
