@@ -1,6 +1,6 @@
 """ALBIC benchmark: the MILP and ALBIC against Flux, PoTC, C-MR and COLA re-optimisation.
 
-Reproduces, on the synthetic workloads of streamtopo.planner.workloads (the paper's settings):
+Reproduces, on the synthetic workloads of streamtopo.planner.simulation.workloads (the paper's settings):
 - Section 5.1: load distance after one rebalance against the solver's deterministic-time limit, for 20/400/10,
   40/800/20 and 60/1200/30 (nodes / key groups / operators), several ``varies``, maxMigrations 13 and 20,
   with Flux, PoTC and C-MR measured on the same states;
@@ -42,10 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.report import markdown, write_section
-from streamtopo.planner.albic import AlbicConfig, MilpConfig, load_distance
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo
-from streamtopo.planner.rebalancers import REBALANCERS
-from streamtopo.planner.workloads import SyntheticSetting, drift, synthetic_state
+from streamtopo.planner.rebalance.albic import AlbicConfig, MilpConfig, load_distance
+from streamtopo.planner.rebalance.registry import REBALANCERS
+from streamtopo.planner.simulation.workloads import SyntheticSetting, drift, synthetic_state
 
 SECTION = "ALBIC"
 SIZES = [(20, 400, 10), (40, 800, 20), (60, 1200, 30)]
@@ -64,15 +64,29 @@ def policy_config(policy: str, budget: float):
     return {"milp": milp, "albic": AlbicConfig(milp=milp)}.get(policy)
 
 
-def run_periods(policy: str, state: AllocationState, periods: int, max_migrations: int, budget: float,
-                seed: int, progress=None, task=None) -> list[dict]:
+def run_periods(
+    policy: str,
+    state: AllocationState,
+    periods: int,
+    max_migrations: int,
+    budget: float,
+    seed: int,
+    progress=None,
+    task=None,
+) -> list[dict]:
     """Rebalance, apply, drift the loads (Sec. 5.3: 20 % of the nodes by +-2 %), repeat."""
     config = policy_config(policy, budget)
     rows = []
     for period in range(periods):
         result, seconds = timed(policy, state, max_migrations, config, seed + period)
-        rows.append({"load_distance": result.load_distance, "collocation_factor": result.collocation_factor,
-                     "migrations": len(result.migrations), "solve_seconds": seconds})
+        rows.append(
+            {
+                "load_distance": result.load_distance,
+                "collocation_factor": result.collocation_factor,
+                "migrations": len(result.migrations),
+                "solve_seconds": seconds,
+            }
+        )
         if policy == "albic":
             config = replace(config, collocations=tuple(result.details["collocation_constraints"]))
         state = drift(replace(state, assignment=result.assignment), seed=10_000 + seed + period)
@@ -82,11 +96,13 @@ def run_periods(policy: str, state: AllocationState, periods: int, max_migration
 
 
 def summarise(rows: list[dict]) -> dict:
-    return {"load_distance_mean": float(np.mean([r["load_distance"] for r in rows])),
-            "load_distance_max": float(np.max([r["load_distance"] for r in rows])),
-            "migrations": int(sum(r["migrations"] for r in rows)),
-            "collocation_factor": float(rows[-1]["collocation_factor"]),
-            "solve_seconds": float(np.mean([r["solve_seconds"] for r in rows]))}
+    return {
+        "load_distance_mean": float(np.mean([r["load_distance"] for r in rows])),
+        "load_distance_max": float(np.max([r["load_distance"] for r in rows])),
+        "migrations": int(sum(r["migrations"] for r in rows)),
+        "collocation_factor": float(rows[-1]["collocation_factor"]),
+        "solve_seconds": float(np.mean([r["solve_seconds"] for r in rows])),
+    }
 
 
 def quick(seed: int, periods: int, budget: float) -> dict:
@@ -97,8 +113,10 @@ def quick(seed: int, periods: int, budget: float) -> dict:
 def section_51(sizes, varies_list, migrations_list, limits, seed, progress) -> list[dict]:
     """Quality against solve time (Figures 2-4), heuristics on the same states."""
     rows = []
-    task = progress.add_task("5.1 quality vs solve time",
-                             total=len(sizes) * len(varies_list) * len(migrations_list) * (len(limits) + 3))
+    task = progress.add_task(
+        "5.1 quality vs solve time",
+        total=len(sizes) * len(varies_list) * len(migrations_list) * (len(limits) + 3),
+    )
     for n, k, o in sizes:
         for varies in varies_list:
             state = synthetic_state(SyntheticSetting(n, k, o, varies=varies), seed=seed)
@@ -107,14 +125,29 @@ def section_51(sizes, varies_list, migrations_list, limits, seed, progress) -> l
                 base = {"size": f"{n}/{k}/{o}", "varies": varies, "max_migrations": mm, "initial": start_ld}
                 for limit in limits:
                     result, seconds = timed("milp", state, mm, MilpConfig(deterministic_time=limit), seed)
-                    rows.append({**base, "policy": f"milp@{limit:g}dt", "limit": limit,
-                                 "load_distance": result.load_distance, "migrations": len(result.migrations),
-                                 "seconds": seconds})
+                    rows.append(
+                        {
+                            **base,
+                            "policy": f"milp@{limit:g}dt",
+                            "limit": limit,
+                            "load_distance": result.load_distance,
+                            "migrations": len(result.migrations),
+                            "seconds": seconds,
+                        }
+                    )
                     progress.advance(task)
                 for policy in HEURISTICS:
                     result, seconds = timed(policy, state, mm, None, seed)
-                    rows.append({**base, "policy": policy, "limit": None, "load_distance": result.load_distance,
-                                 "migrations": len(result.migrations), "seconds": seconds})
+                    rows.append(
+                        {
+                            **base,
+                            "policy": policy,
+                            "limit": None,
+                            "load_distance": result.load_distance,
+                            "migrations": len(result.migrations),
+                            "seconds": seconds,
+                        }
+                    )
                     progress.advance(task)
     return rows
 
@@ -124,12 +157,16 @@ def scale_in_state(size, overloaded: int, marked: int, seed: int) -> AllocationS
     n, k, o = size
     state = synthetic_state(SyntheticSetting(n, k, o, varies=0), seed=seed)
     names = [e.name for e in state.executors]
-    hot = set(names[marked:marked + overloaded])
+    hot = set(names[marked : marked + overloaded])
     node_load = {name: 0.0 for name in names}
     for kg in state.key_groups:
         node_load[state.assignment[kg.id]] += kg.load
-    stats = [replace(kg, load=kg.load * (100.0 / node_load[state.assignment[kg.id]]))
-             if state.assignment[kg.id] in hot else kg for kg in state.key_groups]
+    stats = [
+        replace(kg, load=kg.load * (100.0 / node_load[state.assignment[kg.id]]))
+        if state.assignment[kg.id] in hot
+        else kg
+        for kg in state.key_groups
+    ]
     executors = [ExecutorInfo(name=e, marked_for_removal=i < marked) for i, e in enumerate(names)]
     return AllocationState(executors, stats, state.assignment, state.traffic)
 
@@ -170,8 +207,11 @@ def scale_in(size, rounds: int, budget: float, seed: int, progress) -> dict:
                 lds.append(load_distance(state, assignment))
                 left.append(sum(1 for kg in state.key_groups if assignment[kg.id] in marked))
                 progress.advance(task)
-            out[(label, mode)] = {"load_distance": lds, "left_in_B": left,
-                                  "drained_round": next((i + 1 for i, v in enumerate(left) if v == 0), None)}
+            out[(label, mode)] = {
+                "load_distance": lds,
+                "left_in_B": left,
+                "drained_round": next((i + 1 for i, v in enumerate(left) if v == 0), None),
+            }
     return out
 
 
@@ -198,9 +238,14 @@ def convergence(periods: int, budget: float, seed: int, progress) -> dict:
     target = float(np.mean([r["collocation_factor"] for r in cola]))
     reached = next((i + 1 for i, r in enumerate(albic) if r["collocation_factor"] >= target), None)
     upto = reached or periods
-    return {"albic": albic, "cola": cola, "cola_collocation": target, "reached_period": reached,
-            "albic_migrations": sum(r["migrations"] for r in albic[:upto]),
-            "cola_migrations": sum(r["migrations"] for r in cola[:upto])}
+    return {
+        "albic": albic,
+        "cola": cola,
+        "cola_collocation": target,
+        "reached_period": reached,
+        "albic_migrations": sum(r["migrations"] for r in albic[:upto]),
+        "cola_migrations": sum(r["migrations"] for r in cola[:upto]),
+    }
 
 
 def plots(q51, scale, q53, conv, sizes) -> list[str]:
@@ -212,33 +257,57 @@ def plots(q51, scale, q53, conv, sizes) -> list[str]:
         label = f"{n}/{k}/{o}"
         for varies in sorted({r["varies"] for r in q51}):
             for mm in sorted({r["max_migrations"] for r in q51}):
-                milp = sorted((r["limit"], r["load_distance"]) for r in q51 if r["size"] == label and
-                              r["varies"] == varies and r["max_migrations"] == mm and r["limit"] is not None)
-                line, = ax.plot(*zip(*milp), marker="o", label=f"MILP varies={varies} mm={mm}")
-                flux = next(r["load_distance"] for r in q51 if r["size"] == label and r["varies"] == varies
-                            and r["max_migrations"] == mm and r["policy"] == "flux")
+                milp = sorted(
+                    (r["limit"], r["load_distance"])
+                    for r in q51
+                    if r["size"] == label
+                    and r["varies"] == varies
+                    and r["max_migrations"] == mm
+                    and r["limit"] is not None
+                )
+                (line,) = ax.plot(*zip(*milp), marker="o", label=f"MILP varies={varies} mm={mm}")
+                flux = next(
+                    r["load_distance"]
+                    for r in q51
+                    if r["size"] == label
+                    and r["varies"] == varies
+                    and r["max_migrations"] == mm
+                    and r["policy"] == "flux"
+                )
                 ax.axhline(flux, color=line.get_color(), ls="--", lw=0.8)
-        ax.set(title=f"{label} (dashed: Flux)", xlabel="solver deterministic-time limit",
-               ylabel="load distance (pp)")
+        ax.set(
+            title=f"{label} (dashed: Flux)",
+            xlabel="solver deterministic-time limit",
+            ylabel="load distance (pp)",
+        )
         ax.legend(fontsize=6)
     names.append(_save(fig, img / "albic_quality.png"))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, label in zip(axes, ("1OL", "5OL")):
         for mode in ("integrated", "non-integrated"):
-            ax.plot(range(1, len(scale[(label, mode)]["load_distance"]) + 1), scale[(label, mode)]["load_distance"],
-                    marker=".", label=mode)
+            ax.plot(
+                range(1, len(scale[(label, mode)]["load_distance"]) + 1),
+                scale[(label, mode)]["load_distance"],
+                marker=".",
+                label=mode,
+            )
         ax.set(title=f"scale-in, {label}", xlabel="round", ylabel="load distance (pp)")
         ax.legend()
     names.append(_save(fig, img / "albic_scalein.png"))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     size0 = "40/800/20"
     for policy in ("albic", "cola", "milp", "flux"):
-        pts = sorted((r["x"], r["collocation_factor"], r["load_distance_mean"]) for r in q53
-                     if r["policy"] == policy and r["size"] == size0)
+        pts = sorted(
+            (r["x"], r["collocation_factor"], r["load_distance_mean"])
+            for r in q53
+            if r["policy"] == policy and r["size"] == size0
+        )
         if pts:
             axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy)
             axes[1].plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=policy)
-    axes[0].set(title=f"collocation factor, {size0}", xlabel="max collocation x (%)", ylabel="collocation factor")
+    axes[0].set(
+        title=f"collocation factor, {size0}", xlabel="max collocation x (%)", ylabel="collocation factor"
+    )
     axes[1].set(title=f"mean load distance, {size0}", xlabel="max collocation x (%)", ylabel="pp")
     axes[0].legend()
     names.append(_save(fig, img / "albic_collocation.png"))
@@ -282,10 +351,21 @@ def main() -> None:
         if args.format == "json":
             print(json.dumps(result, indent=2))
         else:
-            cols = ["policy", "load_distance_mean", "load_distance_max", "migrations", "collocation_factor",
-                    "solve_seconds"]
-            console.print(table("ALBIC quick (20/400/10, 50 % 1-1, 4 periods, 20 migrations)", cols,
-                                [[p, *v.values()] for p, v in result.items()]))
+            cols = [
+                "policy",
+                "load_distance_mean",
+                "load_distance_max",
+                "migrations",
+                "collocation_factor",
+                "solve_seconds",
+            ]
+            console.print(
+                table(
+                    "ALBIC quick (20/400/10, 50 % 1-1, 4 periods, 20 migrations)",
+                    cols,
+                    [[p, *v.values()] for p, v in result.items()],
+                )
+            )
         return
 
     periods = args.periods or 20
@@ -299,20 +379,53 @@ def main() -> None:
     elapsed = time.perf_counter() - started
 
     cols51 = ["size", "varies", "maxMigr", "initial LD", "policy", "LD", "migrations", "seconds"]
-    rows51 = [[r["size"], r["varies"], r["max_migrations"], r["initial"], r["policy"], r["load_distance"],
-               r["migrations"], r["seconds"]] for r in q51]
+    rows51 = [
+        [
+            r["size"],
+            r["varies"],
+            r["max_migrations"],
+            r["initial"],
+            r["policy"],
+            r["load_distance"],
+            r["migrations"],
+            r["seconds"],
+        ]
+        for r in q51
+    ]
     console.print(table("Sec. 5.1: load distance after one rebalance", cols51, rows51))
     cols_s = ["case", "mode", "LD after round 1", "LD after round 5", "LD final", "rounds to drain B"]
-    rows_s = [[c, m, v["load_distance"][0], v["load_distance"][min(4, len(v["load_distance"]) - 1)],
-               v["load_distance"][-1], v["drained_round"]] for (c, m), v in scale.items()]
+    rows_s = [
+        [
+            c,
+            m,
+            v["load_distance"][0],
+            v["load_distance"][min(4, len(v["load_distance"]) - 1)],
+            v["load_distance"][-1],
+            v["drained_round"],
+        ]
+        for (c, m), v in scale.items()
+    ]
     console.print(table("Fig. 5: scale-in, 10 executors marked, 20 migrations per round", cols_s, rows_s))
     cols53 = ["size", "x %", "policy", "LD mean", "LD max", "migrations", "collocation", "seconds/period"]
-    rows53 = [[r["size"], r["x"], r["policy"], r["load_distance_mean"], r["load_distance_max"], r["migrations"],
-               r["collocation_factor"], r["solve_seconds"]] for r in q53]
+    rows53 = [
+        [
+            r["size"],
+            r["x"],
+            r["policy"],
+            r["load_distance_mean"],
+            r["load_distance_max"],
+            r["migrations"],
+            r["collocation_factor"],
+            r["solve_seconds"],
+        ]
+        for r in q53
+    ]
     console.print(table(f"Sec. 5.3: {periods} periods, 20 migrations per period", cols53, rows53))
-    console.print(f"convergence: COLA collocation {conv['cola_collocation']:.3f}; ALBIC reached it in period "
-                  f"{conv['reached_period']} with {conv['albic_migrations']} migrations "
-                  f"(COLA: {conv['cola_migrations']} over the same periods)")
+    console.print(
+        f"convergence: COLA collocation {conv['cola_collocation']:.3f}; ALBIC reached it in period "
+        f"{conv['reached_period']} with {conv['albic_migrations']} migrations "
+        f"(COLA: {conv['cola_migrations']} over the same periods)"
+    )
     if args.no_record:
         return
     images = plots(q51, scale, q53, conv, SIZES)
@@ -321,25 +434,49 @@ def main() -> None:
         console.print(line)
     lines = [
         "Command: `.venv/bin/python bench/albic.py`  ",
-        (f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other jobs, "
-         f"Python {platform.python_version()}  "),
+        (
+            f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other jobs, "
+            f"Python {platform.python_version()}  "
+        ),
         f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s  ",
-        ("Workloads: streamtopo.planner.workloads (paper Sec. 5.1/5.3 settings, mean node load 50 %); "
-         "MILP = CP-SAT via OR-Tools with neighbourhood rounds, limited by deterministic time (dt), so its "
-         "answers do not depend on the machine (docs/albic.md). LD = load distance in percentage points of "
-         "one executor; seconds are wall seconds on a loaded machine."),
-        "", "### Targets", "", *targets, "",
-        "### Section 5.1: quality against solve time", "", f"![quality](img/{images[0]})", "",
-        *markdown(cols51, rows51), "",
-        "### Figure 5: scale-in (integrated MILP vs drain first)", "", f"![scale-in](img/{images[1]})", "",
-        *markdown(cols_s, rows_s), "",
-        f"### Section 5.3: ALBIC vs COLA re-optimisation ({periods} periods)", "",
-        f"![collocation](img/{images[2]})", "", *markdown(cols53, rows53), "",
+        (
+            "Workloads: streamtopo.planner.simulation.workloads (paper Sec. 5.1/5.3 settings, mean node load 50 %); "
+            "MILP = CP-SAT via OR-Tools with neighbourhood rounds, limited by deterministic time (dt), so its "
+            "answers do not depend on the machine (docs/albic.md). LD = load distance in percentage points of "
+            "one executor; seconds are wall seconds on a loaded machine."
+        ),
+        "",
+        "### Targets",
+        "",
+        *targets,
+        "",
+        "### Section 5.1: quality against solve time",
+        "",
+        f"![quality](img/{images[0]})",
+        "",
+        *markdown(cols51, rows51),
+        "",
+        "### Figure 5: scale-in (integrated MILP vs drain first)",
+        "",
+        f"![scale-in](img/{images[1]})",
+        "",
+        *markdown(cols_s, rows_s),
+        "",
+        f"### Section 5.3: ALBIC vs COLA re-optimisation ({periods} periods)",
+        "",
+        f"![collocation](img/{images[2]})",
+        "",
+        *markdown(cols53, rows53),
+        "",
         "### Figure 12-like convergence (20 executors, 200 key groups, 2 operators, all 1-1, 10 migrations)",
-        "", f"![convergence](img/{images[3]})", "",
-        (f"COLA re-optimisation's collocation factor: {conv['cola_collocation']:.3f}. ALBIC reached it in "
-         f"period {conv['reached_period']} (of 150) with {conv['albic_migrations']} migrations in total; "
-         f"COLA spent {conv['cola_migrations']} over the same periods."),
+        "",
+        f"![convergence](img/{images[3]})",
+        "",
+        (
+            f"COLA re-optimisation's collocation factor: {conv['cola_collocation']:.3f}. ALBIC reached it in "
+            f"period {conv['reached_period']} (of 150) with {conv['albic_migrations']} migrations in total; "
+            f"COLA spent {conv['cola_migrations']} over the same periods."
+        ),
     ]
     write_section(SECTION, lines)
     console.print("wrote docs/img/albic_*.png and the ALBIC section of docs/benchmarks.md")
@@ -349,23 +486,30 @@ def target_lines(q51, q53, conv) -> list[str]:
     out = []
     for size in [f"{n}/{k}/{o}" for n, k, o in SIZES]:
         best = [r for r in q51 if r["size"] == size and r["max_migrations"] == 20 and r["limit"] == 5]
-        flux = {(r["varies"]): r["load_distance"] for r in q51 if r["size"] == size and r["max_migrations"] == 20
-                and r["policy"] == "flux"}
+        flux = {
+            (r["varies"]): r["load_distance"]
+            for r in q51
+            if r["size"] == size and r["max_migrations"] == 20 and r["policy"] == "flux"
+        }
         ok_abs = all(r["load_distance"] < 1.0 for r in best)
         ok_rel = all(r["load_distance"] <= 0.5 * flux[r["varies"]] for r in best)
         secs = max(r["seconds"] for r in best)
         milp_lds = ", ".join(f"{r['load_distance']:.2f}" for r in best)
         flux_lds = ", ".join(f"{v:.2f}" for _, v in sorted(flux.items()))
-        out.append(f"- {size}, 20 migrations, deterministic time 5: MILP LD {milp_lds} (varies 10/20/40) "
-                   f"vs Flux "
-                   f"{flux_lds}: < 1 % {'met' if ok_abs else 'MISSED'}, "
-                   f"<= 0.5x Flux {'met' if ok_rel else 'MISSED'}; slowest solve {secs:.1f} s "
-                   f"({'met' if secs <= 5.5 else 'MISSED'} <= 5 s)")
+        out.append(
+            f"- {size}, 20 migrations, deterministic time 5: MILP LD {milp_lds} (varies 10/20/40) "
+            f"vs Flux "
+            f"{flux_lds}: < 1 % {'met' if ok_abs else 'MISSED'}, "
+            f"<= 0.5x Flux {'met' if ok_rel else 'MISSED'}; slowest solve {secs:.1f} s "
+            f"({'met' if secs <= 5.5 else 'MISSED'} <= 5 s)"
+        )
     reached = conv["reached_period"]
     share = conv["albic_migrations"] / max(conv["cola_migrations"], 1)
-    out.append(f"- ALBIC reaches COLA re-optimisation's collocation: "
-               f"{'met' if reached else 'MISSED'} ({'period ' + str(reached) if reached else 'not within 150 periods'}), "
-               f"migrations {share:.1%} of COLA's ({'met' if reached and share <= 0.10 else 'MISSED'} <= 10 %)")
+    out.append(
+        f"- ALBIC reaches COLA re-optimisation's collocation: "
+        f"{'met' if reached else 'MISSED'} ({'period ' + str(reached) if reached else 'not within 150 periods'}), "
+        f"migrations {share:.1%} of COLA's ({'met' if reached and share <= 0.10 else 'MISSED'} <= 10 %)"
+    )
     return out
 
 

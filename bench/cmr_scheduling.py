@@ -79,18 +79,36 @@ class Scenario:
 
 
 SCENARIOS = [
-    Scenario("chain", "Fig. 3.5", (
-        Op("parse", 1.0, 200, 120, 0.0004, ("enrich",)),
-        Op("enrich", 1.0, 120, 400, 0.0010, ("window",)),
-        Op("window", 0.2, 400, 60, 0.0003, ("total",)),
-        Op("total", 0.5, 60, 60, 0.0002),
-    ), base_rate=300, burst_rate=1000, burst=(10, 16), duration=40, limit_bytes=1.5e6),
-    Scenario("filter-first", "Fig. 3.6", (
-        Op("filter", 0.2, 1000, 1000, 0.0003, ("enrich", "count")),
-        Op("enrich", 1.0, 1000, 1500, 0.0015, ("score",)),
-        Op("score", 1.0, 1500, 100, 0.0020),
-        Op("count", 0.05, 1000, 50, 0.0002),
-    ), base_rate=500, burst_rate=2000, burst=(4, 10), duration=40, limit_bytes=3e6),
+    Scenario(
+        "chain",
+        "Fig. 3.5",
+        (
+            Op("parse", 1.0, 200, 120, 0.0004, ("enrich",)),
+            Op("enrich", 1.0, 120, 400, 0.0010, ("window",)),
+            Op("window", 0.2, 400, 60, 0.0003, ("total",)),
+            Op("total", 0.5, 60, 60, 0.0002),
+        ),
+        base_rate=300,
+        burst_rate=1000,
+        burst=(10, 16),
+        duration=40,
+        limit_bytes=1.5e6,
+    ),
+    Scenario(
+        "filter-first",
+        "Fig. 3.6",
+        (
+            Op("filter", 0.2, 1000, 1000, 0.0003, ("enrich", "count")),
+            Op("enrich", 1.0, 1000, 1500, 0.0015, ("score",)),
+            Op("score", 1.0, 1500, 100, 0.0020),
+            Op("count", 0.05, 1000, 50, 0.0002),
+        ),
+        base_rate=500,
+        burst_rate=2000,
+        burst=(4, 10),
+        duration=40,
+        limit_bytes=3e6,
+    ),
 ]
 
 
@@ -121,11 +139,21 @@ def simulate(sc: Scenario, policy: str, seed: int = 0) -> dict:
             chosen = choose_policy(in_use / sc.limit_bytes, rng)
             mem_share += chosen == "mem"
         budget = sc.cores * sc.dt / (sc.swap_slowdown if in_use > sc.limit_bytes else 1.0)
-        views = [UnitQueue(unit=n, records=queued[n], bytes=int(queued[n] * ops[n].in_bytes),
-                           front_ts=queues[n][0][0], in_bytes=ops[n].in_bytes,
-                           out_bytes=ops[n].out_bytes * len(ops[n].downstream),
-                           selectivity=ops[n].selectivity, seconds_per_record=ops[n].seconds_per_record,
-                           bfs_order=bfs[n]) for n in ops if queued[n]]
+        views = [
+            UnitQueue(
+                unit=n,
+                records=queued[n],
+                bytes=int(queued[n] * ops[n].in_bytes),
+                front_ts=queues[n][0][0],
+                in_bytes=ops[n].in_bytes,
+                out_bytes=ops[n].out_bytes * len(ops[n].downstream),
+                selectivity=ops[n].selectivity,
+                seconds_per_record=ops[n].seconds_per_record,
+                bfs_order=bfs[n],
+            )
+            for n in ops
+            if queued[n]
+        ]
         takes = allot(views, budget, chosen, budget_unit="seconds")
         done = t + sc.dt
         out_lat, out_w = [], []
@@ -162,13 +190,18 @@ def simulate(sc: Scenario, policy: str, seed: int = 0) -> dict:
     lat_a, w_a = np.asarray(lat), np.asarray(weight, dtype=float)
     order = np.argsort(lat_a)
     cum = np.cumsum(w_a[order]) / w_a.sum()
-    return {"memory": memory, "lat_sum": lat_sum, "out_count": out_count,
-            "peak_mb": memory.max() / 1e6, "mean_mb": memory.mean() / 1e6,
-            "mean_latency": float(np.average(lat_a, weights=w_a)),
-            "p99_latency": float(lat_a[order][np.searchsorted(cum, 0.99)]),
-            "swap_s": float((memory > sc.limit_bytes).sum() * sc.dt),
-            "left": int(sum(queued.values())),
-            "mem_share": mem_share / steps}
+    return {
+        "memory": memory,
+        "lat_sum": lat_sum,
+        "out_count": out_count,
+        "peak_mb": memory.max() / 1e6,
+        "mean_mb": memory.mean() / 1e6,
+        "mean_latency": float(np.average(lat_a, weights=w_a)),
+        "p99_latency": float(lat_a[order][np.searchsorted(cum, 0.99)]),
+        "swap_s": float((memory > sc.limit_bytes).sum() * sc.dt),
+        "left": int(sum(queued.values())),
+        "mem_share": mem_share / steps,
+    }
 
 
 def outputs_per_record(ops: dict[str, Op], name: str) -> float:
@@ -200,8 +233,12 @@ def plot(results: dict[str, dict[str, dict]]) -> None:
         axes[row][0].axvspan(*sc.burst, color="orange", alpha=0.1)
         axes[row][1].axvspan(*sc.burst, color="orange", alpha=0.1)
         axes[row][0].set(title=f"{sc.name} ({sc.figure} shape): queued bytes", xlabel="s", ylabel="MB")
-        axes[row][1].set(title=f"{sc.name}: mean latency of the records output per {PLOT_BIN:g} s",
-                         xlabel="s", ylabel="s", yscale="log")
+        axes[row][1].set(
+            title=f"{sc.name}: mean latency of the records output per {PLOT_BIN:g} s",
+            xlabel="s",
+            ylabel="s",
+            yscale="log",
+        )
         axes[row][0].legend(fontsize=8)
         axes[row][1].legend(fontsize=8)
     fig.tight_layout()
@@ -210,12 +247,17 @@ def plot(results: dict[str, dict[str, dict]]) -> None:
 
 
 def describe(sc: Scenario) -> str:
-    ops = "; ".join(f"{o.name} sel {o.selectivity:g}, {o.in_bytes:g} B in / {o.out_bytes:g} B out, "
-                    f"{o.seconds_per_record * 1e3:g} ms -> {', '.join(o.downstream) or 'sink'}" for o in sc.ops)
-    return (f"**{sc.name}** ({sc.figure} shape): {ops}. Input {sc.base_rate:g} rec/s, burst {sc.burst_rate:g} "
-            f"rec/s during [{sc.burst[0]:g}, {sc.burst[1]:g}) s, {sc.duration:g} s simulated in steps of "
-            f"{sc.dt:g} s on {sc.cores:g} core; memory limit {sc.limit_bytes / 1e6:g} MB, "
-            f"{sc.swap_slowdown:g}x slower above it.")
+    ops = "; ".join(
+        f"{o.name} sel {o.selectivity:g}, {o.in_bytes:g} B in / {o.out_bytes:g} B out, "
+        f"{o.seconds_per_record * 1e3:g} ms -> {', '.join(o.downstream) or 'sink'}"
+        for o in sc.ops
+    )
+    return (
+        f"**{sc.name}** ({sc.figure} shape): {ops}. Input {sc.base_rate:g} rec/s, burst {sc.burst_rate:g} "
+        f"rec/s during [{sc.burst[0]:g}, {sc.burst[1]:g}) s, {sc.duration:g} s simulated in steps of "
+        f"{sc.dt:g} s on {sc.cores:g} core; memory limit {sc.limit_bytes / 1e6:g} MB, "
+        f"{sc.swap_slowdown:g}x slower above it."
+    )
 
 
 def run_all(progress: Progress) -> dict[str, dict[str, dict]]:
@@ -247,43 +289,71 @@ def findings(results: dict[str, dict[str, dict]]) -> list[str]:
     return [
         "### Against the thesis (Sec. 3.7.3)",
         "",
-        ("- Fig. 3.5: \"ODF is the clear winner with respect to minimizing latency. The remaining policies all "
-        "suffer substantially at the onset of the burst\" and ODF \"also results in the minimum memory "
-        f"consumption during the burst time, beating out the MEM policy\". Here (chain): lowest mean latency "
-        f"{best} (within 1 %; ODF {lat(chain['odf'])}, CTO {lat(chain['cto'])}, MEM "
-        f"{lat(chain['mem'])}, YDF {lat(chain['ydf'])}); lowest peak memory {least.upper()} "
-        f"({chain[least]['peak_mb']:.2f} MB against ODF's {chain['odf']['peak_mb']:.2f} MB). The thesis "
-        "explains ODF's memory win by flushing punctuations to materialization points (windows); this "
-        "simulation has no windows or punctuations, so MEM's byte-greedy order keeps the least queued."),
-        ("- Fig. 3.6: with a selective operator early and 2 GB of RAM, \"the Hybrid policy mimics that of ODF\" "
-        "until memory grows, \"always outperforms MEM with respect to latency and is only outdone by ODF just "
-        "before ODF goes into swap space\". Here (filter-first): ODF peaks at "
-        f"{ff['odf']['peak_mb']:.1f} MB, swaps {ff['odf']['swap_s']:.1f} s and ends with "
-        f"{ff['odf']['left']:.0f} records queued ({lat(ff['odf'])}, a lower bound); MEM peaks at "
-        f"{ff['mem']['peak_mb']:.2f} MB ({lat(ff['mem'])}); HYBRID peaks at {ff['hybrid']['peak_mb']:.2f} MB, "
-        f"swaps {ff['hybrid']['swap_s']:.1f} s ({lat(ff['hybrid'])}), drawing MEM in "
-        f"{ff['hybrid']['mem_share']:.0%} of the steps."),
-        (f"- Step length matters: drawn once per {COARSE_DT * 1e3:g} ms step instead of {SCENARIOS[1].dt * 1e3:g} ms, "
-        f"the hybrid's memory wanders more per draw; it peaks at {coarse['peak_mb']:.2f} MB, swaps "
-        f"{coarse['swap_s']:.1f} s ({lat(coarse)}). C-MR draws per computing node's request; an executor "
-        "should keep its steps short against how fast a burst fills the budget (or lower T)."),
+        (
+            '- Fig. 3.5: "ODF is the clear winner with respect to minimizing latency. The remaining policies all '
+            'suffer substantially at the onset of the burst" and ODF "also results in the minimum memory '
+            f'consumption during the burst time, beating out the MEM policy". Here (chain): lowest mean latency '
+            f"{best} (within 1 %; ODF {lat(chain['odf'])}, CTO {lat(chain['cto'])}, MEM "
+            f"{lat(chain['mem'])}, YDF {lat(chain['ydf'])}); lowest peak memory {least.upper()} "
+            f"({chain[least]['peak_mb']:.2f} MB against ODF's {chain['odf']['peak_mb']:.2f} MB). The thesis "
+            "explains ODF's memory win by flushing punctuations to materialization points (windows); this "
+            "simulation has no windows or punctuations, so MEM's byte-greedy order keeps the least queued."
+        ),
+        (
+            '- Fig. 3.6: with a selective operator early and 2 GB of RAM, "the Hybrid policy mimics that of ODF" '
+            'until memory grows, "always outperforms MEM with respect to latency and is only outdone by ODF just '
+            'before ODF goes into swap space". Here (filter-first): ODF peaks at '
+            f"{ff['odf']['peak_mb']:.1f} MB, swaps {ff['odf']['swap_s']:.1f} s and ends with "
+            f"{ff['odf']['left']:.0f} records queued ({lat(ff['odf'])}, a lower bound); MEM peaks at "
+            f"{ff['mem']['peak_mb']:.2f} MB ({lat(ff['mem'])}); HYBRID peaks at {ff['hybrid']['peak_mb']:.2f} MB, "
+            f"swaps {ff['hybrid']['swap_s']:.1f} s ({lat(ff['hybrid'])}), drawing MEM in "
+            f"{ff['hybrid']['mem_share']:.0%} of the steps."
+        ),
+        (
+            f"- Step length matters: drawn once per {COARSE_DT * 1e3:g} ms step instead of {SCENARIOS[1].dt * 1e3:g} ms, "
+            f"the hybrid's memory wanders more per draw; it peaks at {coarse['peak_mb']:.2f} MB, swaps "
+            f"{coarse['swap_s']:.1f} s ({lat(coarse)}). C-MR draws per computing node's request; an executor "
+            "should keep its steps short against how fast a burst fills the budget (or lower T)."
+        ),
     ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-record", action="store_true", help="do not write the plot or docs/benchmarks.md")
+    parser.add_argument(
+        "--no-record", action="store_true", help="do not write the plot or docs/benchmarks.md"
+    )
     args = parser.parse_args()
     console = Console()
     with Progress(console=console) as progress:
         results = run_all(progress)
 
-    columns = ["workflow", "policy", "peak MB", "mean MB", "mean latency s", "p99 latency s", "swapping s",
-               "queued at end", "MEM share"]
-    rows = [[sc.name, label.upper() if label in POLICIES else label, r["peak_mb"], r["mean_mb"],
-             r["mean_latency"], r["p99_latency"], r["swap_s"], round(r["left"]),
-             r["mem_share"] if label.startswith("hybrid") else "-"]
-            for sc in SCENARIOS for label, r in results[sc.name].items()]
+    columns = [
+        "workflow",
+        "policy",
+        "peak MB",
+        "mean MB",
+        "mean latency s",
+        "p99 latency s",
+        "swapping s",
+        "queued at end",
+        "MEM share",
+    ]
+    rows = [
+        [
+            sc.name,
+            label.upper() if label in POLICIES else label,
+            r["peak_mb"],
+            r["mean_mb"],
+            r["mean_latency"],
+            r["p99_latency"],
+            r["swap_s"],
+            round(r["left"]),
+            r["mem_share"] if label.startswith("hybrid") else "-",
+        ]
+        for sc in SCENARIOS
+        for label, r in results[sc.name].items()
+    ]
     table = Table(title="C-MR scheduling policies on one simulated executor")
     for c in columns:
         table.add_column(c)
@@ -295,22 +365,26 @@ def main() -> None:
     if args.no_record:
         return
     plot(results)
-    lines = [*header("python bench/cmr_scheduling.py", "simulated time: results do not depend on the machine"),
-             "",
-             ("Discrete-time simulation of one executor (streamtopo.planner.cmr_scheduling, docs/cmr-scheduling.md): "
-             "each step the executor ranks its units' queues and serves them in rank order within a CPU-seconds "
-             f"budget. HYBRID is Eq. 3.1 with T = 0.5, alpha = 2.5, beta = 1, mean of {HYBRID_SEEDS} seeds (its "
-             "plot is seed 0); MEM share = fraction of steps it drew MEM. Latency is per output record; records "
-             "still queued at the end count with their age then (a lower bound). Swapping s = simulated seconds "
-             "above the memory limit."),
-             "",
-             *(f"- {describe(sc)}" for sc in SCENARIOS),
-             "",
-             f"![C-MR scheduling](img/{IMAGE.name})",
-             "",
-             *markdown(columns, rows, digits=2),
-             "",
-             *notes]
+    lines = [
+        *header("python bench/cmr_scheduling.py", "simulated time: results do not depend on the machine"),
+        "",
+        (
+            "Discrete-time simulation of one executor (streamtopo.planner.cmr_scheduling, docs/cmr-scheduling.md): "
+            "each step the executor ranks its units' queues and serves them in rank order within a CPU-seconds "
+            f"budget. HYBRID is Eq. 3.1 with T = 0.5, alpha = 2.5, beta = 1, mean of {HYBRID_SEEDS} seeds (its "
+            "plot is seed 0); MEM share = fraction of steps it drew MEM. Latency is per output record; records "
+            "still queued at the end count with their age then (a lower bound). Swapping s = simulated seconds "
+            "above the memory limit."
+        ),
+        "",
+        *(f"- {describe(sc)}" for sc in SCENARIOS),
+        "",
+        f"![C-MR scheduling](img/{IMAGE.name})",
+        "",
+        *markdown(columns, rows, digits=2),
+        "",
+        *notes,
+    ]
     write_section(SECTION, lines)
     console.print(f"wrote {IMAGE.relative_to(ROOT)} and the '{SECTION}' section of docs/benchmarks.md")
 

@@ -9,7 +9,7 @@
    and at half a host (gamma = 0.5, where the paper's FINT PEs ended up); COLA runs as Advanced COLA
    (the default, f(U, C) with phase 4) and as Basic COLA ("COLA-B", the variant the paper's Section 4
    measured).
-2. Gap to the exact optimum (streamtopo.planner.exact, CP-SAT) on seeded random layered DAGs of
+2. Gap to the exact optimum (streamtopo.planner.placement.exact, CP-SAT) on seeded random layered DAGs of
    8..16 operators on 2..4 hosts, in COLA's objective f(U, C).
 3. Plan time of COLA on VWAP-like graphs of 200 and 5,000 operators (1,000 with --quick), each in a
    child process with a time limit.
@@ -48,9 +48,9 @@ from rich.table import Table
 from bench.graphs import random_layered_dag, vwap_like
 from bench.report import write_section
 from streamtopo.planner.cluster import Cluster
-from streamtopo.planner.cola import ColaOptions
-from streamtopo.planner.exact import NoFeasiblePlan, exact_plan
-from streamtopo.planner.fusion import plan_fusion
+from streamtopo.planner.placement.cola import ColaOptions
+from streamtopo.planner.placement.exact import NoFeasiblePlan, exact_plan
+from streamtopo.planner.placement.fusion import plan_fusion
 from streamtopo.planner.plan import Plan
 
 HOST_CPU = 4.0
@@ -109,8 +109,11 @@ def limited(graph, cluster, algorithm: str, options, limit: float) -> Outcome:
     try:
         outcome = queue.get(timeout=limit)
     except queue_module.Empty:
-        outcome = Outcome(None, None, f"timed out after {limit:g} s" if child.is_alive()
-                          else f"crashed (exit code {child.exitcode})")
+        outcome = Outcome(
+            None,
+            None,
+            f"timed out after {limit:g} s" if child.is_alive() else f"crashed (exit code {child.exitcode})",
+        )
     if child.is_alive():
         child.kill()
     child.join()
@@ -129,11 +132,22 @@ def table1(progress: Progress, limit: float) -> list[Row]:
                 outcome = limited(graph, cluster, algorithm, options, limit)
                 plan = outcome.plan
                 if plan is None:
-                    rows.append(Row(name, hosts, column, math.nan, math.nan, math.nan, False, None, outcome.note))
+                    rows.append(
+                        Row(name, hosts, column, math.nan, math.nan, math.nan, False, None, outcome.note)
+                    )
                 else:
-                    rows.append(Row(name, hosts, column, plan.communication_cost / HOST_CPU,
-                                    max(pe.size for pe in plan.pes) / HOST_CPU, plan.max_utilization,
-                                    plan.feasible, outcome.seconds))
+                    rows.append(
+                        Row(
+                            name,
+                            hosts,
+                            column,
+                            plan.communication_cost / HOST_CPU,
+                            max(pe.size for pe in plan.pes) / HOST_CPU,
+                            plan.max_utilization,
+                            plan.feasible,
+                            outcome.seconds,
+                        )
+                    )
                 progress.advance(task)
     return rows
 
@@ -178,7 +192,9 @@ def score(plan: Plan) -> float:
     return OBJECTIVE.objective(plan.max_utilization, plan.communication_cost, plan.capacity)
 
 
-def scaling(sizes: tuple[int, ...], limit: float, progress: Progress) -> list[tuple[int, int, int, float | None, str]]:
+def scaling(
+    sizes: tuple[int, ...], limit: float, progress: Progress
+) -> list[tuple[int, int, int, float | None, str]]:
     """(operators, arcs, hosts, seconds or None, outcome) of COLA per size, each with a time limit."""
     out = []
     task = progress.add_task("plan time", total=len(sizes))
@@ -201,21 +217,36 @@ def table1_markdown(rows: list[Row]) -> list[str]:
     columns = list(ALGORITHMS)
     lines = []
     for name, (operators, arcs) in GRAPHS.items():
-        lines += [(f"**{name}** ({operators} operators / {arcs} arcs): cut size and max PE size as fractions of a "
-                   "4-core host; `*` marks an infeasible plan (U > 1)"), "",
-                  "| hosts | " + " | ".join(f"{c} cut | {c} PE" for c in columns) + " | COLA cut / FINT cut |",
-                  "|---|" + "---|---|" * len(columns) + "---|"]
+        lines += [
+            (
+                f"**{name}** ({operators} operators / {arcs} arcs): cut size and max PE size as fractions of a "
+                "4-core host; `*` marks an infeasible plan (U > 1)"
+            ),
+            "",
+            "| hosts | " + " | ".join(f"{c} cut | {c} PE" for c in columns) + " | COLA cut / FINT cut |",
+            "|---|" + "---|---|" * len(columns) + "---|",
+        ]
         for hosts in HOSTS:
             by = {r.algorithm: r for r in rows if r.graph == name and r.hosts == hosts}
             cells = [cell(by[c]) for c in columns]
             ratio = by["COLA"].cut / by["FINT"].cut if by["FINT"].cut else math.inf
             lines.append(f"| {hosts} | " + " | ".join(cells) + f" | {ratio:.2f} |")
-        lines += ["", f"{name} plan seconds:", "", "| hosts | " + " | ".join(columns) + " |",
-                  "|---|" + "---|" * len(columns)]
+        lines += [
+            "",
+            f"{name} plan seconds:",
+            "",
+            "| hosts | " + " | ".join(columns) + " |",
+            "|---|" + "---|" * len(columns),
+        ]
         for hosts in HOSTS:
             by = {r.algorithm: r for r in rows if r.graph == name and r.hosts == hosts}
-            lines.append(f"| {hosts} | " + " | ".join(
-                f"{by[c].seconds:.2f}" if by[c].seconds is not None else by[c].note for c in columns) + " |")
+            lines.append(
+                f"| {hosts} | "
+                + " | ".join(
+                    f"{by[c].seconds:.2f}" if by[c].seconds is not None else by[c].note for c in columns
+                )
+                + " |"
+            )
         lines.append("")
     return lines
 
@@ -229,29 +260,51 @@ def cell(row: Row) -> str:
 def targets(rows: list[Row], gap_rows: list[Gap], scale: list) -> list[tuple[str, bool, str]]:
     out = []
     for ours, fint in product(("COLA", "COLA-B"), ("FINT", "FINT/2")):
-        pairs = [(r, next(f for f in rows if f.graph == r.graph and f.hosts == r.hosts and f.algorithm == fint))
-                 for r in rows if r.algorithm == ours]
+        pairs = [
+            (r, next(f for f in rows if f.graph == r.graph and f.hosts == r.hosts and f.algorithm == fint))
+            for r in rows
+            if r.algorithm == ours
+        ]
         cut_ok = [c.cut <= 0.7 * f.cut + 1e-12 for c, f in pairs]
         pe_ok = [c.max_pe <= f.max_pe + 1e-9 for c, f in pairs]
         both = sum(a and b for a, b in zip(cut_ok, pe_ok, strict=True))
-        out.append((f"{ours} cut <= 0.7 x {fint} cut with max PE <= {fint}'s, every row", both == len(pairs),
-                    f"both {both}/{len(pairs)} rows (cut {sum(cut_ok)}/{len(pairs)}, PE {sum(pe_ok)}/{len(pairs)})"))
+        out.append(
+            (
+                f"{ours} cut <= 0.7 x {fint} cut with max PE <= {fint}'s, every row",
+                both == len(pairs),
+                f"both {both}/{len(pairs)} rows (cut {sum(cut_ok)}/{len(pairs)}, PE {sum(pe_ok)}/{len(pairs)})",
+            )
+        )
     cola = [g.gaps["COLA"] for g in gap_rows]
     within = sum(1 for g in cola if g is not None and g <= 0.10)
     share = within / len(cola) if cola else 0.0
-    out.append(("COLA within 10 % of the exact optimum on >= 90 % of small graphs", share >= 0.9,
-                f"{within}/{len(cola)} = {share:.0%}"))
+    out.append(
+        (
+            "COLA within 10 % of the exact optimum on >= 90 % of small graphs",
+            share >= 0.9,
+            f"{within}/{len(cola)} = {share:.0%}",
+        )
+    )
     cola = [r for r in rows if r.algorithm == "COLA"]
     slowest = max(cola, key=lambda r: math.inf if r.seconds is None else r.seconds)
     took = slowest.note if slowest.seconds is None else f"{slowest.seconds:.2f} s"
-    out.append(("200-217 operators planned in <= 2 s on every Table 1 row",
-                slowest.seconds is not None and slowest.seconds <= 2.0,
-                f"slowest {took} ({slowest.graph}, {slowest.hosts} hosts)"))
+    out.append(
+        (
+            "200-217 operators planned in <= 2 s on every Table 1 row",
+            slowest.seconds is not None and slowest.seconds <= 2.0,
+            f"slowest {took} ({slowest.graph}, {slowest.hosts} hosts)",
+        )
+    )
     for operators, _, hosts, seconds, outcome in scale:
         bound = 2.0 if operators <= 200 else 60.0
         text = outcome if seconds is None else f"{seconds:.2f} s"
-        out.append((f"{operators} operators planned in <= {bound:g} s", seconds is not None and seconds <= bound,
-                    f"{text} ({hosts} hosts)"))
+        out.append(
+            (
+                f"{operators} operators planned in <= {bound:g} s",
+                seconds is not None and seconds <= bound,
+                f"{text} ({hosts} hosts)",
+            )
+        )
     return out
 
 
@@ -259,11 +312,20 @@ def plot(rows: list[Row], path: Path) -> None:
     fig, axes = plt.subplots(2, len(GRAPHS), figsize=(11, 6.5), sharex=True)
     width = 0.8 / len(ALGORITHMS)
     for col, name in enumerate(GRAPHS):
-        for row, (field, label) in enumerate((("cut", "cut size (hosts)"), ("max_pe", "max PE size (hosts)"))):
+        for row, (field, label) in enumerate(
+            (("cut", "cut size (hosts)"), ("max_pe", "max PE size (hosts)"))
+        ):
             ax = axes[row][col]
             for i, algorithm in enumerate(ALGORITHMS):
-                values = [getattr(next(r for r in rows if r.graph == name and r.hosts == h and r.algorithm == algorithm),
-                                  field) for h in HOSTS]
+                values = [
+                    getattr(
+                        next(
+                            r for r in rows if r.graph == name and r.hosts == h and r.algorithm == algorithm
+                        ),
+                        field,
+                    )
+                    for h in HOSTS
+                ]
                 ax.bar([h - 0.4 + width * (i + 0.5) for h in HOSTS], values, width, label=algorithm)
             ax.set_ylabel(label)
             ax.set_title(f"{name}: {label}")
@@ -279,8 +341,12 @@ def plot(rows: list[Row], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer gap graphs, 1,000 instead of 5,000 operators")
-    parser.add_argument("--gap-graphs", type=int, default=None, help="number of small graphs (default 30, quick 10)")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer gap graphs, 1,000 instead of 5,000 operators"
+    )
+    parser.add_argument(
+        "--gap-graphs", type=int, default=None, help="number of small graphs (default 30, quick 10)"
+    )
     parser.add_argument("--limit", type=float, default=120.0, help="seconds allowed per plan (Table 1, gaps)")
     args = parser.parse_args()
     count = args.gap_graphs or (10 if args.quick else 30)
@@ -298,8 +364,14 @@ def main() -> None:
     for column in ("seed", "operators", "hosts", "f*", "proved", "COLA gap", "FINT gap", "METIS gap"):
         gap_table.add_column(column, justify="right")
     for g in gap_rows:
-        gap_table.add_row(str(g.seed), str(g.operators), str(g.hosts), f"{g.optimum:.4f}", str(g.optimal),
-                          *(("infeasible" if g.gaps[c] is None else f"{g.gaps[c]:.1%}") for c in ("COLA", "FINT", "METIS")))
+        gap_table.add_row(
+            str(g.seed),
+            str(g.operators),
+            str(g.hosts),
+            f"{g.optimum:.4f}",
+            str(g.optimal),
+            *(("infeasible" if g.gaps[c] is None else f"{g.gaps[c]:.1%}") for c in ("COLA", "FINT", "METIS")),
+        )
     console.print(gap_table)
     results = targets(rows, gap_rows, scale)
     target_table = Table(title="targets")
@@ -314,17 +386,23 @@ def main() -> None:
     mode = " --quick" if args.quick else ""
     lines = [
         f"Command: `.venv/bin/python bench/cola.py{mode}`  ",
-        (f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-         f"{platform.system()} {platform.release()}  "),
+        (
+            f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}  "
+        ),
         f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         "",
-        ("Graphs from bench/graphs.py (shaping in docs/planning.md); FINT = size limit one host, FINT/2 = half a "
-         "host; COLA = Advanced COLA (default options), COLA-B = Basic COLA (the paper's Section 4 variant). "
-         "Plot: ![Table 1](img/cola_table1.png)"),
+        (
+            "Graphs from bench/graphs.py (shaping in docs/planning.md); FINT = size limit one host, FINT/2 = half a "
+            "host; COLA = Advanced COLA (default options), COLA-B = Basic COLA (the paper's Section 4 variant). "
+            "Plot: ![Table 1](img/cola_table1.png)"
+        ),
         "",
         *md,
-        (f"Gap to the exact optimum (CP-SAT, f(U, C) = U + C / host capacity), {len(gap_rows)} random layered "
-         "DAGs of 8-16 operators on 2-4 hosts of 2 cores:"),
+        (
+            f"Gap to the exact optimum (CP-SAT, f(U, C) = U + C / host capacity), {len(gap_rows)} random layered "
+            "DAGs of 8-16 operators on 2-4 hosts of 2 cores:"
+        ),
         "",
         "| algorithm | within 10 % | median gap | worst gap | infeasible |",
         "|---|---|---|---|---|",
@@ -334,13 +412,22 @@ def main() -> None:
         within = sum(1 for v in values if v <= 0.10)
         median = values[len(values) // 2] if values else float("nan")
         worst = values[-1] if values else float("nan")
-        lines.append(f"| {column} | {within}/{len(gap_rows)} | {median:.1%} | {worst:.1%} | "
-                     f"{len(gap_rows) - len(values)} |")
-    lines += ["", "COLA plan time on VWAP-like graphs (VWAP2 density, hosts = max(4, operators / 300)):", "",
-              "| operators | arcs | hosts | seconds | outcome |", "|---|---|---|---|---|"]
+        lines.append(
+            f"| {column} | {within}/{len(gap_rows)} | {median:.1%} | {worst:.1%} | "
+            f"{len(gap_rows) - len(values)} |"
+        )
+    lines += [
+        "",
+        "COLA plan time on VWAP-like graphs (VWAP2 density, hosts = max(4, operators / 300)):",
+        "",
+        "| operators | arcs | hosts | seconds | outcome |",
+        "|---|---|---|---|---|",
+    ]
     for operators, arcs, hosts, seconds, outcome in scale:
-        lines.append(f"| {operators} | {arcs or '-'} | {hosts} | "
-                     f"{'-' if seconds is None else f'{seconds:.2f}'} | {outcome} |")
+        lines.append(
+            f"| {operators} | {arcs or '-'} | {hosts} | "
+            f"{'-' if seconds is None else f'{seconds:.2f}'} | {outcome} |"
+        )
     lines += ["", "Targets:", "", "| target | met | measured |", "|---|---|---|"]
     lines += [f"| {name} | {'yes' if met else 'NO'} | {measured} |" for name, met, measured in results]
     write_section(SECTION, lines)

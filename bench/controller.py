@@ -4,8 +4,9 @@ Targets (issue 5): a reconcile of a 200-operator topology within 3 s; the operat
 within 200 MB while it handles 50 StreamTopologies.
 
 1. Reconcile (:func:`streamtopo.controller.reconcile.reconcile`) = validation, plan (``plan_topology``:
-   COLA by default) + Aeolus batch sizes + routing table, then the apply through :class:`KubernetesPlatform` (ConfigMap, Service, one pod per executor) against kmock's
-   Kubernetes emulator over HTTP. Baselines in the same run: the same reconcile with the NONE (one PE per
+   COLA by default) + Aeolus batch sizes + routing table, then the apply through
+   :class:`KubernetesPlatform` (ConfigMap, Service, one pod per executor) against kmock's Kubernetes
+   emulator over HTTP. Baselines in the same run: the same reconcile with the NONE (one PE per
    operator) and FINT fusions, which do much less planning work; and COLA through the operator's
    planning worker process (``WorkerPlanner``: the same plan plus pickling across the process boundary,
    and a cold start of the worker in the first repetition).
@@ -63,23 +64,56 @@ def chains(name: str, operators: int, key_groups: int = 8, algorithm: str = "col
     """``operators / 10`` VWAP-like chains: source -> filter/map/aggregate x 8 -> sink."""
     ops: list[dict[str, Any]] = []
     for c in range(operators // 10):
-        ops.append({"name": f"s{c}", "kind": "source", "source": {"generator": "trades", "ratePerSecond": 2000},
-                    "cost": {"cpu": 0.1}})
+        ops.append(
+            {
+                "name": f"s{c}",
+                "kind": "source",
+                "source": {"generator": "trades", "ratePerSecond": 2000},
+                "cost": {"cpu": 0.1},
+            }
+        )
         previous = f"s{c}"
         for j in range(8):
             kind = ("filter", "map", "aggregate")[j % 3]
-            op: dict[str, Any] = {"name": f"o{c}-{j}", "kind": kind, "inputs": [previous], "cost": {"cpu": 0.1}}
-            op.update({"filter": {"expr": "price > 0"}, "map": {"select": ["symbol", "price"]},
-                       "aggregate": {"keyBy": ["symbol"], "window": {"size": "10s"},
-                                     "aggregations": ["count(*) AS n"]}}[kind])
+            op: dict[str, Any] = {
+                "name": f"o{c}-{j}",
+                "kind": kind,
+                "inputs": [previous],
+                "cost": {"cpu": 0.1},
+            }
+            op.update(
+                {
+                    "filter": {"expr": "price > 0"},
+                    "map": {"select": ["symbol", "price"]},
+                    "aggregate": {
+                        "keyBy": ["symbol"],
+                        "window": {"size": "10s"},
+                        "aggregations": ["count(*) AS n"],
+                    },
+                }[kind]
+            )
             ops.append(op)
             previous = op["name"]
-        ops.append({"name": f"k{c}", "kind": "sink", "inputs": [previous], "sink": {"console": {}},
-                    "cost": {"cpu": 0.05}})
-    return {"apiVersion": "streamtopo.dev/v1alpha1", "kind": "StreamTopology",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"keyGroups": key_groups, "operators": ops, "fusion": {"algorithm": algorithm},
-                     "autoscaling": {"interval": "60s"}}}
+        ops.append(
+            {
+                "name": f"k{c}",
+                "kind": "sink",
+                "inputs": [previous],
+                "sink": {"console": {}},
+                "cost": {"cpu": 0.05},
+            }
+        )
+    return {
+        "apiVersion": "streamtopo.dev/v1alpha1",
+        "kind": "StreamTopology",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "keyGroups": key_groups,
+            "operators": ops,
+            "fusion": {"algorithm": algorithm},
+            "autoscaling": {"interval": "60s"},
+        },
+    }
 
 
 def add_nodes(kube: Any, count: int = 8, cpu: str = "8") -> None:
@@ -92,8 +126,12 @@ def reconcile_times(kube: Any, operators: int, repeat: int, progress: Progress) 
     rows = []
     task = progress.add_task("reconcile", total=4 * repeat)
     worker = WorkerPlanner()
-    for label, algorithm, planner in (("cola", "cola", IN_PROCESS), ("none", "none", IN_PROCESS),
-                                      ("fint", "fint", IN_PROCESS), ("cola (worker)", "cola", worker)):
+    for label, algorithm, planner in (
+        ("cola", "cola", IN_PROCESS),
+        ("none", "none", IN_PROCESS),
+        ("fint", "fint", IN_PROCESS),
+        ("cola (worker)", "cola", worker),
+    ):
         plans, applies = [], []
         pes = pods = 0
         for i in range(repeat):
@@ -111,8 +149,17 @@ def reconcile_times(kube: Any, operators: int, repeat: int, progress: Progress) 
             kube.delete(f"{CR_PATH}/{name}")
             progress.advance(task)
         plan_s, apply_s = statistics.median(plans), statistics.median(applies)
-        rows.append({"algorithm": label, "operators": operators, "pes": pes, "pods": pods,
-                     "plan_s": plan_s, "apply_s": apply_s, "total_s": plan_s + apply_s})
+        rows.append(
+            {
+                "algorithm": label,
+                "operators": operators,
+                "pes": pes,
+                "pods": pods,
+                "plan_s": plan_s,
+                "apply_s": apply_s,
+                "total_s": plan_s + apply_s,
+            }
+        )
     worker.shutdown()
     return rows
 
@@ -163,19 +210,23 @@ def worker_rss(proc: psutil.Process) -> float:
     return total
 
 
-def operator_memory(kube: Any, topologies: int, progress: Progress
-                    ) -> tuple[list[tuple[float, int, float, float]], dict]:
+def operator_memory(
+    kube: Any, topologies: int, progress: Progress
+) -> tuple[list[tuple[float, int, float, float]], dict]:
     """(seconds, topologies planned, operator RSS MB, planning worker RSS MB) samples of `streamtopo operator`."""
     env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig)}
     command = [sys.executable, "-c", "from streamtopo.cli import main; main()", "operator", "--namespace", NS]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     samples: list[tuple[float, int, float, float]] = []
     start = time.monotonic()
     proc = psutil.Process(process.pid)
 
     def sample() -> None:
-        planned = len(kube.list(f"/api/v1/namespaces/{NS}/configmaps", "app.kubernetes.io/part-of=streamtopo"))
+        planned = len(
+            kube.list(f"/api/v1/namespaces/{NS}/configmaps", "app.kubernetes.io/part-of=streamtopo")
+        )
         samples.append((time.monotonic() - start, planned, proc.memory_info().rss / 2**20, worker_rss(proc)))
 
     try:
@@ -203,11 +254,17 @@ def operator_memory(kube: Any, topologies: int, progress: Progress
             process.wait()
     first = next((s[2] for s in samples if s[1] >= 1), idle)
     planned = samples[-1][1]
-    return samples, {"idle_mb": idle, "first_mb": first, "peak_mb": max(s[2] for s in samples),
-                     "final_mb": samples[-1][2], "planned": planned,
-                     "per_topology_mb": (samples[-1][2] - first) / max(1, planned - 1),
-                     "worker_peak_mb": max(s[3] for s in samples), "worker_final_mb": samples[-1][3],
-                     "pod_peak_mb": max(s[2] + s[3] for s in samples)}
+    return samples, {
+        "idle_mb": idle,
+        "first_mb": first,
+        "peak_mb": max(s[2] for s in samples),
+        "final_mb": samples[-1][2],
+        "planned": planned,
+        "per_topology_mb": (samples[-1][2] - first) / max(1, planned - 1),
+        "worker_peak_mb": max(s[3] for s in samples),
+        "worker_final_mb": samples[-1][3],
+        "pod_peak_mb": max(s[2] + s[3] for s in samples),
+    }
 
 
 def with_emulator(tmp: Path, work: Any) -> Any:
@@ -224,12 +281,16 @@ def with_emulator(tmp: Path, work: Any) -> Any:
         kube.close()
 
 
-def plots(rows: list[dict[str, Any]], samples: list[tuple[float, int, float, float]], topologies: int) -> None:
+def plots(
+    rows: list[dict[str, Any]], samples: list[tuple[float, int, float, float]], topologies: int
+) -> None:
     (ROOT / "docs/img").mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     names = [r["algorithm"] for r in rows]
     ax.bar(names, [r["plan_s"] for r in rows], label="plan (fusion + Aeolus)")
-    ax.bar(names, [r["apply_s"] for r in rows], bottom=[r["plan_s"] for r in rows], label="apply (API writes)")
+    ax.bar(
+        names, [r["apply_s"] for r in rows], bottom=[r["plan_s"] for r in rows], label="apply (API writes)"
+    )
     ax.axhline(RECONCILE_TARGET, color="red", linestyle="--", label=f"target {RECONCILE_TARGET:g} s")
     ax.set_ylabel("seconds")
     ax.set_title(f"Reconcile of a {rows[0]['operators']}-operator topology")
@@ -276,71 +337,117 @@ def main() -> None:
     args = parser.parse_args()
     console = Console()
     with tempfile.TemporaryDirectory() as tmp, Progress(console=console) as progress:
-        rows = with_emulator(Path(tmp) / "reconcile", lambda kube: reconcile_times(kube, args.operators,
-                                                                                   args.repeat, progress))
-        samples, memory = with_emulator(Path(tmp) / "memory",
-                                        lambda kube: operator_memory(kube, args.topologies, progress))
+        rows = with_emulator(
+            Path(tmp) / "reconcile", lambda kube: reconcile_times(kube, args.operators, args.repeat, progress)
+        )
+        samples, memory = with_emulator(
+            Path(tmp) / "memory", lambda kube: operator_memory(kube, args.topologies, progress)
+        )
 
     table = Table(title=f"Reconcile of a {args.operators}-operator topology (median of {args.repeat})")
     for column in ("fusion", "PEs", "pods", "plan s", "apply s", "total s", f"<= {RECONCILE_TARGET:g} s"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r["algorithm"], str(r["pes"]), str(r["pods"]), f"{r['plan_s']:.2f}", f"{r['apply_s']:.2f}",
-                      f"{r['total_s']:.2f}", "yes" if r["total_s"] <= RECONCILE_TARGET else "NO")
+        table.add_row(
+            r["algorithm"],
+            str(r["pes"]),
+            str(r["pods"]),
+            f"{r['plan_s']:.2f}",
+            f"{r['apply_s']:.2f}",
+            f"{r['total_s']:.2f}",
+            "yes" if r["total_s"] <= RECONCILE_TARGET else "NO",
+        )
     console.print(table)
     mem = Table(title=f"streamtopo operator RSS with {args.topologies} topologies")
-    for column in ("idle MB (baseline)", "1 topology MB", "peak MB", "final MB", "MB per topology", "planned",
-                   f"<= {RSS_TARGET_MB:g} MB", "worker peak MB", "worker final MB", "pod peak MB"):
+    for column in (
+        "idle MB (baseline)",
+        "1 topology MB",
+        "peak MB",
+        "final MB",
+        "MB per topology",
+        "planned",
+        f"<= {RSS_TARGET_MB:g} MB",
+        "worker peak MB",
+        "worker final MB",
+        "pod peak MB",
+    ):
         mem.add_column(column)
-    mem.add_row(f"{memory['idle_mb']:.0f}", f"{memory['first_mb']:.0f}", f"{memory['peak_mb']:.0f}",
-                f"{memory['final_mb']:.0f}", f"{memory['per_topology_mb']:.2f}",
-                f"{memory['planned']}/{args.topologies}", "yes" if memory["peak_mb"] <= RSS_TARGET_MB else "NO",
-                f"{memory['worker_peak_mb']:.0f}", f"{memory['worker_final_mb']:.0f}", f"{memory['pod_peak_mb']:.0f}")
+    mem.add_row(
+        f"{memory['idle_mb']:.0f}",
+        f"{memory['first_mb']:.0f}",
+        f"{memory['peak_mb']:.0f}",
+        f"{memory['final_mb']:.0f}",
+        f"{memory['per_topology_mb']:.2f}",
+        f"{memory['planned']}/{args.topologies}",
+        "yes" if memory["peak_mb"] <= RSS_TARGET_MB else "NO",
+        f"{memory['worker_peak_mb']:.0f}",
+        f"{memory['worker_final_mb']:.0f}",
+        f"{memory['pod_peak_mb']:.0f}",
+    )
     console.print(mem)
     if args.no_record:
         return
     plots(rows, samples, args.topologies)
     cola = rows[0]
     lines = [
-        (f"Command: `python bench/controller.py --operators {args.operators} --topologies {args.topologies} "
-        f"--repeat {args.repeat}`"),
-        (f"Machine: {host_platform.machine()}, {psutil.cpu_count()} cores (shared with other jobs), "
-        f"Python {host_platform.python_version()}; date {dt.date.today().isoformat()}."),
+        (
+            f"Command: `python bench/controller.py --operators {args.operators} --topologies {args.topologies} "
+            f"--repeat {args.repeat}`"
+        ),
+        (
+            f"Machine: {host_platform.machine()}, {psutil.cpu_count()} cores (shared with other jobs), "
+            f"Python {host_platform.python_version()}; date {dt.date.today().isoformat()}."
+        ),
         "",
-        (f"Reconcile of a {args.operators}-operator topology (plan + Aeolus + routing, then the apply of the "
-        "ConfigMap, Service and pods through the kubernetes client against kmock's emulator over HTTP on "
-        f"8 nodes of 8 CPUs), median of {args.repeat}:"),
+        (
+            f"Reconcile of a {args.operators}-operator topology (plan + Aeolus + routing, then the apply of the "
+            "ConfigMap, Service and pods through the kubernetes client against kmock's emulator over HTTP on "
+            f"8 nodes of 8 CPUs), median of {args.repeat}:"
+        ),
         "",
         "| fusion | PEs | pods | plan s | apply s | total s |",
         "| --- | --- | --- | --- | --- | --- |",
-        *(f"| {r['algorithm']} | {r['pes']} | {r['pods']} | {r['plan_s']:.2f} | {r['apply_s']:.2f} | "
-          f"{r['total_s']:.2f} |" for r in rows),
+        *(
+            f"| {r['algorithm']} | {r['pes']} | {r['pods']} | {r['plan_s']:.2f} | {r['apply_s']:.2f} | "
+            f"{r['total_s']:.2f} |"
+            for r in rows
+        ),
         "",
-        (f"Target <= {RECONCILE_TARGET:g} s with COLA: **{'met' if cola['total_s'] <= RECONCILE_TARGET else 'missed'}** "
-        f"({cola['total_s']:.2f} s; the plan is {cola['plan_s'] / cola['total_s']:.0%} of it). NONE and FINT are "
-        "the baselines: cheaper planning, worse plans (see the COLA section). `cola (worker)` is what the "
-        "operator does: the same COLA plan computed in its planning worker process (pickling both ways; "
-        "the first repetition also starts the worker)."),
+        (
+            f"Target <= {RECONCILE_TARGET:g} s with COLA: **{'met' if cola['total_s'] <= RECONCILE_TARGET else 'missed'}** "
+            f"({cola['total_s']:.2f} s; the plan is {cola['plan_s'] / cola['total_s']:.0%} of it). NONE and FINT are "
+            "the baselines: cheaper planning, worse plans (see the COLA section). `cola (worker)` is what the "
+            "operator does: the same COLA plan computed in its planning worker process (pickling both ways; "
+            "the first repetition also starts the worker)."
+        ),
         "",
-        (f"Operator memory (`streamtopo operator` subprocess, RSS sampled every second) with {args.topologies} "
-        "topologies of 10 operators, each planned and running its SPL daemon. The operator process is the "
-        "kopf process; planning (COLA + Aeolus, ALBIC every SPL) runs in its planning worker process "
-        "(one `spawn` worker, replaced after 50 calls), measured separately:"),
+        (
+            f"Operator memory (`streamtopo operator` subprocess, RSS sampled every second) with {args.topologies} "
+            "topologies of 10 operators, each planned and running its SPL daemon. The operator process is the "
+            "kopf process; planning (COLA + Aeolus, ALBIC every SPL) runs in its planning worker process "
+            "(one `spawn` worker, replaced after 50 calls), measured separately:"
+        ),
         "",
-        ("| operator idle MB (baseline) | after 1 topology MB | operator peak MB | operator final MB | "
-         "MB per extra topology | planned | worker peak MB | worker final MB | operator + worker peak MB |"),
+        (
+            "| operator idle MB (baseline) | after 1 topology MB | operator peak MB | operator final MB | "
+            "MB per extra topology | planned | worker peak MB | worker final MB | operator + worker peak MB |"
+        ),
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        (f"| {memory['idle_mb']:.0f} | {memory['first_mb']:.0f} | {memory['peak_mb']:.0f} | "
-         f"{memory['final_mb']:.0f} | {memory['per_topology_mb']:.2f} | {memory['planned']}/{args.topologies} | "
-         f"{memory['worker_peak_mb']:.0f} | {memory['worker_final_mb']:.0f} | {memory['pod_peak_mb']:.0f} |"),
+        (
+            f"| {memory['idle_mb']:.0f} | {memory['first_mb']:.0f} | {memory['peak_mb']:.0f} | "
+            f"{memory['final_mb']:.0f} | {memory['per_topology_mb']:.2f} | {memory['planned']}/{args.topologies} | "
+            f"{memory['worker_peak_mb']:.0f} | {memory['worker_final_mb']:.0f} | {memory['pod_peak_mb']:.0f} |"
+        ),
         "",
-        (f"Target <= {RSS_TARGET_MB:g} MB for the operator process: "
-        f"**{'met' if memory['peak_mb'] <= RSS_TARGET_MB else 'missed'}** (peak {memory['peak_mb']:.0f} MB). "
-        "The target is about the operator's own RSS; the planning stack (COLA's and ALBIC's solvers, "
-        "OR-Tools among them) lives in the worker, whose RSS is reported beside it and counts against the "
-        "pod's memory limit too (operator + worker column). A worker final of 0 MB means the worker had just "
-        "been replaced (after 50 calls) and no call had needed a new one yet. Before the worker, the same "
-        "run measured 282 MB for the single operator process."),
+        (
+            f"Target <= {RSS_TARGET_MB:g} MB for the operator process: "
+            f"**{'met' if memory['peak_mb'] <= RSS_TARGET_MB else 'missed'}** (peak {memory['peak_mb']:.0f} MB). "
+            "The target is about the operator's own RSS; the planning stack (COLA's and ALBIC's solvers, "
+            "OR-Tools among them) lives in the worker, whose RSS is reported beside it and counts against the "
+            "pod's memory limit too (operator + worker column). A worker final of 0 MB means the worker had just "
+            "been replaced (after 50 calls) and no call had needed a new one yet. Before the worker, the same "
+            "run measured 282 MB for the single operator process."
+        ),
         "",
         "![reconcile](img/controller_reconcile.png) ![rss](img/controller_rss.png)",
     ]

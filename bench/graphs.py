@@ -35,13 +35,35 @@ BRANCHES_PER_FEED = 32
 FEED_OPERATORS = 6
 FEED_ARCS = 4
 
-_KIND_COST = {"source": 1.0, "parse": 1.5, "filter": 0.5, "aggregate": 2.0, "map": 0.6, "join": 2.5,
-              "merge": 1.0, "sink": 0.4}
+_KIND_COST = {
+    "source": 1.0,
+    "parse": 1.5,
+    "filter": 0.5,
+    "aggregate": 2.0,
+    "map": 0.6,
+    "join": 2.5,
+    "merge": 1.0,
+    "sink": 0.4,
+}
 _BRANCH = [  # (stage, kind, input rate relative to the branch's share of the feed)
-    ("trades", "filter", 1.0), ("vwap", "aggregate", 1.0), ("price", "map", 0.05),
-    ("quotes", "filter", 1.5), ("match", "join", 0.6), ("bargains", "filter", 0.5), ("score", "map", 0.15),
+    ("trades", "filter", 1.0),
+    ("vwap", "aggregate", 1.0),
+    ("price", "map", 0.05),
+    ("quotes", "filter", 1.5),
+    ("match", "join", 0.6),
+    ("bargains", "filter", 0.5),
+    ("score", "map", 0.15),
 ]
-_STAGE_RANK = {"trades": 1, "quotes": 1, "vwap": 2, "price": 3, "extra": 4, "match": 5, "bargains": 6, "score": 7}
+_STAGE_RANK = {
+    "trades": 1,
+    "quotes": 1,
+    "vwap": 2,
+    "price": 3,
+    "extra": 4,
+    "match": 5,
+    "bargains": 6,
+    "score": 7,
+}
 
 
 def vwap_like(
@@ -60,7 +82,9 @@ def vwap_like(
     """
     rng = random.Random(seed)
     if operators < FIXED_OPERATORS + PER_BRANCH_OPERATORS:
-        raise ValueError(f"a VWAP-like graph needs at least {FIXED_OPERATORS + PER_BRANCH_OPERATORS} operators")
+        raise ValueError(
+            f"a VWAP-like graph needs at least {FIXED_OPERATORS + PER_BRANCH_OPERATORS} operators"
+        )
     feeds = max(1, math.ceil((operators - FIXED_OPERATORS) // PER_BRANCH_OPERATORS / BRANCHES_PER_FEED))
     fixed = FIXED_OPERATORS + FEED_OPERATORS * (feeds - 1)
     branches = (operators - fixed) // PER_BRANCH_OPERATORS
@@ -77,8 +101,17 @@ def vwap_like(
     branch_of: dict[str, int] = {}
 
     def node(name: str, kind: str, rate: float, stage_rank: int, branch: int = -1) -> str:
-        graph.add_node(name, w=rate * _KIND_COST[kind], kind=kind, operator=name, replica=0, rate=rate,
-                       key_groups=1, requires={}, memory=0.0)
+        graph.add_node(
+            name,
+            w=rate * _KIND_COST[kind],
+            kind=kind,
+            operator=name,
+            replica=0,
+            rate=rate,
+            key_groups=1,
+            requires={},
+            memory=0.0,
+        )
         rank[name], branch_of[name] = stage_rank, branch
         return name
 
@@ -91,8 +124,10 @@ def vwap_like(
     for f in range(feeds):
         load = sum(share[b] for b in range(f, branches, feeds))
         for feed, rate in (("trades", 1.0), ("quotes", 1.5)):
-            chain = [node(f"{feed}-{step}{feed_of(f)}", kind, rate * load, 0) for step, kind in
-                     (("source", "source"), ("parse", "parse"), ("filter", "filter"))]
+            chain = [
+                node(f"{feed}-{step}{feed_of(f)}", kind, rate * load, 0)
+                for step, kind in (("source", "source"), ("parse", "parse"), ("filter", "filter"))
+            ]
             for u, v in pairwise(chain):
                 arc(u, v, rate * load)
     bargains = node("bargains-merge", "merge", 0.15 * 0.5, 8)
@@ -100,10 +135,14 @@ def vwap_like(
     arc(bargains, node("bargains-sink", "sink", 0.02, 9), 0.02)
     arc(vwaps, node("vwap-sink", "sink", 0.05, 9), 0.05)
 
-    lengthened = set(rng.sample(range(branches), extra_nodes)) if extra_nodes <= branches else set(range(branches))
+    lengthened = (
+        set(rng.sample(range(branches), extra_nodes)) if extra_nodes <= branches else set(range(branches))
+    )
     for b in range(branches):
-        names = {stage: node(f"{stage}-{b}", kind, rel * share[b], _STAGE_RANK[stage], b)
-                 for stage, kind, rel in _BRANCH}
+        names = {
+            stage: node(f"{stage}-{b}", kind, rel * share[b], _STAGE_RANK[stage], b)
+            for stage, kind, rel in _BRANCH
+        }
         arc(f"trades-filter{feed_of(b)}", names["trades"], share[b])
         arc(names["trades"], names["vwap"], share[b])
         arc(names["vwap"], names["price"], 0.05 * share[b])
@@ -122,8 +161,14 @@ def vwap_like(
     by_branch: dict[int, list[str]] = {}
     for name, b in branch_of.items():
         by_branch.setdefault(b, []).append(name)
-    candidates = [(u, v) for b in range(branches) for d in (-2, -1, 1, 2) for u in by_branch[b]
-                  for v in by_branch.get(b + d, ()) if rank[u] < rank[v]]
+    candidates = [
+        (u, v)
+        for b in range(branches)
+        for d in (-2, -1, 1, 2)
+        for u in by_branch[b]
+        for v in by_branch.get(b + d, ())
+        if rank[u] < rank[v]
+    ]
     for u, v in rng.sample(sorted(candidates), arcs - graph.number_of_edges()):
         arc(u, v, 0.5 * min(graph.nodes[u]["rate"], graph.nodes[v]["rate"]))
     _scale(graph, node_load * capacity, edge_load * capacity)
@@ -143,20 +188,31 @@ def random_layered_dag(
     """A seeded random DAG in layers; every node past the first layer reads 1..fan_in nodes of earlier
     layers (mostly the previous one). Costs are uniform random, scaled like ``vwap_like``."""
     rng = random.Random(seed)
-    layers = layers or max(2, round(operators ** 0.5))
+    layers = layers or max(2, round(operators**0.5))
     cuts = sorted(rng.sample(range(1, operators), min(layers - 1, operators - 1)))
     bounds = [0, *cuts, operators]
     levels = [list(range(a, b)) for a, b in pairwise(bounds)]
     graph = nx.DiGraph(name="logical")
     for depth, level in enumerate(levels):
         for i in level:
-            graph.add_node(f"op{i}", w=rng.uniform(0.2, 1.0), kind="map", operator=f"op{i}", replica=0,
-                           rate=1.0, key_groups=1, requires={}, memory=0.0)
+            graph.add_node(
+                f"op{i}",
+                w=rng.uniform(0.2, 1.0),
+                kind="map",
+                operator=f"op{i}",
+                replica=0,
+                rate=1.0,
+                key_groups=1,
+                requires={},
+                memory=0.0,
+            )
             if depth == 0:
                 continue
-            earlier = [j for lvl in levels[max(0, depth - 2):depth] for j in lvl]
+            earlier = [j for lvl in levels[max(0, depth - 2) : depth] for j in lvl]
             previous = levels[depth - 1]
-            parents = {rng.choice(previous)} | set(rng.sample(earlier, min(len(earlier), rng.randint(0, fan_in - 1))))
+            parents = {rng.choice(previous)} | set(
+                rng.sample(earlier, min(len(earlier), rng.randint(0, fan_in - 1)))
+            )
             for j in sorted(parents):
                 graph.add_edge(f"op{j}", f"op{i}", w=rng.uniform(0.1, 1.0), rate=1.0, record_bytes=64)
     _scale(graph, node_load * capacity, edge_load * capacity)

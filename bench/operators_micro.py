@@ -54,23 +54,48 @@ from streamtopo.runtime.spark import get_spark, spark_conf
 SECTION = "operators_micro"
 K = 8
 UDF_MODULE = "bench_micro_udf"
-UDF_SOURCE = textwrap.dedent('''
+UDF_SOURCE = textwrap.dedent("""
     def notional(df):
         out = df[["symbol", "price", "volume"]].copy()
         out["notional"] = df["price"] * df["volume"]
         return out
-''')
+""")
 
 
 def spec() -> StreamTopologySpec:
-    return StreamTopologySpec.model_validate({"keyGroups": K, "operators": [
-        {"name": "trades", "kind": "source", "source": {"generator": "trades", "ratePerSecond": 1000}},
-        {"name": "filter", "kind": "filter", "inputs": ["trades"], "expr": "price > 0 AND volume > 10"},
-        {"name": "map", "kind": "map", "inputs": ["trades"], "select": ["symbol", "price * volume AS notional"]},
-        {"name": "vwap", "kind": "aggregate", "inputs": ["trades"], "keyBy": ["symbol"],
-         "window": {"size": "60s", "slide": "10s"}, "aggregations": ["sum(price * volume) AS pv", "sum(volume) AS v"]},
-        {"name": "udf", "kind": "udf", "inputs": ["trades"], "function": f"{UDF_MODULE}:notional"},
-    ]})
+    return StreamTopologySpec.model_validate(
+        {
+            "keyGroups": K,
+            "operators": [
+                {
+                    "name": "trades",
+                    "kind": "source",
+                    "source": {"generator": "trades", "ratePerSecond": 1000},
+                },
+                {
+                    "name": "filter",
+                    "kind": "filter",
+                    "inputs": ["trades"],
+                    "expr": "price > 0 AND volume > 10",
+                },
+                {
+                    "name": "map",
+                    "kind": "map",
+                    "inputs": ["trades"],
+                    "select": ["symbol", "price * volume AS notional"],
+                },
+                {
+                    "name": "vwap",
+                    "kind": "aggregate",
+                    "inputs": ["trades"],
+                    "keyBy": ["symbol"],
+                    "window": {"size": "60s", "slide": "10s"},
+                    "aggregations": ["sum(price * volume) AS pv", "sum(volume) AS v"],
+                },
+                {"name": "udf", "kind": "udf", "inputs": ["trades"], "function": f"{UDF_MODULE}:notional"},
+            ],
+        }
+    )
 
 
 def batch(n: int) -> pd.DataFrame:
@@ -140,7 +165,9 @@ def main() -> None:
             df = batch(n)
             watermarks = {kg: float(df._ts.max()) for kg in range(K)}
             for name, op in ops.items():
-                spark_s = median_seconds(lambda op=op, df=df, wm=watermarks: op.process(spark, df, {}, wm), repeats)
+                spark_s = median_seconds(
+                    lambda op=op, df=df, wm=watermarks: op.process(spark, df, {}, wm), repeats
+                )
                 pandas_s = median_seconds(lambda fn=baselines[name], df=df: fn(df), repeats)
                 results[name][n] = (spark_s, pandas_s)
                 progress.advance(task)
@@ -159,14 +186,20 @@ def main() -> None:
         a = by_size[small][0]
         b = max((by_size[sizes[-1]][0] - a) / (sizes[-1] - small), 1e-9)
         fits[name] = (a, b)
-        table.add_row(name, *(f"{by_size[n][0]:.3f} | {by_size[n][1]:.4f}" for n in sizes),
-                      f"{a * 1e3:.0f}", f"{b * 1e6:.2f}", f"{a / b:,.0f}", f"{sizes[-1] / by_size[sizes[-1]][0]:,.0f}")
+        table.add_row(
+            name,
+            *(f"{by_size[n][0]:.3f} | {by_size[n][1]:.4f}" for n in sizes),
+            f"{a * 1e3:.0f}",
+            f"{b * 1e6:.2f}",
+            f"{a / b:,.0f}",
+            f"{sizes[-1] / by_size[sizes[-1]][0]:,.0f}",
+        )
     console.print(table)
 
     image = ROOT / "docs/img/operators_micro.png"
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, by_size in results.items():
-        line, = ax.plot(sizes, [by_size[n][0] for n in sizes], marker="o", label=f"{name} (Spark)")
+        (line,) = ax.plot(sizes, [by_size[n][0] for n in sizes], marker="o", label=f"{name} (Spark)")
         ax.plot(sizes, [by_size[n][1] for n in sizes], linestyle="--", color=line.get_color(), alpha=0.6)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -182,29 +215,42 @@ def main() -> None:
     conf = spark_conf()
     lines = [
         f"Command: `.venv/bin/python bench/operators_micro.py{' --quick' if args.quick else ''}`  ",
-        (f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other work during the run), "
-         f"Python {platform.python_version()}, Spark {spark.version} {conf['spark.master']}, "
-         f"shuffle partitions {conf['spark.sql.shuffle.partitions']}  "),
+        (
+            f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other work during the run), "
+            f"Python {platform.python_version()}, Spark {spark.version} {conf['spark.master']}, "
+            f"shuffle partitions {conf['spark.sql.shuffle.partitions']}  "
+        ),
         f"Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         "",
-        ("Median seconds of one `process` call on trades records (8 key groups), Spark operator | the same "
-         "computation in plain pandas, measured in the same run. seconds = a + b n with a = the fastest "
-         "batch of at most 1,000 records and b the slope from it to the largest batch. "
-         "Plot: ![operators](img/operators_micro.png)"),
+        (
+            "Median seconds of one `process` call on trades records (8 key groups), Spark operator | the same "
+            "computation in plain pandas, measured in the same run. seconds = a + b n with a = the fastest "
+            "batch of at most 1,000 records and b the slope from it to the largest batch. "
+            "Plot: ![operators](img/operators_micro.png)"
+        ),
         "",
-        "| operator | " + " | ".join(f"n={n:,}" for n in sizes) + f" | a (ms) | b (us/record) | a / b (records) | records/s at n={sizes[-1]:,} |",
+        "| operator | "
+        + " | ".join(f"n={n:,}" for n in sizes)
+        + f" | a (ms) | b (us/record) | a / b (records) | records/s at n={sizes[-1]:,} |",
         "|---|" + "---|" * (len(sizes) + 4),
     ]
     for name, by_size in results.items():
         a, b = fits[name]
         cells = " | ".join(f"{by_size[n][0]:.3f} \\| {by_size[n][1]:.4f}" for n in sizes)
-        lines.append(f"| {name} | {cells} | {a * 1e3:.0f} | {b * 1e6:.2f} | {a / b:,.0f} | "
-                     f"{sizes[-1] / by_size[sizes[-1]][0]:,.0f} |")
-    lines += ["", ("Reading: a batch smaller than a / b records costs mostly Spark's fixed overhead a (pandas -> "
-                   "Arrow -> JVM, job planning and scheduling, Arrow -> pandas), so an executor should call "
-                   "`process` once per operator per micro-batch for all its key groups together, with batches "
-                   "of thousands of records where latency allows; plain pandas is the floor no Spark "
-                   "operator reaches.")]
+        lines.append(
+            f"| {name} | {cells} | {a * 1e3:.0f} | {b * 1e6:.2f} | {a / b:,.0f} | "
+            f"{sizes[-1] / by_size[sizes[-1]][0]:,.0f} |"
+        )
+    lines += [
+        "",
+        (
+            "Reading: a batch smaller than a / b records costs mostly Spark's fixed overhead a (pandas -> "
+            "Arrow -> JVM, job planning and scheduling, Arrow -> pandas), so an executor should call "
+            "`process` once per operator per micro-batch for all its key groups together, with batches "
+            "of thousands of records where latency allows; plain pandas is the floor no Spark "
+            "operator reaches."
+        ),
+    ]
     write_section(SECTION, lines)
     shutil.rmtree(udf_dir, ignore_errors=True)
     console.print(f"wrote {image.relative_to(ROOT)} and the {SECTION} section of docs/benchmarks.md")

@@ -18,8 +18,10 @@ BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 
 def header(command: str, machine_note: str = "") -> list[str]:
     """Command, machine and date lines (markdown hard breaks) for a section."""
-    machine = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-               f"{platform.system()} {platform.release()}")
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}"
+    )
     return [
         f"Command: `{command}`  ",
         f"Machine: {machine}{', ' + machine_note if machine_note else ''}  ",
@@ -29,6 +31,7 @@ def header(command: str, machine_note: str = "") -> list[str]:
 
 def markdown(columns: Sequence[str], rows: Sequence[Sequence[object]], digits: int = 3) -> list[str]:
     """A markdown table; floats get ``digits`` decimals."""
+
     def cell(value: object) -> str:
         return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
@@ -64,6 +67,8 @@ def write_section(title: str, lines: Sequence[str], path: Path = BENCHMARKS) -> 
     if start is None:
         path.write_text(text.rstrip() + "\n\n" + body)
         return
-    end = next((i for i in range(start + 1, len(all_lines)) if all_lines[i].startswith("## ")), len(all_lines))
+    end = next(
+        (i for i in range(start + 1, len(all_lines)) if all_lines[i].startswith("## ")), len(all_lines)
+    )
     tail = "".join(all_lines[end:])
     path.write_text("".join(all_lines[:start]) + body + ("\n" + tail if tail else ""))

@@ -61,19 +61,19 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.report import header, markdown, read_section, write_section
+from streamtopo.contracts import ExecutorEntry, Keys, RoutingTable, unit_key
+from streamtopo.local.platform import LocalPlatform
+from streamtopo.local.runner import finished
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import Operator, StreamTopology, StreamTopologySpec
-from streamtopo.planner.routing import ExecutorEntry, RoutingTable, unit_key
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.executor import Executor, ExecutorConfig
 from streamtopo.runtime.handover import Pause
-from streamtopo.runtime.local import LocalPlatform
 from streamtopo.runtime.operators import build_operator
 from streamtopo.runtime.partitioning import route
-from streamtopo.runtime.runner import finished
 from streamtopo.runtime.spark import get_spark
 from streamtopo.runtime.state_store import Commit, StateStore, UnitRecord
-from streamtopo.runtime.transport import Entry, Keys, connect, entry_fields
+from streamtopo.runtime.transport import Entry, connect, entry_fields
 
 console = Console()
 KEYS = 100
@@ -101,20 +101,47 @@ def cpu_seconds(roots: Sequence[psutil.Process] = ()) -> float:
 
 
 def topology(name: str, rate: float, count: int, key_groups: int = KEY_GROUPS) -> StreamTopology:
-    return StreamTopology.model_validate({"metadata": {"name": name}, "spec": {"keyGroups": key_groups, "operators": [
-        {"name": "numbers", "kind": "source",
-         "source": {"generator": "sequence", "ratePerSecond": rate, "count": count, "keys": KEYS}},
-        {"name": "totals", "kind": "aggregate", "inputs": ["numbers"], "keyBy": ["key"],
-         "window": {"size": WINDOW}, "aggregations": ["count(*) AS n", "sum(value) AS total"]},
-        {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
-    ]}})
+    return StreamTopology.model_validate(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "keyGroups": key_groups,
+                "operators": [
+                    {
+                        "name": "numbers",
+                        "kind": "source",
+                        "source": {
+                            "generator": "sequence",
+                            "ratePerSecond": rate,
+                            "count": count,
+                            "keys": KEYS,
+                        },
+                    },
+                    {
+                        "name": "totals",
+                        "kind": "aggregate",
+                        "inputs": ["numbers"],
+                        "keyBy": ["key"],
+                        "window": {"size": WINDOW},
+                        "aggregations": ["count(*) AS n", "sum(value) AS total"],
+                    },
+                    {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
+                ],
+            },
+        }
+    )
 
 
-def routing_for(top: StreamTopology, assignment: dict[tuple[str, int], str], version: int = 1) -> RoutingTable:
+def routing_for(
+    top: StreamTopology, assignment: dict[tuple[str, int], str], version: int = 1
+) -> RoutingTable:
     names = sorted(set(assignment.values()))
-    return RoutingTable(topology=top.metadata.name, version=version,
-                        executors={n: ExecutorEntry() for n in names},
-                        units={unit_key(u): e for u, e in assignment.items()})
+    return RoutingTable(
+        topology=top.metadata.name,
+        version=version,
+        executors={n: ExecutorEntry() for n in names},
+        units={unit_key(u): e for u, e in assignment.items()},
+    )
 
 
 def write(path: Path, routing: RoutingTable) -> None:
@@ -139,8 +166,14 @@ class Threaded:
 # --------------------------------------------------------------------------------------- throughput
 
 
-def ours(url: str, work: Path, records: int, name: str = "bench-ours", split: bool = False,
-         unit_records: int | None = None) -> tuple[float, float]:
+def ours(
+    url: str,
+    work: Path,
+    records: int,
+    name: str = "bench-ours",
+    split: bool = False,
+    unit_records: int | None = None,
+) -> tuple[float, float]:
     """(records per CPU-second, wall seconds) of our executors running the pipeline flat out.
 
     One executor hosting every unit (records stay in the JVM from the generator to the aggregate's
@@ -148,14 +181,19 @@ def ours(url: str, work: Path, records: int, name: str = "bench-ours", split: bo
     every record crosses Valkey as Arrow entries and enters Spark again on the far side."""
     top = topology(name, rate=1e9, count=records)
     spec = top.spec
-    units = {(op.name, kg): ("ex-1" if split and op.kind != "source" else "ex-0")
-             for op in spec.operators for kg in range(spec.key_groups_of(op.name))}
+    units = {
+        (op.name, kg): ("ex-1" if split and op.kind != "source" else "ex-0")
+        for op in spec.operators
+        for kg in range(spec.key_groups_of(op.name))
+    }
     write(work / "routing.json", routing_for(top, units))
     # The executor's defaults unless a sweep sets the records a source unit generates per step.
     config = ExecutorConfig(**({"max_source_records": unit_records} if unit_records else {}))
     names = ["ex-0", "ex-1"] if split else ["ex-0"]
-    runs = [Threaded(Executor(top, work / "routing.json", n, url, output_dir=work / "out", config=config))
-            for n in names]
+    runs = [
+        Threaded(Executor(top, work / "routing.json", n, url, output_dir=work / "out", config=config))
+        for n in names
+    ]
     cpu0, wall0 = cpu_seconds(), time.perf_counter()
     store = runs[0].executor.store
     while not finished(store, top):
@@ -171,11 +209,15 @@ def structured_streaming(seconds: float, rate: int) -> tuple[float, int]:
     from pyspark.sql import functions as F
 
     spark = get_spark()
-    stream = (spark.readStream.format("rate").option("rowsPerSecond", rate).load()
-              .withColumn("key", F.col("value") % KEYS)
-              .withWatermark("timestamp", "0 seconds")
-              .groupBy(F.window("timestamp", f"{WINDOW:g} seconds"), "key")
-              .agg(F.count("*").alias("n"), F.sum("value").alias("total")))
+    stream = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", rate)
+        .load()
+        .withColumn("key", F.col("value") % KEYS)
+        .withWatermark("timestamp", "0 seconds")
+        .groupBy(F.window("timestamp", f"{WINDOW:g} seconds"), "key")
+        .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
+    )
     query = stream.writeStream.format("noop").outputMode("append").start()
     rows: dict[int, int] = {}
 
@@ -205,8 +247,15 @@ def batching(url: str, records: int = 20000) -> tuple[float, float]:
     """Records per second through the transport: one record per entry, then 512 per entry."""
     client = connect(url)
     seq = np.arange(records, dtype=np.int64)
-    frame = pd.DataFrame({"seq": seq, "key": seq % KEYS, "value": seq, "_ts": seq / 1000.0,
-                          "_kg": np.zeros(records, dtype=np.int32)})
+    frame = pd.DataFrame(
+        {
+            "seq": seq,
+            "key": seq % KEYS,
+            "value": seq,
+            "_ts": seq / 1000.0,
+            "_kg": np.zeros(records, dtype=np.int32),
+        }
+    )
     out = []
     for size, budget in ((1, min(records, 3000)), (512, records)):
         stream = f"st:{{bench}}:batch:{size}"
@@ -214,7 +263,7 @@ def batching(url: str, records: int = 20000) -> tuple[float, float]:
         started = time.perf_counter()
         sent = 0
         for i in range(0, budget, size):
-            fields = entry_fields("bench/0", i + 1, 0.0, frame.iloc[i:i + size])
+            fields = entry_fields("bench/0", i + 1, 0.0, frame.iloc[i : i + size])
             client.xadd(stream, dict(zip(fields[::2], fields[1::2])))
             sent += min(size, budget - i)
         got = 0
@@ -237,9 +286,17 @@ def pauses(url: str, work: Path, sizes: list[int], repeats: int) -> list[tuple[i
         spec = top.spec
         operator = build_operator(spec.operator("totals"), spec)
         n = max(1, (size - 4096) // 32)  # four int64 columns, under the nominal size with the IPC framing
-        state = {"rows": pd.DataFrame({"key": np.arange(n, dtype=np.int64), "__bucket": np.zeros(n, dtype=np.int64),
-                                       "__a0_c": np.ones(n, dtype=np.int64),
-                                       "__a1_s": np.arange(n, dtype=np.int64)}), "wm": -math.inf}
+        state = {
+            "rows": pd.DataFrame(
+                {
+                    "key": np.arange(n, dtype=np.int64),
+                    "__bucket": np.zeros(n, dtype=np.int64),
+                    "__a0_c": np.ones(n, dtype=np.int64),
+                    "__a1_s": np.arange(n, dtype=np.int64),
+                }
+            ),
+            "wm": -math.inf,
+        }
         blob = operator.encode_state(state)
         store = StateStore(connect(url), Keys.of(top))
         epoch, _ = store.acquire("totals/0", "seed")
@@ -248,7 +305,9 @@ def pauses(url: str, work: Path, sizes: list[int], repeats: int) -> list[tuple[i
         assignment = {("numbers", 0): "nobody", ("totals", 0): "ex-a", ("out", 0): "nobody"}
         path = work / f"routing-{size}.json"
         write(path, routing_for(top, assignment))
-        runs = [Threaded(Executor(top, path, name, url, output_dir=work / "out")) for name in ("ex-a", "ex-b")]
+        runs = [
+            Threaded(Executor(top, path, name, url, output_dir=work / "out")) for name in ("ex-a", "ex-b")
+        ]
         version = 1
         for i in range(repeats):
             time.sleep(0.5)
@@ -293,7 +352,9 @@ def quantile(buckets: list[tuple[float, float]], q: float) -> float:
         if count >= target:
             if math.isinf(bound):
                 return lower_bound
-            return lower_bound + (bound - lower_bound) * (target - lower_count) / max(count - lower_count, 1e-9)
+            return lower_bound + (bound - lower_bound) * (target - lower_count) / max(
+                count - lower_count, 1e-9
+            )
         lower_bound, lower_count = bound, count
     return lower_bound
 
@@ -331,28 +392,56 @@ def pipeline(prefix: str, crossing: str, count: int | None, rate: float) -> list
     """The operators of one pipeline of a crossing kind, named ``<prefix>-...`` so several pipelines share
     a topology (and so the executors that run them one after the other)."""
     source = {"generator": "sequence", "ratePerSecond": rate, "keys": SCALE_KEYS}
-    numbers = {"name": f"{prefix}-numbers", "kind": "source",
-               "source": source if count is None else {**source, "count": count}}
+    numbers = {
+        "name": f"{prefix}-numbers",
+        "kind": "source",
+        "source": source if count is None else {**source, "count": count},
+    }
     if crossing == "combinable":
-        return [numbers,
-                {"name": f"{prefix}-kept", "kind": "filter", "inputs": [numbers["name"]],
-                 "expr": "value % 10 <> 0"},
-                {"name": f"{prefix}-totals", "kind": "aggregate", "inputs": [f"{prefix}-kept"],
-                 "keyBy": ["key"], "window": {"size": WINDOW},
-                 "aggregations": ["count(*) AS n", "sum(value) AS total"]},
-                {"name": f"{prefix}-out", "kind": "sink", "inputs": [f"{prefix}-totals"],
-                 "sink": {"file": {}}}]
-    return [numbers,
-            {"name": f"{prefix}-rekeyed", "kind": "map", "inputs": [numbers["name"]],
-             "select": ["seq", "key", "value", f"(seq div {KEY_GROUPS}) % {SCALE_KEYS} AS account"]},
-            {"name": f"{prefix}-out", "kind": "sink", "inputs": [f"{prefix}-rekeyed"], "keyBy": ["account"],
-             "sink": {"file": {}}}]
+        return [
+            numbers,
+            {
+                "name": f"{prefix}-kept",
+                "kind": "filter",
+                "inputs": [numbers["name"]],
+                "expr": "value % 10 <> 0",
+            },
+            {
+                "name": f"{prefix}-totals",
+                "kind": "aggregate",
+                "inputs": [f"{prefix}-kept"],
+                "keyBy": ["key"],
+                "window": {"size": WINDOW},
+                "aggregations": ["count(*) AS n", "sum(value) AS total"],
+            },
+            {"name": f"{prefix}-out", "kind": "sink", "inputs": [f"{prefix}-totals"], "sink": {"file": {}}},
+        ]
+    return [
+        numbers,
+        {
+            "name": f"{prefix}-rekeyed",
+            "kind": "map",
+            "inputs": [numbers["name"]],
+            "select": ["seq", "key", "value", f"(seq div {KEY_GROUPS}) % {SCALE_KEYS} AS account"],
+        },
+        {
+            "name": f"{prefix}-out",
+            "kind": "sink",
+            "inputs": [f"{prefix}-rekeyed"],
+            "keyBy": ["account"],
+            "sink": {"file": {}},
+        },
+    ]
 
 
 def pipelines_topology(name: str, pipelines: list[list[dict]]) -> StreamTopology:
     """One topology holding several pipelines, so one group of executors (one JVM start) runs them all."""
-    return StreamTopology.model_validate({"metadata": {"name": name}, "spec": {
-        "keyGroups": KEY_GROUPS, "operators": [op for ops in pipelines for op in ops]}})
+    return StreamTopology.model_validate(
+        {
+            "metadata": {"name": name},
+            "spec": {"keyGroups": KEY_GROUPS, "operators": [op for ops in pipelines for op in ops]},
+        }
+    )
 
 
 def round_robin(ops: list[Operator], spec: StreamTopologySpec, executors: int) -> dict[tuple[str, int], str]:
@@ -399,8 +488,9 @@ class ExecutorGroup:
         if clock is not None:  # before any executor sets it (they only set a missing clock)
             self.store.client.set(self.keys.clock, repr(clock))
         self.output = work / "out"
-        self.platform = LocalPlatform(work, url, Cluster.uniform(1, float(os.cpu_count() or 1)),
-                                      output_dir=self.output)
+        self.platform = LocalPlatform(
+            work, url, Cluster.uniform(1, float(os.cpu_count() or 1)), output_dir=self.output
+        )
         self.platform.write_topology(top)
         self.version = 0
         self.route({})
@@ -430,8 +520,12 @@ class ExecutorGroup:
         self.platform.write_routing(routing_for(self.top, assignment, self.version))
 
     def unit_keys(self, ops: list[Operator], kind: str | None = None) -> list[str]:
-        return [unit_key((op.name, kg)) for op in ops if kind in (None, op.kind)
-                for kg in range(self.spec.key_groups_of(op.name))]
+        return [
+            unit_key((op.name, kg))
+            for op in ops
+            if kind in (None, op.kind)
+            for kg in range(self.spec.key_groups_of(op.name))
+        ]
 
     def wait(self, condition: Callable[[], bool], timeout: float, poll: float = POLL) -> bool:
         """Poll ``condition`` until it holds (True) or ``timeout`` passes (False); an executor that exits
@@ -440,8 +534,9 @@ class ExecutorGroup:
         while not condition():
             if exited := self.platform.exited():
                 name, code = next(iter(exited.items()))
-                raise RuntimeError(f"executor {name} exited with code {code}:\n"
-                                   f"{self.platform.log_tail(name)}")
+                raise RuntimeError(
+                    f"executor {name} exited with code {code}:\n{self.platform.log_tail(name)}"
+                )
             if time.time() > deadline:
                 return False
             time.sleep(poll)
@@ -480,8 +575,12 @@ class ExecutorGroup:
         self.release(ops)
         self.check(prefix, crossing, count)
         client = self.store.client
-        streams = [self.keys.stream(u, op.name, kg) for op in ops for u in op.inputs
-                   for kg in range(self.spec.key_groups_of(op.name))]
+        streams = [
+            self.keys.stream(u, op.name, kg)
+            for op in ops
+            for u in op.inputs
+            for kg in range(self.spec.key_groups_of(op.name))
+        ]
         client.delete(*[self.keys.unit(k) for k in self.unit_keys(ops)], *streams)
         client.hdel(self.keys.backlog, *streams)
         shutil.rmtree(self.output / f"{prefix}-out", ignore_errors=True)
@@ -502,15 +601,23 @@ class ExecutorGroup:
 
     def families(self) -> list[Metric]:
         """Every executor's /metrics, parsed."""
-        return [family for text in self.platform.scrape_all().values()
-                for family in text_string_to_metric_families(text)]
+        return [
+            family
+            for text in self.platform.scrape_all().values()
+            for family in text_string_to_metric_families(text)
+        ]
 
     def backlog(self, ops: list[Operator]) -> float:
         """Records the pipeline's units have waiting (generators: due and not generated yet); infinite
         until every unit exports its backlog (acquired, and its first step done)."""
         names = {op.name for op in ops}
-        values = [s.value for f in self.families() if f.name == "streamtopo_unit_backlog_records"
-                  for s in f.samples if s.labels["operator"] in names]
+        values = [
+            s.value
+            for f in self.families()
+            if f.name == "streamtopo_unit_backlog_records"
+            for s in f.samples
+            if s.labels["operator"] in names
+        ]
         return sum(values) if len(values) == len(self.unit_keys(ops)) else math.inf
 
     def sink_latency(self, sink: str) -> dict[float, float]:
@@ -584,8 +691,9 @@ def measured(runs: list[tuple[int, float, float]], records: int, most: int) -> b
     return len(runs) >= most or 0 < slope and se <= 0.05 * slope
 
 
-def scale_out(url: str, work: Path, records: int, warm_ups: int = WARM_UP_RUNS,
-              most: int = MEASURED_RUNS) -> list[ScalePoint]:
+def scale_out(
+    url: str, work: Path, records: int, warm_ups: int = WARM_UP_RUNS, most: int = MEASURED_RUNS
+) -> list[ScalePoint]:
     """The scale-out curve: both crossings on 1, 2 and 4 executors, with runs of ``records`` and twice that.
 
     One executor group per executor count runs, per crossing, up to ``warm_ups`` warm-up runs of
@@ -594,11 +702,15 @@ def scale_out(url: str, work: Path, records: int, warm_ups: int = WARM_UP_RUNS,
     is due at once (the sources run backlogged, flat out) while event times still span
     ``records / EVENT_RATE`` seconds of 1 s windows."""
     points = []
-    sizes = {**{f"warm{i}": records for i in range(warm_ups)},
-             **{f"run{i}": records * (1 + i % 2) for i in range(most)}}
+    sizes = {
+        **{f"warm{i}": records for i in range(warm_ups)},
+        **{f"run{i}": records * (1 + i % 2) for i in range(most)},
+    }
     for executors in SCALE_EXECUTORS:
-        top = pipelines_topology(f"bench-scale-{executors}", [
-            pipeline(f"{c}-{tag}", c, size, EVENT_RATE) for c in CROSSINGS for tag, size in sizes.items()])
+        top = pipelines_topology(
+            f"bench-scale-{executors}",
+            [pipeline(f"{c}-{tag}", c, size, EVENT_RATE) for c in CROSSINGS for tag, size in sizes.items()],
+        )
         console.print(f"  {executors} executor(s): starting")
         clock = time.time() - 86400
         with ExecutorGroup(top, work / f"scale-{executors}", url, executors, clock=clock) as group:
@@ -610,34 +722,40 @@ def scale_out(url: str, work: Path, records: int, warm_ups: int = WARM_UP_RUNS,
                 while not measured(runs, records, most):
                     n = sizes[f"run{len(runs)}"]
                     runs.append((n, *group.run(f"{crossing}-run{len(runs)}", crossing, n, executors)))
-                point = ScalePoint(crossing, executors, records, tuple(runs),
-                                   crossing_share(crossing, executors, records))
+                point = ScalePoint(
+                    crossing, executors, records, tuple(runs), crossing_share(crossing, executors, records)
+                )
                 points.append(point)
-                warm_cpu, runs_cpu = (" / ".join(f"{c:.1f}" for c in costs)
-                                      for costs in (warm, [c for _, c, _ in runs]))
-                console.print(f"  {crossing}, {executors} executor(s): {point.rate:,.0f} records per "
-                              f"CPU-second +- {point.error:.0%} (CPU-seconds of warm-up runs {warm_cpu}, of "
-                              f"measured runs {runs_cpu}), {point.wall_rate:,.0f} records/s wall, "
-                              f"{point.share:.0%} of records cross")
+                warm_cpu, runs_cpu = (
+                    " / ".join(f"{c:.1f}" for c in costs) for costs in (warm, [c for _, c, _ in runs])
+                )
+                console.print(
+                    f"  {crossing}, {executors} executor(s): {point.rate:,.0f} records per "
+                    f"CPU-second +- {point.error:.0%} (CPU-seconds of warm-up runs {warm_cpu}, of "
+                    f"measured runs {runs_cpu}), {point.wall_rate:,.0f} records/s wall, "
+                    f"{point.share:.0%} of records cross"
+                )
     return points
 
 
-def crossing_latency(url: str, work: Path, rate: float, seconds: float
-                     ) -> dict[str, tuple[float, float, int]]:
+def crossing_latency(
+    url: str, work: Path, rate: float, seconds: float
+) -> dict[str, tuple[float, float, int]]:
     """(p50, p99, samples) of event time -> sink commit for each crossing on two executors at ``rate``.
 
     The sources are endless and paced by the topology's clock, which starts with the executors: a pipeline
     first catches up with the records that came due meanwhile, and only the commits after it caught up
     (and 3 s more) count: the histogram is read before and after ``seconds`` and the difference kept."""
-    top = pipelines_topology("bench-latency-across",
-                             [pipeline(f"{c}-live", c, None, rate) for c in CROSSINGS])
+    top = pipelines_topology(
+        "bench-latency-across", [pipeline(f"{c}-live", c, None, rate) for c in CROSSINGS]
+    )
     out = {}
     with ExecutorGroup(top, work / "latency-across", url, 2) as group:
         for crossing in CROSSINGS:
             ops = group.operators(f"{crossing}-live")
             group.route(round_robin(ops, group.spec, 2))
             # Scraping is work for the executors: twice a second is enough to see the backlog gone.
-            if not group.wait(lambda: group.backlog(ops) <= rate, timeout=120.0, poll=0.5):
+            if not group.wait(lambda ops=ops: group.backlog(ops) <= rate, timeout=120.0, poll=0.5):
                 console.print(f"  [red]{crossing}: still more than 1 s of records behind after 120 s[/red]")
             time.sleep(3.0)
             before = group.sink_latency(f"{crossing}-live-out")
@@ -648,17 +766,25 @@ def crossing_latency(url: str, work: Path, rate: float, seconds: float
                 raise RuntimeError(f"{crossing}: no sink latency histogram after {seconds:g} s")
             buckets = [(bound, count - before.get(bound, 0.0)) for bound, count in sorted(after.items())]
             out[crossing] = (quantile(buckets, 0.5), quantile(buckets, 0.99), int(buckets[-1][1]))
-            console.print(f"  {crossing}: p50 {out[crossing][0]:.2f}s p99 {out[crossing][1]:.2f}s "
-                          f"({out[crossing][2]:,} sink records)")
+            console.print(
+                f"  {crossing}: p50 {out[crossing][0]:.2f}s p99 {out[crossing][1]:.2f}s "
+                f"({out[crossing][2]:,} sink records)"
+            )
     return out
 
 
-LABELS = {"combinable": "combinable (filter -> window aggregate)",
-          "whole": "whole records (map -> keyed sink)"}
+LABELS = {
+    "combinable": "combinable (filter -> window aggregate)",
+    "whole": "whole records (map -> keyed sink)",
+}
 
 
-def scale_out_report(command: str, points: list[ScalePoint], across: dict[str, tuple[float, float, int]],
-                     latency_seconds: float) -> list[str]:
+def scale_out_report(
+    command: str,
+    points: list[ScalePoint],
+    across: dict[str, tuple[float, float, int]],
+    latency_seconds: float,
+) -> list[str]:
     """Prints the scale-out tables, draws docs/img/runtime_scaleout.png and returns the Runtime section's
     scale-out block. The block has its own command, machine and date: ``--scale-out-only`` re-measures it
     alone and keeps the rest of the section as it was recorded."""
@@ -688,37 +814,81 @@ def scale_out_report(command: str, points: list[ScalePoint], across: dict[str, t
             return f"per CPU-s >= 0.8x {verdict(cpu >= 0.8)}; wall >= 1.0x {verdict(wall >= 1.0)}"
         gain = p.wall_rate / by[(p.crossing, 2)].wall_rate
         if cores < p.executors:
-            return f"n/a ({cores} cores)" if short else (f"wall above 2 executors' ({gain:.2f}x): n/a, "
-                                                          f"{cores} cores")
+            return (
+                f"n/a ({cores} cores)"
+                if short
+                else (f"wall above 2 executors' ({gain:.2f}x): n/a, {cores} cores")
+            )
         return verdict(gain > 1) if short else f"wall above 2 executors' {verdict(gain > 1)} ({gain:.2f}x)"
 
-    columns = ("crossing", "executors", "keyed-edge records crossing executors", "records per run (N, 2N)",
-               "measured runs", "mean CPU-s (N / 2N)", "records per CPU-second (marginal, +- standard error)",
-               "vs 1 executor", "records per wall second (2N)", "vs 1 executor", "target")
+    columns = (
+        "crossing",
+        "executors",
+        "keyed-edge records crossing executors",
+        "records per run (N, 2N)",
+        "measured runs",
+        "mean CPU-s (N / 2N)",
+        "records per CPU-second (marginal, +- standard error)",
+        "vs 1 executor",
+        "records per wall second (2N)",
+        "vs 1 executor",
+        "target",
+    )
 
     def row(p: ScalePoint, label: str) -> tuple[str, ...]:
         cpu, wall = versus_one(p)
-        return (label, str(p.executors), f"{p.share:.0%}", f"{p.records:,}, {2 * p.records:,}",
-                str(len(p.runs)), f"{p.cpu(p.records):.2f} / {p.cpu(2 * p.records):.2f}",
-                f"{p.rate:,.0f} +- {p.error:.0%}",
-                f"{cpu:.2f}x", f"{p.wall_rate:,.0f}", f"{wall:.2f}x", target(p))
+        return (
+            label,
+            str(p.executors),
+            f"{p.share:.0%}",
+            f"{p.records:,}, {2 * p.records:,}",
+            str(len(p.runs)),
+            f"{p.cpu(p.records):.2f} / {p.cpu(2 * p.records):.2f}",
+            f"{p.rate:,.0f} +- {p.error:.0%}",
+            f"{cpu:.2f}x",
+            f"{p.wall_rate:,.0f}",
+            f"{wall:.2f}x",
+            target(p),
+        )
 
-    latency_columns = (f"end-to-end latency, 2 executors, 2,000 records/s ({latency_seconds:g} s of commits)",
-                       "p50", "p99", "sink records", "target")
+    latency_columns = (
+        f"end-to-end latency, 2 executors, 2,000 records/s ({latency_seconds:g} s of commits)",
+        "p50",
+        "p99",
+        "sink records",
+        "target",
+    )
 
     def latency_row(crossing: str, label: str) -> tuple[str, ...]:
         p50, p99, n = across[crossing]
         return label, f"{p50:.2f} s", f"{p99:.2f} s", f"{n:,}", f"p99 <= 1 s {verdict(p99 <= 1.0)}"
 
     # The terminal (80 columns) gets the numbers that decide; the markdown block has every column.
-    terminal = [(p.crossing, str(p.executors), f"{p.share:.0%}", f"{p.rate:,.0f} +- {p.error:.0%}",
-                 f"{versus_one(p)[0]:.2f}x", f"{p.wall_rate:,.0f}", f"{versus_one(p)[1]:.2f}x",
-                 target(p, short=True)) for p in points]
+    terminal = [
+        (
+            p.crossing,
+            str(p.executors),
+            f"{p.share:.0%}",
+            f"{p.rate:,.0f} +- {p.error:.0%}",
+            f"{versus_one(p)[0]:.2f}x",
+            f"{p.wall_rate:,.0f}",
+            f"{versus_one(p)[1]:.2f}x",
+            target(p, short=True),
+        )
+        for p in points
+    ]
     for title, cols, body in (
-            ("scale-out", ("crossing", "k", "cross", "records / CPU-s", "vs 1", "wall records/s", "vs 1",
-                           "target"), terminal),
-            ("latency across two executors", ("crossing", *latency_columns[1:]),
-             [latency_row(c, c) for c in across])):
+        (
+            "scale-out",
+            ("crossing", "k", "cross", "records / CPU-s", "vs 1", "wall records/s", "vs 1", "target"),
+            terminal,
+        ),
+        (
+            "latency across two executors",
+            ("crossing", *latency_columns[1:]),
+            [latency_row(c, c) for c in across],
+        ),
+    ):
         table = Table(title=title)
         for column in cols:
             table.add_column(column)
@@ -730,8 +900,14 @@ def scale_out_report(command: str, points: list[ScalePoint], across: dict[str, t
     for crossing, marker in zip(CROSSINGS, "os"):
         curve = [by[(crossing, k)] for k in SCALE_EXECUTORS]
         rates = [p.rate for p in curve]
-        (line, *_) = cost.errorbar(SCALE_EXECUTORS, rates, [r * p.error for r, p in zip(rates, curve)],
-                                   fmt=marker + "-", capsize=3, label=LABELS[crossing])
+        (line, *_) = cost.errorbar(
+            SCALE_EXECUTORS,
+            rates,
+            [r * p.error for r, p in zip(rates, curve)],
+            fmt=marker + "-",
+            capsize=3,
+            label=LABELS[crossing],
+        )
         cost.axhline(0.8 * curve[0].rate, color=line.get_color(), lw=0.8, ls=":")
         wall.plot(SCALE_EXECUTORS, [p.wall_rate for p in curve], marker + "-", label=LABELS[crossing])
     wall.axvline(cores, color="grey", lw=0.8, ls="--", label=f"cores of this machine ({cores})")
@@ -751,44 +927,51 @@ def scale_out_report(command: str, points: list[ScalePoint], across: dict[str, t
     plt.close(fig)
 
     return [
-        SCALE_HEADING, "",
-        *header(command, f"load average {psutil.getloadavg()[1]:.1f} (5 min) at the end of the run"), "",
-        *markdown(columns, [row(p, LABELS[p.crossing]) for p in points]), "",
-        *markdown(latency_columns, [latency_row(c, LABELS[c]) for c in across]), "",
-        "![scale-out](img/runtime_scaleout.png)", "",
-        ("Reading: the pipelines run on 1, 2 and 4 executor processes started as `streamtopo run` starts "
-         "them (LocalPlatform: a Python process with its own JVM each, Spark local[1]). Units (operator, "
-         "key group) go round-robin, (op, kg) on executor kg mod k as with `streamtopo run --executors k`,"
-         " so source -> filter/map and aggregate -> sink stay on one executor and the keyed edge crosses "
-         "for the share in the third column (from the generator's definition and the runtime's routing "
-         "function; (k-1)/k expected). Combinable: sequence source (4 key groups, seq % 4) -> filter "
-         f"`value % 10 <> 0` -> 1 s tumbling count and sum keyed by `key` = seq % {SCALE_KEYS} -> file "
-         f"sink. Whole records: sequence source -> map adding `account` = (seq div 4) % {SCALE_KEYS} -> "
-         "file sink keyed by `account`, every record written as a JSON line on the consuming side: that "
-         "formatting (Python) is paid on one executor too, so the whole-record ratios weigh the crossing "
-         "against it. The topology's clock is set a day back, so the sources run backlogged, flat out, "
-         f"while event times still span records / {EVENT_RATE:,.0f} seconds of windows. Each executor group"
-         " starts with no units; once every JVM is up and warm, each crossing runs with N records as a "
-         f"warm-up until two runs in a row cost within 10 % of each other (at most {WARM_UP_RUNS}; 2 with "
-         "`--quick`), then alternately with N and 2N records (N, 2N, N, ... ending on N) until the "
-         f"marginal cost is known within 5 % (standard error) or {MEASURED_RUNS} runs were made (3 with "
-         "`--quick`). A run is timed from the routing version that gives out its units to every sink "
-         "unit's end-of-stream commit, and its output is checked against the generator's definition (count"
-         " and sum of the kept values; lines written). CPU: user + system seconds (psutil) of every "
-         "executor's process tree (Python, JVM, any Python workers, exited children included) and of the "
-         "Valkey server; the harness process, which only polls Valkey, is not counted. Records per "
-         "CPU-second = 1 / the least-squares slope of the runs' CPU against their records: the marginal "
-         "cost, so what a run pays once (acquiring its units, planning its first steps) is the intercept "
-         "and drops out, and the alternation cancels a linear drift. N is the same everywhere "
-         f"({points[0].records:,} here); a backlogged source unit generates all that is due in one step (up to "
-         "2M records), so N and 2N are each one source step per executor and the marginal is the per-record "
-         "cost (receivers of whole records read at most 200k records per step). Wall throughput = 2N / the 2N runs' "
-         "mean wall time. Latency: the same pipelines with endless sources at 2,000 records/s on 2 "
-         "executors; the sink latency histograms of both executors are read once the pipeline has caught "
-         "up with the records that came due while it started (plus 3 s) and again later, and p50/p99 of "
-         "the difference are interpolated within buckets; a window's result has event time = the window's "
-         f"end. Each executor's Spark uses one core; this machine has {cores}, so 4 executors can only beat"
-         " 2 on wall throughput with at least 4 cores."),
+        SCALE_HEADING,
+        "",
+        *header(command, f"load average {psutil.getloadavg()[1]:.1f} (5 min) at the end of the run"),
+        "",
+        *markdown(columns, [row(p, LABELS[p.crossing]) for p in points]),
+        "",
+        *markdown(latency_columns, [latency_row(c, LABELS[c]) for c in across]),
+        "",
+        "![scale-out](img/runtime_scaleout.png)",
+        "",
+        (
+            "Reading: the pipelines run on 1, 2 and 4 executor processes started as `streamtopo run` starts "
+            "them (LocalPlatform: a Python process with its own JVM each, Spark local[1]). Units (operator, "
+            "key group) go round-robin, (op, kg) on executor kg mod k as with `streamtopo run --executors k`,"
+            " so source -> filter/map and aggregate -> sink stay on one executor and the keyed edge crosses "
+            "for the share in the third column (from the generator's definition and the runtime's routing "
+            "function; (k-1)/k expected). Combinable: sequence source (4 key groups, seq % 4) -> filter "
+            f"`value % 10 <> 0` -> 1 s tumbling count and sum keyed by `key` = seq % {SCALE_KEYS} -> file "
+            f"sink. Whole records: sequence source -> map adding `account` = (seq div 4) % {SCALE_KEYS} -> "
+            "file sink keyed by `account`, every record written as a JSON line on the consuming side: that "
+            "formatting (Python) is paid on one executor too, so the whole-record ratios weigh the crossing "
+            "against it. The topology's clock is set a day back, so the sources run backlogged, flat out, "
+            f"while event times still span records / {EVENT_RATE:,.0f} seconds of windows. Each executor group"
+            " starts with no units; once every JVM is up and warm, each crossing runs with N records as a "
+            f"warm-up until two runs in a row cost within 10 % of each other (at most {WARM_UP_RUNS}; 2 with "
+            "`--quick`), then alternately with N and 2N records (N, 2N, N, ... ending on N) until the "
+            f"marginal cost is known within 5 % (standard error) or {MEASURED_RUNS} runs were made (3 with "
+            "`--quick`). A run is timed from the routing version that gives out its units to every sink "
+            "unit's end-of-stream commit, and its output is checked against the generator's definition (count"
+            " and sum of the kept values; lines written). CPU: user + system seconds (psutil) of every "
+            "executor's process tree (Python, JVM, any Python workers, exited children included) and of the "
+            "Valkey server; the harness process, which only polls Valkey, is not counted. Records per "
+            "CPU-second = 1 / the least-squares slope of the runs' CPU against their records: the marginal "
+            "cost, so what a run pays once (acquiring its units, planning its first steps) is the intercept "
+            "and drops out, and the alternation cancels a linear drift. N is the same everywhere "
+            f"({points[0].records:,} here); a backlogged source unit generates all that is due in one step (up to "
+            "2M records), so N and 2N are each one source step per executor and the marginal is the per-record "
+            "cost (receivers of whole records read at most 200k records per step). Wall throughput = 2N / the 2N runs' "
+            "mean wall time. Latency: the same pipelines with endless sources at 2,000 records/s on 2 "
+            "executors; the sink latency histograms of both executors are read once the pipeline has caught "
+            "up with the records that came due while it started (plus 3 s) and again later, and p50/p99 of "
+            "the difference are interpolated within buckets; a window's result has event time = the window's "
+            f"end. Each executor's Spark uses one core; this machine has {cores}, so 4 executors can only beat"
+            " 2 on wall throughput with at least 4 cores."
+        ),
     ]
 
 
@@ -797,16 +980,25 @@ def scale_out_report(command: str, points: list[ScalePoint], across: dict[str, t
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="smaller inputs, pause up to 10 MB, scale-out at 200k + 400k records")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller inputs, pause up to 10 MB, scale-out at 200k + 400k records",
+    )
     parser.add_argument("--records", type=int, default=None, help="records of the one-executor run")
     parser.add_argument("--seconds", type=float, default=None, help="Structured Streaming run time")
-    parser.add_argument("--scale-out-only", action="store_true",
-                        help="only the scale-out curve and the latency across executors; the Runtime section "
-                             "keeps its other measurements")
-    parser.add_argument("--scale-records", type=int, default=None,
-                        help="records of the smaller run of each scale-out configuration "
-                             "(default 2M, quick 200k)")
+    parser.add_argument(
+        "--scale-out-only",
+        action="store_true",
+        help="only the scale-out curve and the latency across executors; the Runtime section "
+        "keeps its other measurements",
+    )
+    parser.add_argument(
+        "--scale-records",
+        type=int,
+        default=None,
+        help="records of the smaller run of each scale-out configuration (default 2M, quick 200k)",
+    )
     args = parser.parse_args()
     command = shlex.join(["python", "bench/runtime.py", *sys.argv[1:]])
     records = args.records or (1_000_000 if args.quick else 4_000_000)
@@ -818,15 +1010,17 @@ def main() -> None:
     with EmbeddedValkey() as valkey, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         # First, while this process has no JVM of its own idling beside the executors measured.
-        console.print(f"[bold]scale-out[/bold] ({scale_records:,} and {2 * scale_records:,} records per "
-                      "configuration, after warm-up runs)")
+        console.print(
+            f"[bold]scale-out[/bold] ({scale_records:,} and {2 * scale_records:,} records per "
+            "configuration, after warm-up runs)"
+        )
         points = scale_out(valkey.url, work, scale_records, *((2, 3) if args.quick else ()))
         console.print("[bold]latency across two executors[/bold]")
         across = crossing_latency(valkey.url, work, rate=2000.0, seconds=latency_seconds)
         scale_lines = scale_out_report(command, points, across, latency_seconds)
         if args.scale_out_only:
             kept = read_section("Runtime")
-            kept = kept[:kept.index(SCALE_HEADING)] if SCALE_HEADING in kept else kept
+            kept = kept[: kept.index(SCALE_HEADING)] if SCALE_HEADING in kept else kept
             write_section("Runtime", [*kept, *([""] if kept else []), *scale_lines])
             return
         get_spark()
@@ -836,20 +1030,33 @@ def main() -> None:
         # Warm-up at full size: the first multi-million-record steps still compile and JIT new code.
         ours(valkey.url, work / "warm", records, name="bench-warm-up")
         ours_rate, ours_wall = ours(valkey.url, work / "ours", records)
-        console.print(f"  ours, one executor: {records:,} records in {ours_wall:.1f}s wall, "
-                      f"{ours_rate:,.0f} records per CPU-second")
+        console.print(
+            f"  ours, one executor: {records:,} records in {ours_wall:.1f}s wall, "
+            f"{ours_rate:,.0f} records per CPU-second"
+        )
         sweep = []
         for unit_records in (25_000, 125_000, 500_000, 1_000_000):
             (work / f"sweep-{unit_records}").mkdir()
-            rate, _ = ours(valkey.url, work / f"sweep-{unit_records}", records, name=f"bench-sweep-{unit_records}",
-                           unit_records=unit_records)
+            rate, _ = ours(
+                valkey.url,
+                work / f"sweep-{unit_records}",
+                records,
+                name=f"bench-sweep-{unit_records}",
+                unit_records=unit_records,
+            )
             sweep.append((unit_records * KEY_GROUPS, rate))
-            console.print(f"  step of {unit_records * KEY_GROUPS:,} records: {rate:,.0f} records per CPU-second")
+            console.print(
+                f"  step of {unit_records * KEY_GROUPS:,} records: {rate:,.0f} records per CPU-second"
+            )
         # The split path (Arrow, Valkey, Parquet into Spark) runs other code than the sweep: warm it first.
         ours(valkey.url, work / "split-warm", split_records, name="bench-split-warm-up", split=True)
-        split_rate, split_wall = ours(valkey.url, work / "split", split_records, name="bench-split", split=True)
-        console.print(f"  ours, two executors: {split_records:,} records in {split_wall:.1f}s wall, "
-                      f"{split_rate:,.0f} records per CPU-second")
+        split_rate, split_wall = ours(
+            valkey.url, work / "split", split_records, name="bench-split", split=True
+        )
+        console.print(
+            f"  ours, two executors: {split_records:,} records in {split_wall:.1f}s wall, "
+            f"{split_rate:,.0f} records per CPU-second"
+        )
         # A rate above what either engine sustains, so both run saturated (records per CPU-second at full load).
         ss_rate, ss_rows = structured_streaming(seconds, rate=5_000_000)
         console.print(f"  Structured Streaming: {ss_rows:,} records, {ss_rate:,.0f} records per CPU-second")
@@ -859,25 +1066,71 @@ def main() -> None:
         pause_rows = pauses(valkey.url, work, sizes, repeats=3 if args.quick else 5)
         console.print("[bold]4. latency[/bold]")
         p50, p99 = latency(valkey.url, work, rate=2000.0, seconds=latency_seconds)
-    report(command, records, split_records, ours_rate, split_rate, sweep, ss_rate, single, batched,
-           pause_rows, p50, p99, scale_lines)
+    report(
+        command,
+        records,
+        split_records,
+        ours_rate,
+        split_rate,
+        sweep,
+        ss_rate,
+        single,
+        batched,
+        pause_rows,
+        p50,
+        p99,
+        scale_lines,
+    )
 
 
-def report(command, records, split_records, ours_rate, split_rate, sweep, ss_rate, single, batched,
-           pause_rows, p50, p99, scale_lines) -> None:
+def report(
+    command,
+    records,
+    split_records,
+    ours_rate,
+    split_rate,
+    sweep,
+    ss_rate,
+    single,
+    batched,
+    pause_rows,
+    p50,
+    p99,
+    scale_lines,
+) -> None:
     ratio, split_ratio = ours_rate / ss_rate, split_rate / ss_rate
     table = Table(title="runtime benchmark")
     for column in ("measure", "streamtopo", "baseline", "ratio", "target"):
         table.add_column(column)
-    table.add_row("records / CPU-second, one executor", f"{ours_rate:,.0f}", f"{ss_rate:,.0f} (Structured Streaming)",
-                  f"{ratio:.2f}x", ">= 1.0x")
-    table.add_row("records / CPU-second, two executors", f"{split_rate:,.0f}", f"{ss_rate:,.0f} (Structured Streaming)",
-                  f"{split_ratio:.2f}x", "")
-    table.add_row("transport records / s", f"{batched:,.0f} (512 / entry)", f"{single:,.0f} (1 / entry)",
-                  f"{batched / single:.1f}x", ">= 10x")
+    table.add_row(
+        "records / CPU-second, one executor",
+        f"{ours_rate:,.0f}",
+        f"{ss_rate:,.0f} (Structured Streaming)",
+        f"{ratio:.2f}x",
+        ">= 1.0x",
+    )
+    table.add_row(
+        "records / CPU-second, two executors",
+        f"{split_rate:,.0f}",
+        f"{ss_rate:,.0f} (Structured Streaming)",
+        f"{split_ratio:.2f}x",
+        "",
+    )
+    table.add_row(
+        "transport records / s",
+        f"{batched:,.0f} (512 / entry)",
+        f"{single:,.0f} (1 / entry)",
+        f"{batched / single:.1f}x",
+        ">= 10x",
+    )
     for nbytes, median, worst in pause_rows:
-        table.add_row(f"pause, {nbytes:,} B state", f"p50 {median:.3f}s, max {worst:.3f}s", "", "",
-                      "<= 1 s" if nbytes <= 10_000_000 else "")
+        table.add_row(
+            f"pause, {nbytes:,} B state",
+            f"p50 {median:.3f}s, max {worst:.3f}s",
+            "",
+            "",
+            "<= 1 s" if nbytes <= 10_000_000 else "",
+        )
     table.add_row("latency event time -> sink", f"p50 {p50:.2f}s, p99 {p99:.2f}s", "", "", "")
     console.print(table)
 
@@ -900,7 +1153,9 @@ def report(command, records, split_records, ours_rate, split_rate, sweep, ss_rat
     fig.savefig(img, dpi=120)
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.semilogx([n for n, _ in sweep], [r / ss_rate for _, r in sweep], "o-", label="streamtopo, one executor")
+    ax.semilogx(
+        [n for n, _ in sweep], [r / ss_rate for _, r in sweep], "o-", label="streamtopo, one executor"
+    )
     ax.axhline(1.0, color="grey", lw=0.8, ls=":", label="Structured Streaming (same run)")
     ax.set_xlabel("records generated per step (all key groups)")
     ax.set_ylabel("records per CPU-second / Structured Streaming's")
@@ -913,34 +1168,60 @@ def report(command, records, split_records, ours_rate, split_rate, sweep, ss_rat
         return "met" if ok else "NOT met"
 
     lines = [
-        *header(command, f"load average {psutil.getloadavg()[1]:.1f} (5 min) at the end of the run"), "",
-        "| measure | streamtopo | baseline (same run) | ratio | target |", "|---|---|---|---|---|",
-        (f"| records per CPU-second, 1 s tumbling window count+sum per key, one executor ({records:,} records) "
-         f"| {ours_rate:,.0f} | {ss_rate:,.0f} (Structured Streaming, rate source, noop sink) | {ratio:.2f}x "
-         f"| >= 1.0x {verdict(ratio >= 1)} |"),
-        *[(f"| the same, at most {n:,} records generated per step | {r:,.0f} | {ss_rate:,.0f} | "
-           f"{r / ss_rate:.2f}x | |") for n, r in sweep],
-        (f"| the same with the aggregate on a second executor ({split_records:,} records through Valkey) "
-         f"| {split_rate:,.0f} | {ss_rate:,.0f} | {split_ratio:.2f}x | |"),
-        (f"| transport records per second | {batched:,.0f} (512 per entry) | {single:,.0f} (1 per entry) | "
-         f"{batched / single:.1f}x | >= 10x {verdict(batched / single >= 10)} |"),
-        *[(f"| hand-over pause, {b:,} B of state | p50 {m:.3f} s, max {w:.3f} s | | | "
-           f"{('<= 1 s ' + verdict(w <= 1)) if b <= 10_000_000 else ''} |") for b, m, w in pause_rows],
-        (f"| end-to-end latency (event time to sink commit, 2,000 records/s) | p50 {p50:.2f} s, p99 {p99:.2f} s "
-         "| | | |"), "",
-        "![throughput](img/runtime_throughput.png) ![pause](img/runtime_pause.png)", "",
-        ("Reading: CPU-seconds include the JVM (psutil over the process tree); both engines run one local "
-         "core (local[1]) and are saturated. In the one-executor run the generated records never leave the "
-         "JVM: the source is a lazy `spark.range` frame, routing is Spark's Murmur3 in the same plan, and the "
-         "aggregate's partials (a few rows per key and window) are all that reach Python. Spark's fixed "
-         "cost per step (planning and code generation, about 0.3 s of CPU) dominates small steps, as the "
-         "sweep shows; by default a backlogged source unit generates everything due in one step, up to 2M "
-         "records (the first row: 1M per unit here). In the two-executor run (both executors threads of "
-         "this process, after a warm-up run of the same split) the source's executor combines the records "
-         "for the aggregate on the other one in its own JVM (partials per key and window, one Spark job) "
-         "and only those rows cross Valkey; the far side merges them without a Spark job. A window's result has event time = the window's end, so the latency is how long after a "
-         "window closed its result was committed (a step's duration plus punctuation delay). The pause runs "
-         "from the donor's release to the receiver holding the decoded state."), "",
+        *header(command, f"load average {psutil.getloadavg()[1]:.1f} (5 min) at the end of the run"),
+        "",
+        "| measure | streamtopo | baseline (same run) | ratio | target |",
+        "|---|---|---|---|---|",
+        (
+            f"| records per CPU-second, 1 s tumbling window count+sum per key, one executor ({records:,} records) "
+            f"| {ours_rate:,.0f} | {ss_rate:,.0f} (Structured Streaming, rate source, noop sink) | {ratio:.2f}x "
+            f"| >= 1.0x {verdict(ratio >= 1)} |"
+        ),
+        *[
+            (
+                f"| the same, at most {n:,} records generated per step | {r:,.0f} | {ss_rate:,.0f} | "
+                f"{r / ss_rate:.2f}x | |"
+            )
+            for n, r in sweep
+        ],
+        (
+            f"| the same with the aggregate on a second executor ({split_records:,} records through Valkey) "
+            f"| {split_rate:,.0f} | {ss_rate:,.0f} | {split_ratio:.2f}x | |"
+        ),
+        (
+            f"| transport records per second | {batched:,.0f} (512 per entry) | {single:,.0f} (1 per entry) | "
+            f"{batched / single:.1f}x | >= 10x {verdict(batched / single >= 10)} |"
+        ),
+        *[
+            (
+                f"| hand-over pause, {b:,} B of state | p50 {m:.3f} s, max {w:.3f} s | | | "
+                f"{('<= 1 s ' + verdict(w <= 1)) if b <= 10_000_000 else ''} |"
+            )
+            for b, m, w in pause_rows
+        ],
+        (
+            f"| end-to-end latency (event time to sink commit, 2,000 records/s) | p50 {p50:.2f} s, p99 {p99:.2f} s "
+            "| | | |"
+        ),
+        "",
+        "![throughput](img/runtime_throughput.png) ![pause](img/runtime_pause.png)",
+        "",
+        (
+            "Reading: CPU-seconds include the JVM (psutil over the process tree); both engines run one local "
+            "core (local[1]) and are saturated. In the one-executor run the generated records never leave the "
+            "JVM: the source is a lazy `spark.range` frame, routing is Spark's Murmur3 in the same plan, and the "
+            "aggregate's partials (a few rows per key and window) are all that reach Python. Spark's fixed "
+            "cost per step (planning and code generation, about 0.3 s of CPU) dominates small steps, as the "
+            "sweep shows; by default a backlogged source unit generates everything due in one step, up to 2M "
+            "records (the first row: 1M per unit here). In the two-executor run (both executors threads of "
+            "this process, after a warm-up run of the same split) the source's executor combines the records "
+            "for the aggregate on the other one in its own JVM (partials per key and window, one Spark job) "
+            "and only those rows cross Valkey; the far side merges them without a Spark job. A window's result "
+            "has event time = the window's end, so the latency is how long after a "
+            "window closed its result was committed (a step's duration plus punctuation delay). The pause runs "
+            "from the donor's release to the receiver holding the decoded state."
+        ),
+        "",
         *scale_lines,
     ]
     write_section("Runtime", lines)

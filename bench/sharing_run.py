@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console
 
 from bench.report import header, markdown, write_section
+from streamtopo.local.runner import RunOptions, run_topologies
 from streamtopo.planner.benoit.split import split_shared
 from streamtopo.planner.model import load_topology
-from streamtopo.runtime.runner import RunOptions, run_topologies
 
 SECTION = "Sharing at run time"
 FILES = sorted((ROOT / "examples" / "sharing").glob("*.yaml"))
@@ -43,19 +43,31 @@ def normalised(output: Path) -> list[str]:
     for path in sorted(output.rglob("kg-*.jsonl")):
         for line in path.read_text().splitlines():
             record = json.loads(line)
-            rows.append(json.dumps({k: float(f"{v:.9g}") if isinstance(v, float) else v for k, v in record.items()},
-                                   sort_keys=True))
+            rows.append(
+                json.dumps(
+                    {k: float(f"{v:.9g}") if isinstance(v, float) else v for k, v in record.items()},
+                    sort_keys=True,
+                )
+            )
     return sorted(rows)
 
 
-def run_mode(share: bool, args: argparse.Namespace, workdir: Path) -> tuple[float, float, dict[str, list[str]]]:
+def run_mode(
+    share: bool, args: argparse.Namespace, workdir: Path
+) -> tuple[float, float, dict[str, list[str]]]:
     topologies = [load_topology(f) for f in FILES]
     if share:
         split = split_shared(topologies)
         topologies = ([split.shared] if split.shared else []) + split.consumers
     outputs = {t.metadata.name: workdir / t.metadata.name for t in topologies}
-    options = RunOptions(executors=args.executors, live=False, duration=900, rate_scale=args.rate_scale,
-                         source_seconds=args.source_seconds, seed=0)
+    options = RunOptions(
+        executors=args.executors,
+        live=False,
+        duration=900,
+        rate_scale=args.rate_scale,
+        source_seconds=args.source_seconds,
+        seed=0,
+    )
     before = children_cpu()
     summaries = run_topologies(topologies, options, Console(quiet=True), outputs)
     cpu = children_cpu() - before
@@ -84,23 +96,39 @@ def main() -> None:
                 cpu, seconds, out = run_mode(share, args, Path(tmp) / f"{i}-{share}")
                 results[share].append((cpu, seconds))
                 outputs.setdefault(share, out)
-                console.print(f"run {i + 1}, {'shared' if share else 'no-share'}: {cpu:.1f} CPU-s, {seconds:.1f} s")
+                console.print(
+                    f"run {i + 1}, {'shared' if share else 'no-share'}: {cpu:.1f} CPU-s, {seconds:.1f} s"
+                )
     same = outputs[True] == outputs[False]
     cpu = {share: statistics.median(c for c, _ in runs) for share, runs in results.items()}
     wall = {share: statistics.median(s for _, s in runs) for share, runs in results.items()}
     records = sum(len(v) for v in outputs[True].values())
-    rows = [["shared (prefix once)", f"{cpu[True]:.1f}", f"{wall[True]:.1f}"],
-            ["--no-share (each whole)", f"{cpu[False]:.1f}", f"{wall[False]:.1f}"],
-            ["ratio shared / no-share", f"{cpu[True] / cpu[False]:.2f}", f"{wall[True] / wall[False]:.2f}"]]
+    rows = [
+        ["shared (prefix once)", f"{cpu[True]:.1f}", f"{wall[True]:.1f}"],
+        ["--no-share (each whole)", f"{cpu[False]:.1f}", f"{wall[False]:.1f}"],
+        ["ratio shared / no-share", f"{cpu[True] / cpu[False]:.2f}", f"{wall[True] / wall[False]:.2f}"],
+    ]
     rate = 40000 * args.rate_scale
-    lines = header(f"python bench/sharing_run.py --repeats {args.repeats} --rate-scale {args.rate_scale:g} "
-                   f"--source-seconds {args.source_seconds:g} --executors {args.executors}") + [
-        "", (f"examples/sharing/*.yaml: three topologies, {rate:,.0f} trades/s each for {args.source_seconds:g} s "
-             f"of records, {args.executors} executor(s) per topology; medians of {args.repeats} runs per mode "
-             "(CPU-seconds of every executor, JVM and the embedded Valkey). Target (issue 12): shared <= 0.75x."), ""]
+    lines = header(
+        f"python bench/sharing_run.py --repeats {args.repeats} --rate-scale {args.rate_scale:g} "
+        f"--source-seconds {args.source_seconds:g} --executors {args.executors}"
+    ) + [
+        "",
+        (
+            f"examples/sharing/*.yaml: three topologies, {rate:,.0f} trades/s each for {args.source_seconds:g} s "
+            f"of records, {args.executors} executor(s) per topology; medians of {args.repeats} runs per mode "
+            "(CPU-seconds of every executor, JVM and the embedded Valkey). Target (issue 12): shared <= 0.75x."
+        ),
+        "",
+    ]
     lines += markdown(["mode", "CPU-seconds", "wall seconds to end of stream"], rows)
-    lines += ["", (f"Outputs of the three topologies identical in both modes (floats to 9 significant digits): "
-                   f"{'yes' if same else 'NO'} ({records:,} output records).")]
+    lines += [
+        "",
+        (
+            f"Outputs of the three topologies identical in both modes (floats to 9 significant digits): "
+            f"{'yes' if same else 'NO'} ({records:,} output records)."
+        ),
+    ]
     console.print("\n".join(lines))
     if not args.no_write:
         write_section(SECTION, lines)

@@ -41,9 +41,9 @@ from rich.table import Table
 
 from bench.graphs import random_layered_dag, vwap_like
 from bench.report import markdown, write_section
-from streamtopo.planner.cola.exact_cut import exact_sparsest_cut
-from streamtopo.planner.cola.options import ColaOptions
-from streamtopo.planner.cola.ratio_cut import min_ratio_cut
+from streamtopo.planner.placement.cola.exact_cut import exact_sparsest_cut
+from streamtopo.planner.placement.cola.options import ColaOptions
+from streamtopo.planner.placement.cola.ratio_cut import min_ratio_cut
 
 SECTION = "COLA sparsest cut"
 METHODS = ("lr", "spectral", "metis")
@@ -130,8 +130,17 @@ def summary_rows(samples: list[Sample]) -> list[list[str]]:
     return rows
 
 
-HEADER = ["family", "n", "graphs", "exact sparsity (mean)", "LR/GK ratio", "spectral ratio", "METIS ratio",
-          "chosen ratio", "LR CPU ms"]
+HEADER = [
+    "family",
+    "n",
+    "graphs",
+    "exact sparsity (mean)",
+    "LR/GK ratio",
+    "spectral ratio",
+    "METIS ratio",
+    "chosen ratio",
+    "LR CPU ms",
+]
 
 
 def step_sweep(graphs, options: ColaOptions) -> list[list[str]]:
@@ -144,8 +153,15 @@ def step_sweep(graphs, options: ColaOptions) -> list[list[str]]:
             cut = min_ratio_cut(adj, w, replace(options, cut_methods=("lr",), gk_max_steps=cap))
             seconds.append(time.process_time() - started)
             ratios.append(cut.sparsity / exact)
-        rows.append([str(cap), f"{np.mean(ratios):.3f}", f"{np.max(ratios):.3f}",
-                     f"{np.mean(np.array(ratios) <= 1 + 1e-9):.0%}", f"{np.mean(seconds) * 1000:.0f}"])
+        rows.append(
+            [
+                str(cap),
+                f"{np.mean(ratios):.3f}",
+                f"{np.max(ratios):.3f}",
+                f"{np.mean(np.array(ratios) <= 1 + 1e-9):.0%}",
+                f"{np.mean(seconds) * 1000:.0f}",
+            ]
+        )
     return rows
 
 
@@ -210,13 +226,15 @@ def main() -> None:
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}  ",
         f"Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "",
-        ("Each PE split minimises ratio (2), cut / min(w(S1), w(S2)). Ratio = a method's sparsity over the "
-        "exact optimum (enumeration of all bipartitions); mean / worst, and in brackets the share of graphs "
-        "where the method found the optimum. `chosen` is what COLA keeps with its default options: the exact "
-        f"enumeration on PEs of at most {options.exact_max_nodes} vertices, else the best of the three "
-        "polished by single-vertex moves (`refine`). Times are CPU time (the machine is shared). LR/GK runs "
-        f"with eps = {options.epsilon} and at most {options.gk_max_steps} steps; COLA uses it on PEs of at "
-        f"most {options.gk_max_nodes} super operators, spectral up to {options.spectral_max_nodes}, METIS always."),
+        (
+            "Each PE split minimises ratio (2), cut / min(w(S1), w(S2)). Ratio = a method's sparsity over the "
+            "exact optimum (enumeration of all bipartitions); mean / worst, and in brackets the share of graphs "
+            "where the method found the optimum. `chosen` is what COLA keeps with its default options: the exact "
+            f"enumeration on PEs of at most {options.exact_max_nodes} vertices, else the best of the three "
+            "polished by single-vertex moves (`refine`). Times are CPU time (the machine is shared). LR/GK runs "
+            f"with eps = {options.epsilon} and at most {options.gk_max_steps} steps; COLA uses it on PEs of at "
+            f"most {options.gk_max_nodes} super operators, spectral up to {options.spectral_max_nodes}, METIS always."
+        ),
         "",
         *markdown(HEADER, rows),
         "",

@@ -45,20 +45,51 @@ def kind_cluster() -> Iterator[str]:
     existing = run("kind", "get", "clusters").stdout.split()
     created = CLUSTER not in existing
     if created:
-        run("kind", "create", "cluster", "--name", CLUSTER, "--config", str(ROOT / "e2e/kind.yaml"), "--wait", "180s")
+        run(
+            "kind",
+            "create",
+            "cluster",
+            "--name",
+            CLUSTER,
+            "--config",
+            str(ROOT / "e2e/kind.yaml"),
+            "--wait",
+            "180s",
+        )
     try:
-        for dockerfile, image in (("docker/Dockerfile.operator", OPERATOR_IMAGE),
-                                  ("docker/Dockerfile.runtime", RUNTIME_IMAGE)):
+        for dockerfile, image in (
+            ("docker/Dockerfile.operator", OPERATOR_IMAGE),
+            ("docker/Dockerfile.runtime", RUNTIME_IMAGE),
+        ):
             run("docker", "build", "-f", str(ROOT / dockerfile), "-t", image, str(ROOT), timeout=1800)
             run("kind", "load", "docker-image", image, "--name", CLUSTER)
         operator_repo, operator_tag = OPERATOR_IMAGE.split(":")
         runtime_repo, runtime_tag = RUNTIME_IMAGE.split(":")
-        run("helm", "upgrade", "--install", "streamtopo", str(ROOT / "charts/streamtopo"),
-            "--namespace", "streamtopo", "--create-namespace", "--wait", "--timeout", "5m",
-            "--set", f"image.repository={operator_repo}", "--set", f"image.tag={operator_tag}",
-            "--set", "image.pullPolicy=Never",
-            "--set", f"runtimeImage.repository={runtime_repo}", "--set", f"runtimeImage.tag={runtime_tag}",
-            "--set", "valkey.enabled=true")
+        run(
+            "helm",
+            "upgrade",
+            "--install",
+            "streamtopo",
+            str(ROOT / "charts/streamtopo"),
+            "--namespace",
+            "streamtopo",
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "5m",
+            "--set",
+            f"image.repository={operator_repo}",
+            "--set",
+            f"image.tag={operator_tag}",
+            "--set",
+            "image.pullPolicy=Never",
+            "--set",
+            f"runtimeImage.repository={runtime_repo}",
+            "--set",
+            f"runtimeImage.tag={runtime_tag}",
+            "--set",
+            "valkey.enabled=true",
+        )
         run("kubectl", "create", "namespace", NAMESPACE, check=False)
         yield CLUSTER
     finally:

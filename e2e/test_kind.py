@@ -26,8 +26,9 @@ def topology_status(name: str) -> dict:
 
 
 def events(name: str, reason: str) -> list[dict]:
-    items = kubectl_json("get", "events", "-n", NAMESPACE, "--field-selector",
-                         f"involvedObject.name={name},reason={reason}")["items"]
+    items = kubectl_json(
+        "get", "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={name},reason={reason}"
+    )["items"]
     return items
 
 
@@ -57,8 +58,12 @@ def test_rebalance_and_scale_out_under_load(kind_cluster, tmp_path: Path):
     source = next(op for op in doc["spec"]["operators"] if op["kind"] == "source")
     source["source"]["ratePerSecond"] = 50000
     source["source"].pop("count", None)
-    doc["spec"]["autoscaling"] = {"interval": "30s", "stabilization": "60s", "maxExecutors": 6,
-                                  "targetUtilization": 0.6}
+    doc["spec"]["autoscaling"] = {
+        "interval": "30s",
+        "stabilization": "60s",
+        "maxExecutors": 6,
+        "targetUtilization": 0.6,
+    }
     apply(doc, tmp_path)
     eventually(lambda: events("e2e-load", "RebalanceReport"), 900, "a RebalanceReport event")
     eventually(lambda: events("e2e-load", "ScalingReport"), 900, "a ScalingReport event")

@@ -32,8 +32,10 @@ def _show_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-        version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
-                                              help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
 ) -> None:
     """Fuse, place, run, rebalance and scale streaming pipelines (StreamTopology) on Kubernetes and Spark."""
 

@@ -10,8 +10,9 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     def calibrate(
-        transport: str | None = typer.Option(None, "--transport",
-                                             help="Valkey/Redis URL (default: a private embedded Valkey)."),
+        transport: str | None = typer.Option(
+            None, "--transport", help="Valkey/Redis URL (default: a private embedded Valkey)."
+        ),
         output: Path | None = typer.Option(None, "--output", help="Also write the result as JSON here."),
     ) -> None:
         """Print n (CPU s per message) and s (CPU s per byte) of Arrow IPC entries through Valkey."""
@@ -33,5 +34,7 @@ def register(app: typer.Typer) -> None:
         for records, nbytes, seconds in result.points:
             table.add_row(f"{records:,}", f"{nbytes:,}", f"{seconds * 1e6:,.1f}")
         console.print(table)
-        console.print(f"n = {result.per_message:.3g} s per message, s = {result.per_byte:.3g} s per byte "
-                      f"(CommCostModel(per_record={result.per_message:.3g}, per_byte={result.per_byte:.3g}))")
+        console.print(
+            f"n = {result.per_message:.3g} s per message, s = {result.per_byte:.3g} s per byte "
+            f"(CommCostModel(per_record={result.per_message:.3g}, per_byte={result.per_byte:.3g}))"
+        )

@@ -11,23 +11,39 @@ from streamtopo.runtime.metrics import ALL_INTERFACES
 
 def executor(
     topology: Path = typer.Option(..., "--topology", help="The StreamTopology as YAML (topology.yaml)."),
-    routing: Path = typer.Option(..., "--routing", envvar="STREAMTOPO_ROUTING",
-                                 help="Routing table JSON (watched for new versions)."),
+    routing: Path = typer.Option(
+        ..., "--routing", envvar="STREAMTOPO_ROUTING", help="Routing table JSON (watched for new versions)."
+    ),
     name: str = typer.Option(..., "--name", help="This executor's name in the routing table."),
     transport: str = typer.Option(..., "--transport", help="Valkey/Redis URL, e.g. redis://valkey:6379."),
-    metrics_port: int = typer.Option(0, "--metrics-port", help="Port of /metrics, /healthz, /readyz (0: any)."),
+    metrics_port: int = typer.Option(
+        0, "--metrics-port", help="Port of /metrics, /healthz, /readyz (0: any)."
+    ),
     output: Path | None = typer.Option(None, "--output", help="Directory of file sinks."),
     cpu: float = typer.Option(1.0, "--cpu", help="CPU cores this executor may use (exported capacity)."),
-    bind: str = typer.Option(ALL_INTERFACES, "--bind",
-                             help="Address of the HTTP endpoints: all interfaces (a pod's probes and "
-                                  "Prometheus reach its IP); 127.0.0.1 keeps them local."),
+    bind: str = typer.Option(
+        ALL_INTERFACES,
+        "--bind",
+        help="Address of the HTTP endpoints: all interfaces (a pod's probes and "
+        "Prometheus reach its IP); 127.0.0.1 keeps them local.",
+    ),
 ) -> None:
     """Run the units the routing table gives this executor (exit 2: bad pipeline, 3: no transport,
     4: a file sink cannot write)."""
     from streamtopo.runtime.executor import run_executor
 
-    raise typer.Exit(run_executor(topology, routing, name, transport, metrics_port=metrics_port,
-                                  output_dir=output, cpu=cpu, bind=bind))
+    raise typer.Exit(
+        run_executor(
+            topology,
+            routing,
+            name,
+            transport,
+            metrics_port=metrics_port,
+            output_dir=output,
+            cpu=cpu,
+            bind=bind,
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
             Path, typer.Option("--output-dir", help="Project root holding charts/streamtopo/ and manifests/.")
         ] = Path("."),
         check: Annotated[
-            bool, typer.Option("--check", help="Write nothing; exit 1 when manifests/ differs from the chart.")
+            bool,
+            typer.Option("--check", help="Write nothing; exit 1 when manifests/ differs from the chart."),
         ] = False,
     ) -> None:
         """Render charts/streamtopo into plain YAML for `kubectl apply -f manifests/`."""

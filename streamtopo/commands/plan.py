@@ -12,12 +12,18 @@ def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan(
         file: Annotated[Path, typer.Argument(help="StreamTopology YAML (a full resource or a bare spec).")],
-        cluster: Annotated[Path | None, typer.Option(help="Hosts YAML: hosts: [{name, cpu, labels}].")] = None,
+        cluster: Annotated[
+            Path | None, typer.Option(help="Hosts YAML: hosts: [{name, cpu, labels}].")
+        ] = None,
         hosts: Annotated[int | None, typer.Option(help="Uniform cluster of N hosts (default 4).")] = None,
         host_cpu: Annotated[float | None, typer.Option(help="CPU cores per host (default 4).")] = None,
-        algorithm: Annotated[str | None, typer.Option(
-            help="cola | none | single | fint | metis (default: spec.fusion.algorithm).")] = None,
-        graph: Annotated[str | None, typer.Option(help="auto | logical | unit (default: spec.fusion.graph).")] = None,
+        algorithm: Annotated[
+            str | None,
+            typer.Option(help="cola | none | single | fint | metis (default: spec.fusion.algorithm)."),
+        ] = None,
+        graph: Annotated[
+            str | None, typer.Option(help="auto | logical | unit (default: spec.fusion.graph).")
+        ] = None,
         output_format: Annotated[str, typer.Option("--format", "-o", help="table | json | yaml.")] = "table",
         seed: Annotated[int, typer.Option(help="Seed of the randomised planners.")] = 0,
     ) -> None:

@@ -13,47 +13,84 @@ if TYPE_CHECKING:
 
 
 def run(
-    files: list[Path] = typer.Argument(..., help="StreamTopology YAML file; several run together, their "
-                                       "common sub-trees computed once (docs/sharing.md)."),
-    duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds "
-                                          "(default: until finite sources end, or Ctrl-C)."),
-    executors: int | None = typer.Option(None, "--executors", min=1,
-                                         help="Executors (default: one per COLA PE)."),
-    output: Path | None = typer.Option(None, "--output", help="Directory of file sinks "
-                                       "(default: ./streamtopo-output/<topology name>; with several "
-                                       "files, <output>/<topology name>)."),
-    no_share: bool = typer.Option(False, "--no-share", help="With several files: run each whole, computing "
-                                  "nothing once (the baseline sharing is measured against)."),
-    migrate_every: float | None = typer.Option(None, "--migrate-every", min=0.1,
-                                               help="Drill: move a random key group every S seconds."),
-    kill_every: float | None = typer.Option(None, "--kill-every", min=0.5,
-                                            help="Drill: kill -9 a random executor every S seconds (restarted)."),
-    hosts: int | None = typer.Option(None, "--hosts", min=1, help="Hosts of the planning cluster (default 1)."),
+    files: list[Path] = typer.Argument(
+        ...,
+        help="StreamTopology YAML file; several run together, their "
+        "common sub-trees computed once (docs/sharing.md).",
+    ),
+    duration: float | None = typer.Option(
+        None,
+        "--duration",
+        help="Stop after this many seconds (default: until finite sources end, or Ctrl-C).",
+    ),
+    executors: int | None = typer.Option(
+        None, "--executors", min=1, help="Executors (default: one per COLA PE)."
+    ),
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        help="Directory of file sinks "
+        "(default: ./streamtopo-output/<topology name>; with several "
+        "files, <output>/<topology name>).",
+    ),
+    no_share: bool = typer.Option(
+        False,
+        "--no-share",
+        help="With several files: run each whole, computing "
+        "nothing once (the baseline sharing is measured against).",
+    ),
+    migrate_every: float | None = typer.Option(
+        None, "--migrate-every", min=0.1, help="Drill: move a random key group every S seconds."
+    ),
+    kill_every: float | None = typer.Option(
+        None, "--kill-every", min=0.5, help="Drill: kill -9 a random executor every S seconds (restarted)."
+    ),
+    hosts: int | None = typer.Option(
+        None, "--hosts", min=1, help="Hosts of the planning cluster (default 1)."
+    ),
     host_cpu: float = typer.Option(2.0, "--host-cpu", min=0.1, help="CPU cores per planning host."),
     seed: int = typer.Option(0, "--seed", help="Seed of the drills' random choices and of the planner."),
-    autoscale: bool | None = typer.Option(None, "--autoscale/--no-autoscale", show_default=False,
-                                          help="Run the SPL adaptation loop (ALBIC rebalancing + scaling) "
-                                          "[default: spec.autoscaling.enabled]."),
-    interval: float | None = typer.Option(None, "--interval", min=1.0,
-                                          help="SPL of this run in seconds [default: spec.autoscaling.interval, "
-                                          "capped at duration / 6, at least 5]."),
-    rate_scale: float = typer.Option(1.0, "--rate-scale", min=0.0001,
-                                     help="Multiply every source's ratePerSecond (and declared costs) by F."),
+    autoscale: bool | None = typer.Option(
+        None,
+        "--autoscale/--no-autoscale",
+        show_default=False,
+        help="Run the SPL adaptation loop (ALBIC rebalancing + scaling) [default: spec.autoscaling.enabled].",
+    ),
+    interval: float | None = typer.Option(
+        None,
+        "--interval",
+        min=1.0,
+        help="SPL of this run in seconds [default: spec.autoscaling.interval, "
+        "capped at duration / 6, at least 5].",
+    ),
+    rate_scale: float = typer.Option(
+        1.0,
+        "--rate-scale",
+        min=0.0001,
+        help="Multiply every source's ratePerSecond (and declared costs) by F.",
+    ),
     source_seconds: float | None = typer.Option(
-        None, "--source-seconds", min=0.1,
+        None,
+        "--source-seconds",
+        min=0.1,
         help="Generators stop after S seconds of records (count = rate x S): the run drains and ends at end "
-        "of stream."),
-    verbose: bool = typer.Option(False, "--verbose", help="Show Spark's own output and WARN logs (the "
-                                 "check's JVM here, the executors' in their logs) instead of ERROR only."),
+        "of stream.",
+    ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        help="Show Spark's own output and WARN logs (the "
+        "check's JVM here, the executors' in their logs) instead of ERROR only.",
+    ),
 ) -> None:
     """Plan and run the pipeline locally with live progress; print a summary at the end."""
     from rich.console import Console
     from rich.markup import escape
 
-    from streamtopo.controller.local_loop import local_loop
     from streamtopo.controller.plan_output import render_run_plan
+    from streamtopo.local.loop import local_loop
+    from streamtopo.local.runner import RunOptions, print_summary, run_topologies
     from streamtopo.runtime.operators.udf import extend_import_path
-    from streamtopo.runtime.runner import RunOptions, print_summary, run_topologies
 
     console = Console()
     udf_dirs = tuple(dict.fromkeys(f.resolve().parent for f in files))  # UDF modules next to the files
@@ -61,16 +98,32 @@ def run(
     try:
         topologies, outputs = _prepare(files, output, no_share=no_share, verbose=verbose)
     except _BadInput as error:
-        console.print(f"[red]error:[/red] {escape(error.where)}:\n{escape(error.message)}", highlight=False,
-                      soft_wrap=True)
+        console.print(
+            f"[red]error:[/red] {escape(error.where)}:\n{escape(error.message)}",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(2) from None
-    options = RunOptions(duration=duration, executors=executors, output=output, migrate_every=migrate_every,
-                         kill_every=kill_every, hosts=hosts, host_cpu=host_cpu, seed=seed, autoscale=autoscale,
-                         interval=interval, rate_scale=rate_scale, verbose=verbose, udf_dirs=udf_dirs,
-                         source_seconds=source_seconds, live=console.is_terminal,
-                         progress_every=None if console.is_terminal else 5.0,
-                         show_plan=lambda plan, routing: render_run_plan(plan, routing, console),
-                         adaptation=local_loop)
+    options = RunOptions(
+        duration=duration,
+        executors=executors,
+        output=output,
+        migrate_every=migrate_every,
+        kill_every=kill_every,
+        hosts=hosts,
+        host_cpu=host_cpu,
+        seed=seed,
+        autoscale=autoscale,
+        interval=interval,
+        rate_scale=rate_scale,
+        verbose=verbose,
+        udf_dirs=udf_dirs,
+        source_seconds=source_seconds,
+        live=console.is_terminal,
+        progress_every=None if console.is_terminal else 5.0,
+        show_plan=lambda plan, routing: render_run_plan(plan, routing, console),
+        adaptation=local_loop,
+    )
     summaries = run_topologies(topologies, options, console, outputs)
     for name, summary in summaries.items():
         if len(summaries) > 1:
@@ -86,14 +139,15 @@ class _BadInput(Exception):
         self.where, self.message = where, message
 
 
-def _prepare(files: list[Path], output: Path | None, *, no_share: bool,
-             verbose: bool) -> tuple[list[StreamTopology], dict[str, Path | None]]:
+def _prepare(
+    files: list[Path], output: Path | None, *, no_share: bool, verbose: bool
+) -> tuple[list[StreamTopology], dict[str, Path | None]]:
     """Load and check the files; with several, split off their shared part (unless ``no_share``).
     Returns the topologies to run (the shared part first) and each one's file-sink directory."""
+    from streamtopo.local.runner import check_pipeline, output_dir
     from streamtopo.planner.benoit.split import split_shared
     from streamtopo.planner.benoit.topologies import stream_cycles
     from streamtopo.planner.model import TopologyError, load_topology
-    from streamtopo.runtime.runner import check_pipeline, output_dir
 
     loaded = []
     for file in files:
@@ -102,8 +156,10 @@ def _prepare(files: list[Path], output: Path | None, *, no_share: bool,
         except TopologyError as error:
             raise _BadInput(str(file), str(error)) from None
         if topology.spec.suspend:
-            raise _BadInput(str(file), "spec.suspend: the topology is suspended (no executor runs); "
-                                       "set it to false to run it")
+            raise _BadInput(
+                str(file),
+                "spec.suspend: the topology is suspended (no executor runs); set it to false to run it",
+            )
         loaded.append(topology)
     names = [t.metadata.name for t in loaded]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -123,7 +179,11 @@ def _prepare(files: list[Path], output: Path | None, *, no_share: bool,
         try:
             check_pipeline(topology, outputs[name], verbose=verbose)
         except ValueError as error:
-            origin = files[names.index(name)] if name in names else "the shared part of " + ", ".join(map(str, files))
+            origin = (
+                files[names.index(name)]
+                if name in names
+                else "the shared part of " + ", ".join(map(str, files))
+            )
             raise _BadInput(str(origin), str(error)) from None
     return topologies, outputs
 

@@ -32,40 +32,86 @@ def register(app: typer.Typer) -> None:
     @app.command("share")
     def share(
         files: Annotated[list[Path], typer.Argument(help="StreamTopology YAML files placed together.")],
-        cluster: Annotated[Path | None, typer.Option(
-            help="Hosts YAML: hosts: [{name, cpu, network}], links: [{hosts: [a, b], bandwidth}].")] = None,
+        cluster: Annotated[
+            Path | None,
+            typer.Option(
+                help="Hosts YAML: hosts: [{name, cpu, network}], links: [{hosts: [a, b], bandwidth}]."
+            ),
+        ] = None,
         hosts: Annotated[int | None, typer.Option(help="Uniform cluster of N hosts (default 4).")] = None,
         host_cpu: Annotated[float | None, typer.Option(help="CPU cores per host (default 4).")] = None,
         heuristic: Annotated[str, typer.Option(help=" | ".join(HEURISTICS) + ".")] = DEFAULT_HEURISTIC,
-        strategy: Annotated[int, typer.Option(
-            help="Processor selection: 1 fastest, 2 biggest card (blocking), 3 fastest remaining, "
-                 "4 biggest remaining card.")] = DEFAULT_STRATEGY,
-        method: Annotated[str, typer.Option(help="heuristic | ilp (Section 4, started from the heuristic).")]
-            = "heuristic",
+        strategy: Annotated[
+            int,
+            typer.Option(
+                help="Processor selection: 1 fastest, 2 biggest card (blocking), 3 fastest remaining, "
+                "4 biggest remaining card."
+            ),
+        ] = DEFAULT_STRATEGY,
+        method: Annotated[
+            str, typer.Option(help="heuristic | ilp (Section 4, started from the heuristic).")
+        ] = "heuristic",
         objective: Annotated[str, typer.Option(help=" | ".join(OBJECTIVES) + ".")] = "proc-nb",
-        no_share: Annotated[bool, typer.Option(
-            "--no-share", help="Compute nothing once for two topologies (the baseline).")] = False,
-        across_namespaces: Annotated[bool, typer.Option(
-            "--across-namespaces", help="Share sub-trees of topologies in different namespaces.")] = False,
-        deterministic_time: Annotated[float, typer.Option(
-            min=0.01, help="ilp: CP-SAT deterministic-time limit (machine-independent work, not seconds).")] = 60.0,
+        no_share: Annotated[
+            bool, typer.Option("--no-share", help="Compute nothing once for two topologies (the baseline).")
+        ] = False,
+        across_namespaces: Annotated[
+            bool,
+            typer.Option(
+                "--across-namespaces", help="Share sub-trees of topologies in different namespaces."
+            ),
+        ] = False,
+        deterministic_time: Annotated[
+            float,
+            typer.Option(
+                min=0.01, help="ilp: CP-SAT deterministic-time limit (machine-independent work, not seconds)."
+            ),
+        ] = 60.0,
         seed: Annotated[int, typer.Option(help="Seed of the random heuristics and the solver.")] = 0,
         output_format: Annotated[str, typer.Option("--format", "-o", help="table | json.")] = "table",
     ) -> None:
         """Place topologies together, computing common sub-trees once (Benoit et al.)."""
         from rich.console import Console
 
-        raise typer.Exit(run_share(
-            files, cluster=cluster, hosts=hosts, host_cpu=host_cpu, heuristic=heuristic, strategy=strategy,
-            method=method, objective=objective, no_share=no_share, across_namespaces=across_namespaces,
-            deterministic_time=deterministic_time, seed=seed, output_format=output_format,
-            out=Console(), err=Console(stderr=True)))
+        raise typer.Exit(
+            run_share(
+                files,
+                cluster=cluster,
+                hosts=hosts,
+                host_cpu=host_cpu,
+                heuristic=heuristic,
+                strategy=strategy,
+                method=method,
+                objective=objective,
+                no_share=no_share,
+                across_namespaces=across_namespaces,
+                deterministic_time=deterministic_time,
+                seed=seed,
+                output_format=output_format,
+                out=Console(),
+                err=Console(stderr=True),
+            )
+        )
 
 
-def run_share(files: list[Path], *, cluster: Path | None, hosts: int | None, host_cpu: float | None,
-              heuristic: str, strategy: int, method: str, objective: str, no_share: bool,
-              across_namespaces: bool, deterministic_time: float, seed: int, output_format: str,
-              out: Console, err: Console) -> int:
+def run_share(
+    files: list[Path],
+    *,
+    cluster: Path | None,
+    hosts: int | None,
+    host_cpu: float | None,
+    heuristic: str,
+    strategy: int,
+    method: str,
+    objective: str,
+    no_share: bool,
+    across_namespaces: bool,
+    deterministic_time: float,
+    seed: int,
+    output_format: str,
+    out: Console,
+    err: Console,
+) -> int:
     """The command's logic; returns the exit code and never raises for bad input."""
     from streamtopo.controller.plan_output import PlanRequest, resolve_cluster
     from streamtopo.planner.benoit.heuristics import place_heuristic
@@ -74,8 +120,12 @@ def run_share(files: list[Path], *, cluster: Path | None, hosts: int | None, hos
     from streamtopo.planner.model import TopologyError, load_topology
 
     problems: list[tuple[str, str]] = []
-    for option, value, choices in (("--heuristic", heuristic, tuple(HEURISTICS)), ("--method", method, METHODS),
-                                   ("--objective", objective, OBJECTIVES), ("--format", output_format, FORMATS)):
+    for option, value, choices in (
+        ("--heuristic", heuristic, tuple(HEURISTICS)),
+        ("--method", method, METHODS),
+        ("--objective", objective, OBJECTIVES),
+        ("--format", output_format, FORMATS),
+    ):
         if value not in choices:
             problems.append((option, f"unknown value {value!r}: use {', '.join(choices)}"))
     if strategy not in (1, 2, 3, 4):
@@ -108,14 +158,33 @@ def run_share(files: list[Path], *, cluster: Path | None, hosts: int | None, hos
     result = place_heuristic(shared.problem, chosen, strategy, seed)  # type: ignore[arg-type]
     usage, failure, status = result.usage, result.failure, "heuristic"
     if method == "ilp":
-        ilp = solve_ilp(shared.problem, objective, deterministic_time=deterministic_time,  # type: ignore[arg-type]
-                        seed=seed, hint=usage.placement if result.feasible else None)
+        ilp = solve_ilp(
+            shared.problem,
+            objective,
+            deterministic_time=deterministic_time,  # type: ignore[arg-type]
+            seed=seed,
+            hint=usage.placement if result.feasible else None,
+        )
         usage, status = ilp.usage, ilp.status  # type: ignore[assignment]
-        failure = None if ilp.feasible else (
-            "no placement satisfies compute (1), card (3) and link (4) constraints" if ilp.status == "infeasible"
-            else f"the solver found no placement within its limit (heuristic: {failure or 'placed'})")
-    report = _report(shared, usage if failure is None else None, failure, method=method, heuristic=chosen,
-                     strategy=strategy, objective=objective, status=status)  # type: ignore[arg-type]
+        failure = (
+            None
+            if ilp.feasible
+            else (
+                "no placement satisfies compute (1), card (3) and link (4) constraints"
+                if ilp.status == "infeasible"
+                else f"the solver found no placement within its limit (heuristic: {failure or 'placed'})"
+            )
+        )
+    report = _report(
+        shared,
+        usage if failure is None else None,
+        failure,
+        method=method,
+        heuristic=chosen,
+        strategy=strategy,
+        objective=objective,
+        status=status,
+    )  # type: ignore[arg-type]
     if output_format == "json":
         out.print_json(json.dumps(report))
     else:
@@ -123,11 +192,26 @@ def run_share(files: list[Path], *, cluster: Path | None, hosts: int | None, hos
     return EXIT_OK if failure is None else EXIT_NONE
 
 
-def _report(shared: SharedProblem, usage: Usage | None, failure: str | None, *, method: str, heuristic: str,
-            strategy: int, objective: Objective, status: str) -> dict:
+def _report(
+    shared: SharedProblem,
+    usage: Usage | None,
+    failure: str | None,
+    *,
+    method: str,
+    heuristic: str,
+    strategy: int,
+    objective: Objective,
+    status: str,
+) -> dict:
     """The JSON contract: every operator of every topology appears in exactly one instance's ``serves``."""
-    report: dict = {"feasible": usage is not None, "method": method, "heuristic": heuristic,
-                    "strategy": strategy, "objective": objective, "status": status}
+    report: dict = {
+        "feasible": usage is not None,
+        "method": method,
+        "heuristic": heuristic,
+        "strategy": strategy,
+        "objective": objective,
+        "status": status,
+    }
     if usage is None:
         return report | {"reason": failure, "cost": None, "processors": [], "instances": [], "downloads": []}
     problem = shared.problem
@@ -136,15 +220,28 @@ def _report(shared: SharedProblem, usage: Usage | None, failure: str | None, *, 
         app = next(a for a in problem.applications if a.name == app_name)
         node = app.node(node_name)
         key = usage.key((app_name, node_name))
-        entry = instances.setdefault((key, host), {
-            "name": f"{shared.labels[node.operator]}-{node.operator[:8]}", "host": host, "rate": 0.0, "serves": []})
+        entry = instances.setdefault(
+            (key, host),
+            {
+                "name": f"{shared.labels[node.operator]}-{node.operator[:8]}",
+                "host": host,
+                "rate": 0.0,
+                "serves": [],
+            },
+        )
         entry["rate"] = max(entry["rate"], app.rate(node))
         entry["serves"].append(f"{app_name}/{node_name}")
-    downloads = [{"object": obj, "host": u, "from": usage.servers.get((obj, u)) or "external",
-                  "bytesPerSecond": rate} for (obj, u), rate in sorted(usage.downloads.items()) if rate > 0]
-    return report | {"cost": usage.cost(objective), "processors": sorted(usage.used),
-                     "instances": sorted(instances.values(), key=lambda e: (e["host"], e["name"])),
-                     "downloads": downloads}
+    downloads = [
+        {"object": obj, "host": u, "from": usage.servers.get((obj, u)) or "external", "bytesPerSecond": rate}
+        for (obj, u), rate in sorted(usage.downloads.items())
+        if rate > 0
+    ]
+    return report | {
+        "cost": usage.cost(objective),
+        "processors": sorted(usage.used),
+        "instances": sorted(instances.values(), key=lambda e: (e["host"], e["name"])),
+        "downloads": downloads,
+    }
 
 
 def _table(report: dict, out: Console, err: Console) -> None:
@@ -153,12 +250,13 @@ def _table(report: dict, out: Console, err: Console) -> None:
     if not report["feasible"]:
         err.print(f"[red]no placement[/red]: {report['reason']}", highlight=False)
         return
-    table = Table(title=f"{len(report['instances'])} instances on {len(report['processors'])} hosts "
-                        f"({report['method']}: {HEURISTICS.get(report['heuristic'], report['heuristic'])}, "
-                        f"strategy {report['strategy']}; {report['objective']} = {report['cost']:.4g})")
+    table = Table(
+        title=f"{len(report['instances'])} instances on {len(report['processors'])} hosts "
+        f"({report['method']}: {HEURISTICS.get(report['heuristic'], report['heuristic'])}, "
+        f"strategy {report['strategy']}; {report['objective']} = {report['cost']:.4g})"
+    )
     for column in ("instance", "host", "rate (rec/s)", "serves"):
         table.add_column(column)
     for entry in report["instances"]:
         table.add_row(entry["name"], entry["host"], f"{entry['rate']:.6g}", ", ".join(entry["serves"]))
     out.print(table)
-

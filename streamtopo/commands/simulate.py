@@ -1,6 +1,6 @@
 """`streamtopo simulate SCENARIO.yaml`: run a rebalancing policy and a scaling rule over a scenario.
 
-The simulation itself is pure (streamtopo.planner.simulator); this module reads the file, shows
+The simulation itself is pure (streamtopo.planner.simulation.simulator); this module reads the file, shows
 progress, prints the table or JSON and draws the plot. Exit codes: 0 done, 2 bad input (the message
 names the field or option).
 """
@@ -18,7 +18,7 @@ from streamtopo.planner.model import RebalancePolicy
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from streamtopo.planner.simulator import SimulationResult
+    from streamtopo.planner.simulation.simulator import SimulationResult
 
 POLICIES: tuple[str, ...] = get_args(RebalancePolicy)
 FORMATS = ("table", "json")
@@ -35,39 +35,77 @@ SERIES = (
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
     def simulate(
-        scenario: Annotated[Path, typer.Argument(help="Scenario YAML (see examples/scenarios/, docs/simulate.md).")],
-        policy: Annotated[str | None, typer.Option(
-            "--policy", help="Rebalancing policy: " + " | ".join(POLICIES) + " (default: the scenario's).")] = None,
-        scaling: Annotated[str | None, typer.Option(
-            "--scaling", help="Scaling rule: target | dstreams | off (default: the scenario's).")] = None,
-        periods: Annotated[int | None, typer.Option(
-            "--periods", min=1, help="Periods to run (default: the scenario's).")] = None,
+        scenario: Annotated[
+            Path, typer.Argument(help="Scenario YAML (see examples/scenarios/, docs/simulate.md).")
+        ],
+        policy: Annotated[
+            str | None,
+            typer.Option(
+                "--policy", help="Rebalancing policy: " + " | ".join(POLICIES) + " (default: the scenario's)."
+            ),
+        ] = None,
+        scaling: Annotated[
+            str | None,
+            typer.Option(
+                "--scaling", help="Scaling rule: target | dstreams | off (default: the scenario's)."
+            ),
+        ] = None,
+        periods: Annotated[
+            int | None, typer.Option("--periods", min=1, help="Periods to run (default: the scenario's).")
+        ] = None,
         seed: Annotated[int | None, typer.Option("--seed", help="Seed (default: the scenario's).")] = None,
-        plot: Annotated[Path | None, typer.Option("--plot", help="Draw the per-period series into this PNG.")] = None,
+        plot: Annotated[
+            Path | None, typer.Option("--plot", help="Draw the per-period series into this PNG.")
+        ] = None,
         output_format: Annotated[str, typer.Option("--format", "-o", help="table | json.")] = "table",
-        deterministic_time: Annotated[float | None, typer.Option(
-            "--deterministic-time", min=0.001,
-            help="albic/milp: CP-SAT deterministic-time limit per MILP solve, a machine-independent work "
-                 "unit, not seconds (default: the policy's).")] = None,
+        deterministic_time: Annotated[
+            float | None,
+            typer.Option(
+                "--deterministic-time",
+                min=0.001,
+                help="albic/milp: CP-SAT deterministic-time limit per MILP solve, a machine-independent work "
+                "unit, not seconds (default: the policy's).",
+            ),
+        ] = None,
     ) -> None:
         """Simulate rebalancing and scaling over a scenario; print per-period figures and a summary."""
         from rich.console import Console
 
-        raise typer.Exit(run_simulate(scenario, policy=policy, scaling=scaling, periods=periods, seed=seed,
-                                      plot=plot, output_format=output_format,
-                                      deterministic_time=deterministic_time,
-                                      out=Console(), err=Console(stderr=True)))
+        raise typer.Exit(
+            run_simulate(
+                scenario,
+                policy=policy,
+                scaling=scaling,
+                periods=periods,
+                seed=seed,
+                plot=plot,
+                output_format=output_format,
+                deterministic_time=deterministic_time,
+                out=Console(),
+                err=Console(stderr=True),
+            )
+        )
 
 
-def run_simulate(path: Path, *, policy: str | None, scaling: str | None, periods: int | None, seed: int | None,
-                 plot: Path | None, output_format: str, out: Console, err: Console,
-                 deterministic_time: float | None = None) -> int:
+def run_simulate(
+    path: Path,
+    *,
+    policy: str | None,
+    scaling: str | None,
+    periods: int | None,
+    seed: int | None,
+    plot: Path | None,
+    output_format: str,
+    out: Console,
+    err: Console,
+    deterministic_time: float | None = None,
+) -> int:
     """The command's logic; returns the exit code."""
     import yaml
 
-    from streamtopo.planner.scaling import SCALING_RULES
-    from streamtopo.planner.scenario import ScenarioError, load_scenario
-    from streamtopo.planner.simulator import simulate
+    from streamtopo.planner.scaling.rules import SCALING_RULES
+    from streamtopo.planner.simulation.scenario import ScenarioError, load_scenario
+    from streamtopo.planner.simulation.simulator import simulate
 
     problems = []
     if policy is not None and policy not in POLICIES:
@@ -92,8 +130,13 @@ def run_simulate(path: Path, *, policy: str | None, scaling: str | None, periods
         return _fail(err, [f"{path}: {field}: {message}" for field, message in error.problems])
 
     total = periods or scenario.periods
-    options = {"policy": policy, "scaling": scaling, "periods": periods, "seed": seed,
-               "policy_config": solver_config(policy or scenario.policy, deterministic_time)}
+    options = {
+        "policy": policy,
+        "scaling": scaling,
+        "periods": periods,
+        "seed": seed,
+        "policy_config": solver_config(policy or scenario.policy, deterministic_time),
+    }
     if output_format == "table":
         from rich.progress import Progress
 
@@ -114,7 +157,7 @@ def solver_config(policy: str, deterministic_time: float | None) -> object | Non
     """The MILP-based policies' config for ``--deterministic-time`` (None: the policy's defaults)."""
     if deterministic_time is None or policy not in ("albic", "milp"):
         return None
-    from streamtopo.planner.albic import AlbicConfig, MilpConfig
+    from streamtopo.planner.rebalance.albic import AlbicConfig, MilpConfig
 
     milp = MilpConfig(deterministic_time=deterministic_time)
     return milp if policy == "milp" else AlbicConfig(milp=milp)
@@ -130,15 +173,33 @@ def _print_table(result: SimulationResult, out: Console) -> None:
     from rich.table import Table
 
     table = Table(title=f"{result.scenario}: policy {result.policy}, scaling {result.scaling}")
-    for name in ("period", "input rec/s", "active/all executors", "util", "load dist", "load index", "colloc",
-                 "migr", "backlog", "scaling"):
+    for name in (
+        "period",
+        "input rec/s",
+        "active/all executors",
+        "util",
+        "load dist",
+        "load index",
+        "colloc",
+        "migr",
+        "backlog",
+        "scaling",
+    ):
         table.add_column(name, justify="right")
     for p in result.periods:
         scaling = p.scaling if p.scaling == "none" else f"{p.scaling} -> {p.executors_next}"
-        table.add_row(str(p.period), f"{p.input_rate:,.0f}", f"{p.active_executors}/{p.executors}",
-                      f"{p.utilization:.2f}", f"{p.load_distance:.1f}", f"{p.load_index:.3f}",
-                      f"{p.collocation_factor:.2f}", str(p.migrations), f"{p.backlog:,.0f}",
-                      "safe" if p.safe else scaling)
+        table.add_row(
+            str(p.period),
+            f"{p.input_rate:,.0f}",
+            f"{p.active_executors}/{p.executors}",
+            f"{p.utilization:.2f}",
+            f"{p.load_distance:.1f}",
+            f"{p.load_index:.3f}",
+            f"{p.collocation_factor:.2f}",
+            str(p.migrations),
+            f"{p.backlog:,.0f}",
+            "safe" if p.safe else scaling,
+        )
     out.print(table)
     summary = Table(title="summary", show_header=False)
     for key, value in result.summary.items():
@@ -159,8 +220,12 @@ def plot_simulation(results: list[SimulationResult], path: Path) -> None:
     fig, axes = plt.subplots(2, 3, figsize=(14, 7), sharex=True)
     for ax, (key, label) in zip(axes.flat, SERIES):
         for result in results:
-            ax.plot([p.period for p in result.periods], [getattr(p, key) for p in result.periods],
-                    label=f"{result.policy}/{result.scaling}", drawstyle="steps-post" if key == "executors" else "default")
+            ax.plot(
+                [p.period for p in result.periods],
+                [getattr(p, key) for p in result.periods],
+                label=f"{result.policy}/{result.scaling}",
+                drawstyle="steps-post" if key == "executors" else "default",
+            )
         ax.set_title(label)
         ax.grid(alpha=0.3)
     for ax in axes[1]:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamtopo.controller.crd import CHART_DIR, CRD_FILENAME, render_crd
+from streamtopo.controller.fieldtable import render_reference
+
 
 @dataclass(frozen=True)
 class Generated:
@@ -22,8 +25,7 @@ class Generated:
 def stale_files(root: Path, files: list[Generated]) -> list[Path]:
     """Files under ``root`` that are missing or differ from ``files``."""
     return [
-        root / f.path for f in files
-        if not (root / f.path).is_file() or (root / f.path).read_text() != f.text
+        root / f.path for f in files if not (root / f.path).is_file() or (root / f.path).read_text() != f.text
     ]
 
 
@@ -47,3 +49,13 @@ def apply_or_check(root: Path, files: list[Generated], *, check: bool, fix: str)
     for path in write_files(root, files):
         print(f"wrote {path}")
     return 0
+
+
+def generated_files() -> list[Generated]:
+    """Every artifact derived from the model: both copies of the CRD and the field reference."""
+    crd = render_crd()
+    return [
+        Generated(Path("crds") / CRD_FILENAME, crd),
+        Generated(CHART_DIR / "crds" / CRD_FILENAME, crd),
+        Generated(Path("docs/reference.md"), render_reference()),
+    ]

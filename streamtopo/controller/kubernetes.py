@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from streamtopo.contracts import ExecutorEntry, RoutingTable, parse_unit
 from streamtopo.controller.platform import DesiredState
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.graph import operator_of, replica_name
@@ -42,7 +43,6 @@ from streamtopo.planner.model import (
     TransportSpec,
     load_topology,
 )
-from streamtopo.planner.routing import ExecutorEntry, RoutingTable, parse_unit
 
 GROUP = "streamtopo.dev"
 VERSION = "v1alpha1"
@@ -87,8 +87,12 @@ class RenderSettings:
             executor_memory=env.get("STREAMTOPO_EXECUTOR_MEMORY") or cls.executor_memory,
             runtime_image=env.get("STREAMTOPO_RUNTIME_IMAGE") or None,
             transport_url=env.get("STREAMTOPO_TRANSPORT_URL") or None,
-            transport_secret=(secret, env.get("STREAMTOPO_TRANSPORT_SECRET_KEY", "password")) if secret else None,
-            udf_modules=tuple(m.strip() for m in env.get("STREAMTOPO_UDF_MODULES", "").split(",") if m.strip()),
+            transport_secret=(secret, env.get("STREAMTOPO_TRANSPORT_SECRET_KEY", "password"))
+            if secret
+            else None,
+            udf_modules=tuple(
+                m.strip() for m in env.get("STREAMTOPO_UDF_MODULES", "").split(",") if m.strip()
+            ),
         )
 
 
@@ -103,8 +107,14 @@ def service_name(topology: str) -> str:
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
     """The StreamTopology as controller owner: deleting it garbage-collects everything it owns."""
     meta = owner["metadata"]
-    return {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def topology_labels(name: str) -> dict[str, str]:
@@ -115,10 +125,19 @@ def selector(name: str) -> str:
     return f"{TOPOLOGY_LABEL}={name},app.kubernetes.io/component=executor"
 
 
-def _metadata(name: str, namespace: str, owner: Mapping[str, Any], labels: Mapping[str, str],
-              annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
-    meta = {"name": name, "namespace": namespace, "labels": dict(labels),
-            "ownerReferences": [owner_reference(owner)]}
+def _metadata(
+    name: str,
+    namespace: str,
+    owner: Mapping[str, Any],
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    meta = {
+        "name": name,
+        "namespace": namespace,
+        "labels": dict(labels),
+        "ownerReferences": [owner_reference(owner)],
+    }
     if annotations:
         meta["annotations"] = dict(annotations)
     return meta
@@ -133,18 +152,24 @@ def render_configmap(desired: DesiredState, namespace: str, owner: Mapping[str, 
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(routing_name(desired.name), namespace, owner,
-                              {k: v for k, v in topology_labels(desired.name).items()
-                               if k != "app.kubernetes.io/component"},
-                              {VERSION_ANNOTATION: str(desired.routing.version)}),
-        "data": {"routing.json": desired.routing.to_json(),
-                 "topology.yaml": yaml.safe_dump(spec_doc, sort_keys=False),
-                 **({"state.json": desired.memory} if desired.memory is not None else {})},
+        "metadata": _metadata(
+            routing_name(desired.name),
+            namespace,
+            owner,
+            {k: v for k, v in topology_labels(desired.name).items() if k != "app.kubernetes.io/component"},
+            {VERSION_ANNOTATION: str(desired.routing.version)},
+        ),
+        "data": {
+            "routing.json": desired.routing.to_json(),
+            "topology.yaml": yaml.safe_dump(spec_doc, sort_keys=False),
+            **({"state.json": desired.memory} if desired.memory is not None else {}),
+        },
     }
 
 
-def render_service(desired: DesiredState, namespace: str, owner: Mapping[str, Any],
-                   settings: RenderSettings) -> dict[str, Any]:
+def render_service(
+    desired: DesiredState, namespace: str, owner: Mapping[str, Any], settings: RenderSettings
+) -> dict[str, Any]:
     labels = {**topology_labels(desired.name), **settings.service_labels}
     return {
         "apiVersion": "v1",
@@ -153,8 +178,9 @@ def render_service(desired: DesiredState, namespace: str, owner: Mapping[str, An
         "spec": {
             "clusterIP": "None",
             "selector": {TOPOLOGY_LABEL: desired.name, "app.kubernetes.io/component": "executor"},
-            "ports": [{"name": "metrics", "port": settings.metrics_port, "targetPort": "metrics",
-                       "protocol": "TCP"}],
+            "ports": [
+                {"name": "metrics", "port": settings.metrics_port, "targetPort": "metrics", "protocol": "TCP"}
+            ],
             "publishNotReadyAddresses": True,
         },
     }
@@ -196,59 +222,91 @@ def scheduling(topology: StreamTopology, routing: RoutingTable, executor: str) -
         for op in mine:
             labels[_label_key(OPERATOR_LABEL_PREFIX, op)] = "true"
         for other in (op for op in group if op not in operators) if mine else ():
-            terms.append(_anti_affinity(name, [{"key": _label_key(OPERATOR_LABEL_PREFIX, other),
-                                                "operator": "Exists"}]))
+            terms.append(
+                _anti_affinity(
+                    name, [{"key": _label_key(OPERATOR_LABEL_PREFIX, other), "operator": "Exists"}]
+                )
+            )
     for i, ha in enumerate(spec.constraints.high_availability):
         replicas = {r for r in range(ha.replicas) for op in ha.operators if replica_name(op, r) in logical}
         if len(replicas) == 1:
             key = f"{HA_LABEL_PREFIX}g{i}"
             labels[key] = str(replicas.pop())
-            terms.append(_anti_affinity(name, [{"key": key, "operator": "Exists"},
-                                               {"key": key, "operator": "NotIn", "values": [labels[key]]}]))
+            terms.append(
+                _anti_affinity(
+                    name,
+                    [
+                        {"key": key, "operator": "Exists"},
+                        {"key": key, "operator": "NotIn", "values": [labels[key]]},
+                    ],
+                )
+            )
     return {"labels": labels, "nodeSelector": node_selector, "antiAffinity": terms}
 
 
 def _anti_affinity(topology: str, expressions: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"labelSelector": {"matchLabels": {TOPOLOGY_LABEL: topology}, "matchExpressions": expressions},
-            "topologyKey": HOSTNAME_KEY}
+    return {
+        "labelSelector": {"matchLabels": {TOPOLOGY_LABEL: topology}, "matchExpressions": expressions},
+        "topologyKey": HOSTNAME_KEY,
+    }
 
 
-def pod_identity(desired: DesiredState, executor: str, entry: ExecutorEntry, settings: RenderSettings) -> dict:
+def pod_identity(
+    desired: DesiredState, executor: str, entry: ExecutorEntry, settings: RenderSettings
+) -> dict:
     """What makes an executor pod what it is; a change replaces the pod (its hash is an annotation)."""
     transport = desired.topology.spec.transport
     url = transport.url
     if settings.transport_url and url == TransportSpec().url:
         url = settings.transport_url
-    secret = ((transport.password_secret.name, transport.password_secret.key) if transport.password_secret
-              else settings.transport_secret)
+    secret = (
+        (transport.password_secret.name, transport.password_secret.key)
+        if transport.password_secret
+        else settings.transport_secret
+    )
     image = desired.topology.spec.image
     if settings.runtime_image and image == StreamTopologySpec.model_fields["image"].default:
         image = settings.runtime_image
     shape = desired.topology.spec.executor
-    return {"image": image, "host": entry.host, "cpu": entry.cpu, "transport": url,
-            "secret": list(secret) if secret else None, "executor": executor,
-            "metricsPort": settings.metrics_port, "memory": shape.resources.memory or settings.executor_memory,
-            "template": shape.model_dump(mode="json", by_alias=True, exclude_none=True,
-                                         exclude={"resources"})}
+    return {
+        "image": image,
+        "host": entry.host,
+        "cpu": entry.cpu,
+        "transport": url,
+        "secret": list(secret) if secret else None,
+        "executor": executor,
+        "metricsPort": settings.metrics_port,
+        "memory": shape.resources.memory or settings.executor_memory,
+        "template": shape.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"resources"}),
+    }
 
 
 def identity_hash(identity: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def render_pod(desired: DesiredState, executor: str, namespace: str, owner: Mapping[str, Any],
-               settings: RenderSettings) -> dict[str, Any]:
+def render_pod(
+    desired: DesiredState, executor: str, namespace: str, owner: Mapping[str, Any], settings: RenderSettings
+) -> dict[str, Any]:
     entry = desired.executors[executor]
     identity = pod_identity(desired, executor, entry, settings)
     sched = scheduling(desired.topology, desired.routing, executor)
     shape = desired.topology.spec.executor
     template = shape.pod_template
-    labels = {**template.metadata.labels, **topology_labels(desired.name), EXECUTOR_LABEL: executor,
-              **sched["labels"]}
+    labels = {
+        **template.metadata.labels,
+        **topology_labels(desired.name),
+        EXECUTOR_LABEL: executor,
+        **sched["labels"],
+    }
     env = [{"name": "STREAMTOPO_EXECUTOR", "value": executor}]
     if identity["secret"]:
-        env.append({"name": "STREAMTOPO_TRANSPORT_PASSWORD",
-                    "valueFrom": {"secretKeyRef": {"name": identity["secret"][0], "key": identity["secret"][1]}}})
+        env.append(
+            {
+                "name": "STREAMTOPO_TRANSPORT_PASSWORD",
+                "valueFrom": {"secretKeyRef": {"name": identity["secret"][0], "key": identity["secret"][1]}},
+            }
+        )
     env += _wire(shape.env)
     affinity: dict[str, Any] = {}
     terms = [_wire(t.match_expressions) for t in template.node_terms()] or [[]]
@@ -256,45 +314,89 @@ def render_pod(desired: DesiredState, executor: str, namespace: str, owner: Mapp
         pinned = {"key": HOSTNAME_KEY, "operator": "In", "values": [entry.host]}
         terms = [[*t, pinned] for t in terms]
     if terms != [[]]:
-        affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": t} for t in terms]}}
+        affinity["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]
+            }
+        }
     if sched["antiAffinity"]:
-        affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": sched["antiAffinity"]}
+        affinity["podAntiAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": sched["antiAffinity"]
+        }
     cpu = f"{round(entry.cpu * 1000)}m"
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Always",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 30,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{
-            "name": "executor",
-            "image": identity["image"],
-            "args": ["executor", "--topology", f"{CONFIG_DIR}/topology.yaml",
-                     "--routing", f"{CONFIG_DIR}/routing.json", "--name", executor,
-                     "--transport", identity["transport"], "--metrics-port", str(settings.metrics_port),
-                     "--cpu", str(entry.cpu), "--output", "/tmp/output"],
-            "env": env,
-            "ports": [{"name": "metrics", "containerPort": settings.metrics_port, "protocol": "TCP"}],
-            "resources": {"requests": {"cpu": cpu, "memory": identity["memory"]},
-                          "limits": {"memory": identity["memory"]}},
-            "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 10},
-            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 20,
-                              "initialDelaySeconds": 60, "failureThreshold": 3},
-            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
-                                "seccompProfile": {"type": "RuntimeDefault"}},
-            "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                             {"name": "tmp", "mountPath": "/tmp"}, *_wire(shape.volume_mounts)],
-        }],
-        "volumes": [{"name": "config", "configMap": {"name": routing_name(desired.name)}},
-                    {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}, *_wire(template.spec.volumes)],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "fsGroup": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": "executor",
+                "image": identity["image"],
+                "args": [
+                    "executor",
+                    "--topology",
+                    f"{CONFIG_DIR}/topology.yaml",
+                    "--routing",
+                    f"{CONFIG_DIR}/routing.json",
+                    "--name",
+                    executor,
+                    "--transport",
+                    identity["transport"],
+                    "--metrics-port",
+                    str(settings.metrics_port),
+                    "--cpu",
+                    str(entry.cpu),
+                    "--output",
+                    "/tmp/output",
+                ],
+                "env": env,
+                "ports": [{"name": "metrics", "containerPort": settings.metrics_port, "protocol": "TCP"}],
+                "resources": {
+                    "requests": {"cpu": cpu, "memory": identity["memory"]},
+                    "limits": {"memory": identity["memory"]},
+                },
+                "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 10},
+                "livenessProbe": {
+                    "httpGet": {"path": "/healthz", "port": "metrics"},
+                    "periodSeconds": 20,
+                    "initialDelaySeconds": 60,
+                    "failureThreshold": 3,
+                },
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "runAsNonRoot": True,
+                    "capabilities": {"drop": ["ALL"]},
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "volumeMounts": [
+                    {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                    *_wire(shape.volume_mounts),
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "config", "configMap": {"name": routing_name(desired.name)}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+            *_wire(template.spec.volumes),
+        ],
     }
     pod = template.spec
-    for key, value in (("tolerations", _wire(pod.tolerations)), ("imagePullSecrets", _wire(pod.image_pull_secrets)),
-                       ("serviceAccountName", pod.service_account_name),
-                       ("priorityClassName", pod.priority_class_name)):
+    for key, value in (
+        ("tolerations", _wire(pod.tolerations)),
+        ("imagePullSecrets", _wire(pod.image_pull_secrets)),
+        ("serviceAccountName", pod.service_account_name),
+        ("priorityClassName", pod.priority_class_name),
+    ):
         if value:
             pod_spec[key] = value
     if affinity:
@@ -304,8 +406,13 @@ def render_pod(desired: DesiredState, executor: str, namespace: str, owner: Mapp
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _metadata(executor, namespace, owner, labels,
-                              {**template.metadata.annotations, HASH_ANNOTATION: identity_hash(identity)}),
+        "metadata": _metadata(
+            executor,
+            namespace,
+            owner,
+            labels,
+            {**template.metadata.annotations, HASH_ANNOTATION: identity_hash(identity)},
+        ),
         "spec": pod_spec,
     }
 
@@ -315,12 +422,16 @@ def _wire(models: list[Any]) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in models]
 
 
-def render(desired: DesiredState, namespace: str, owner: Mapping[str, Any],
-           settings: RenderSettings | None = None) -> list[dict[str, Any]]:
+def render(
+    desired: DesiredState, namespace: str, owner: Mapping[str, Any], settings: RenderSettings | None = None
+) -> list[dict[str, Any]]:
     """Every object of a desired state: ConfigMap, Service, then one Pod per executor."""
     settings = settings or RenderSettings()
-    return [render_configmap(desired, namespace, owner), render_service(desired, namespace, owner, settings),
-            *(render_pod(desired, e, namespace, owner, settings) for e in sorted(desired.running))]
+    return [
+        render_configmap(desired, namespace, owner),
+        render_service(desired, namespace, owner, settings),
+        *(render_pod(desired, e, namespace, owner, settings) for e in sorted(desired.running)),
+    ]
 
 
 # ------------------------------------------------------------------------------------------ nodes
@@ -337,8 +448,17 @@ def quantity(value: str | float) -> float:
         raise ValueError(f"not a resource quantity: {value!r}") from None
 
 
-FAILING_WAIT = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
-                          "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+FAILING_WAIT = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
 """Waiting reasons of a container that will not start by itself (not a normal warm-up)."""
 
 
@@ -357,13 +477,17 @@ class PodHealth:
 def pod_health(pod: Mapping[str, Any]) -> PodHealth:
     status = pod.get("status") or {}
     phase = status.get("phase", "Pending")
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
     containers = status.get("containerStatuses") or []
     restarts = sum(int(c.get("restartCount") or 0) for c in containers)
     problem = None
     for c in containers:
         waiting = (c.get("state") or {}).get("waiting") or {}
-        terminated = (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") or {}
+        terminated = (
+            (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") or {}
+        )
         if waiting.get("reason") in FAILING_WAIT:
             problem = waiting["reason"] + (f" ({terminated['reason']})" if terminated.get("reason") else "")
         elif terminated.get("reason") == "OOMKilled":
@@ -409,8 +533,13 @@ class KubernetesPlatform:
     deterministic name, so applying twice, or after a restart halfway through, yields the same objects.
     """
 
-    def __init__(self, namespace: str, owner: Mapping[str, Any], api_client: Any = None,
-                 settings: RenderSettings | None = None):
+    def __init__(
+        self,
+        namespace: str,
+        owner: Mapping[str, Any],
+        api_client: Any = None,
+        settings: RenderSettings | None = None,
+    ):
         from kubernetes import client
 
         self.namespace = namespace
@@ -423,8 +552,11 @@ class KubernetesPlatform:
         return cluster_from_nodes(self._items(self.core.list_node(_preload_content=False)))
 
     def running_executors(self) -> dict[str, str | None]:
-        return {p["metadata"]["labels"][EXECUTOR_LABEL]: (p.get("spec") or {}).get("nodeName")
-                for p in self._pods() if EXECUTOR_LABEL in (p["metadata"].get("labels") or {})}
+        return {
+            p["metadata"]["labels"][EXECUTOR_LABEL]: (p.get("spec") or {}).get("nodeName")
+            for p in self._pods()
+            if EXECUTOR_LABEL in (p["metadata"].get("labels") or {})
+        }
 
     def pod_ips(self) -> dict[str, str | None]:
         """Executor -> pod IP, for the direct-scrape metrics source."""
@@ -436,17 +568,28 @@ class KubernetesPlatform:
 
     def apply(self, desired: DesiredState) -> None:
         """ConfigMap first (executors read it), then the Service, then the pods."""
-        self._ensure(render_configmap(desired, self.namespace, self.owner), self.core.read_namespaced_config_map,
-                     self.core.create_namespaced_config_map, self.core.patch_namespaced_config_map, "data")
-        self._ensure(render_service(desired, self.namespace, self.owner, self.settings),
-                     self.core.read_namespaced_service, self.core.create_namespaced_service, None, None)
+        self._ensure(
+            render_configmap(desired, self.namespace, self.owner),
+            self.core.read_namespaced_config_map,
+            self.core.create_namespaced_config_map,
+            self.core.patch_namespaced_config_map,
+            "data",
+        )
+        self._ensure(
+            render_service(desired, self.namespace, self.owner, self.settings),
+            self.core.read_namespaced_service,
+            self.core.create_namespaced_service,
+            None,
+            None,
+        )
         existing = {p["metadata"]["name"]: p for p in self._pods()}
         for executor in sorted(desired.running):
             pod = render_pod(desired, executor, self.namespace, self.owner, self.settings)
             current = existing.get(executor)
             if current is not None:
-                same = ((current["metadata"].get("annotations") or {}).get(HASH_ANNOTATION)
-                        == pod["metadata"]["annotations"][HASH_ANNOTATION])
+                same = (current["metadata"].get("annotations") or {}).get(HASH_ANNOTATION) == pod["metadata"][
+                    "annotations"
+                ][HASH_ANNOTATION]
                 finished = (current.get("status") or {}).get("phase") in ("Failed", "Succeeded")
                 if same and not finished and not current["metadata"].get("deletionTimestamp"):
                     continue
@@ -468,16 +611,23 @@ class KubernetesPlatform:
         data = cm.data or {}
         if "routing.json" not in data or "topology.yaml" not in data:
             return None
-        return DesiredState(topology=load_topology(data["topology.yaml"]),
-                            routing=RoutingTable.from_json(data["routing.json"]), memory=data.get("state.json"))
+        return DesiredState(
+            topology=load_topology(data["topology.yaml"]),
+            routing=RoutingTable.from_json(data["routing.json"]),
+            memory=data.get("state.json"),
+        )
 
     # -------------------------------------------------------------------------------------- helpers
 
     def _pods(self) -> list[dict[str, Any]]:
-        response = self.core.list_namespaced_pod(self.namespace, label_selector=selector(self.name),
-                                                 _preload_content=False)
-        return [p for p in self._items(response)
-                if (p["metadata"].get("labels") or {}).get(TOPOLOGY_LABEL) == self.name]
+        response = self.core.list_namespaced_pod(
+            self.namespace, label_selector=selector(self.name), _preload_content=False
+        )
+        return [
+            p
+            for p in self._items(response)
+            if (p["metadata"].get("labels") or {}).get(TOPOLOGY_LABEL) == self.name
+        ]
 
     @staticmethod
     def _items(response: Any) -> list[dict[str, Any]]:
@@ -494,10 +644,15 @@ class KubernetesPlatform:
                 raise
             self._create(create, obj)
             return
-        if key is not None and (current.get(key) != obj[key]
-                                or current["metadata"].get("annotations") != obj["metadata"].get("annotations")):
-            patch(name, self.namespace, {"metadata": {"annotations": obj["metadata"].get("annotations")},
-                                         key: obj[key]})
+        if key is not None and (
+            current.get(key) != obj[key]
+            or current["metadata"].get("annotations") != obj["metadata"].get("annotations")
+        ):
+            patch(
+                name,
+                self.namespace,
+                {"metadata": {"annotations": obj["metadata"].get("annotations")}, key: obj[key]},
+            )
 
     def _create(self, create: Any, obj: dict[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -523,10 +678,13 @@ def patch_status(api_client: Any, namespace: str, name: str, status: Mapping[str
     from kubernetes import client
 
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)})
+        GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}
+    )
 
 
 def read_topology(api_client: Any, namespace: str, name: str) -> dict[str, Any]:
     from kubernetes import client
 
-    return client.CustomObjectsApi(api_client).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )

@@ -32,8 +32,18 @@ HEADER = (
 
 # Helm's InstallOrder (pkg/release/util/kind_sorter.go), the kinds this chart can render.
 INSTALL_ORDER = [
-    "Namespace", "CustomResourceDefinition", "ServiceAccount", "Secret", "ConfigMap", "ClusterRole",
-    "ClusterRoleBinding", "Role", "RoleBinding", "Service", "StatefulSet", "Deployment",
+    "Namespace",
+    "CustomResourceDefinition",
+    "ServiceAccount",
+    "Secret",
+    "ConfigMap",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "Service",
+    "StatefulSet",
+    "Deployment",
 ]
 
 
@@ -113,8 +123,9 @@ def manifest_files(chart_dir: Path = CHART_DIR) -> list[Generated]:
     """manifests/crds.yaml and manifests/install.yaml, freshly rendered."""
     namespace = Document(
         "streamtopo manifests (Helm leaves the namespace to --create-namespace)",
-        yaml.safe_dump(obj := {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-                       sort_keys=False),
+        yaml.safe_dump(
+            obj := {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}, sort_keys=False
+        ),
         obj,
     )
     return [

@@ -76,15 +76,23 @@ SPL_STEPS = Counter("streamtopo_operator_spl_steps_total", "SPL rounds by outcom
 MIGRATIONS = Counter("streamtopo_operator_migrations_total", "Key groups moved by the SPL loop")
 SCALING = Counter("streamtopo_operator_scaling_decisions_total", "Executor set changes", ["direction"])
 TOPOLOGIES = Gauge("streamtopo_operator_topologies", "StreamTopologies handled by this operator")
-LOAD_DISTANCE = Gauge("streamtopo_operator_load_distance", "ALBIC's load distance after the last period's plan",
-                      ["namespace", "topology"])
-EXECUTORS = Gauge("streamtopo_operator_executors", "Executors in the routing table after the last period",
-                  ["namespace", "topology"])
+LOAD_DISTANCE = Gauge(
+    "streamtopo_operator_load_distance",
+    "ALBIC's load distance after the last period's plan",
+    ["namespace", "topology"],
+)
+EXECUTORS = Gauge(
+    "streamtopo_operator_executors",
+    "Executors in the routing table after the last period",
+    ["namespace", "topology"],
+)
 
 
 def planner_from_env() -> WorkerPlanner:
-    return WorkerPlanner(int(os.environ.get("STREAMTOPO_PLANNER_TASKS_PER_CHILD", DEFAULT_TASKS_PER_CHILD)),
-                         timeout=float(os.environ.get("STREAMTOPO_PLAN_TIMEOUT", DEFAULT_TIMEOUT)))
+    return WorkerPlanner(
+        int(os.environ.get("STREAMTOPO_PLANNER_TASKS_PER_CHILD", DEFAULT_TASKS_PER_CHILD)),
+        timeout=float(os.environ.get("STREAMTOPO_PLAN_TIMEOUT", DEFAULT_TIMEOUT)),
+    )
 
 
 class OperatorState:
@@ -127,8 +135,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.inactivity_timeout = settings.watching.server_timeout + 60
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP,
-                                                                           key="last-handled-configuration")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = int(os.environ.get("STREAMTOPO_WORKERS", "8"))
     port = os.environ.get("STREAMTOPO_METRICS_PORT")
@@ -178,11 +187,20 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         platform = _platform(body)
         nodes_version = STATE.nodes_version  # node events from now on are looked at by the daemon
         try:
-            outcome = reconcile(body, platform, previous=_previous(platform), planner=STATE.planner,
-                                udf_modules=STATE.settings.udf_modules)
+            outcome = reconcile(
+                body,
+                platform,
+                previous=_previous(platform),
+                planner=STATE.planner,
+                udf_modules=STATE.settings.udf_modules,
+            )
         except NoHosts as error:
-            publish(body, platform, Outcome(conditions=[ConditionChange("Degraded", "True", "NoHosts", str(error))]),
-                    observed=True)
+            publish(
+                body,
+                platform,
+                Outcome(conditions=[ConditionChange("Degraded", "True", "NoHosts", str(error))]),
+                observed=True,
+            )
             raise kopf.TemporaryError(str(error), delay=30) from None
         if outcome.cluster is not None:
             memo.cluster = outcome.cluster.model_dump_json()
@@ -199,7 +217,9 @@ def _previous(platform: KubernetesPlatform) -> DesiredState | None:
         return None
 
 
-def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outcome, *, observed: bool) -> None:
+def publish(
+    body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outcome, *, observed: bool
+) -> None:
     """Write the outcome: status (conditions merged per API conventions, Ready from the pods), Events.
 
     Called under the topology's lock, so the handlers' and the daemon's writes never interleave. The
@@ -227,11 +247,14 @@ def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outc
     if suspended:
         changes.append(ConditionChange("Ready", "False", "Suspended", "spec.suspend: no executor runs"))
     elif executors:
-        health_changes, health_events = executor_health(meta, health, executors, current.get("conditions") or [],
-                                                        decided={c.type for c in changes})
+        health_changes, health_events = executor_health(
+            meta, health, executors, current.get("conditions") or [], decided={c.type for c in changes}
+        )
         changes += health_changes
         events += health_events
-    conditions = merge_conditions(current.get("conditions") or [], changes, now=now_iso(), generation=generation)
+    conditions = merge_conditions(
+        current.get("conditions") or [], changes, now=now_iso(), generation=generation
+    )
     by_type = {c["type"]: c for c in conditions}
     if by_type.get("Planned", {}).get("status") == "False":
         phase = "Degraded" if health else "Failed"
@@ -243,17 +266,30 @@ def publish(body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outc
         phase = "Running"
     else:
         phase = "Planned" if deployment or current.get("phase") else "Pending"
-    status = {**outcome.status, "conditions": conditions, "phase": phase,
-              "selector": selector(meta["name"]),
-              "observedGeneration": generation,
-              "routingConfigMap": f"{meta['name']}-routing" if health or deployment else current.get("routingConfigMap")}
-    patch_status(STATE.client(), meta["namespace"], meta["name"], {k: v for k, v in status.items() if v is not None})
+    status = {
+        **outcome.status,
+        "conditions": conditions,
+        "phase": phase,
+        "selector": selector(meta["name"]),
+        "observedGeneration": generation,
+        "routingConfigMap": f"{meta['name']}-routing"
+        if health or deployment
+        else current.get("routingConfigMap"),
+    }
+    patch_status(
+        STATE.client(), meta["namespace"], meta["name"], {k: v for k, v in status.items() if v is not None}
+    )
     for event in events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
 
 
-def executor_health(meta: Mapping[str, Any], health: Mapping[str, PodHealth], executors: int,
-                    current: list[Mapping[str, Any]], decided: set[str]) -> tuple[list[ConditionChange], list[Event]]:
+def executor_health(
+    meta: Mapping[str, Any],
+    health: Mapping[str, PodHealth],
+    executors: int,
+    current: list[Mapping[str, Any]],
+    decided: set[str],
+) -> tuple[list[ConditionChange], list[Event]]:
     """Ready from the pods' readiness probes; a failing executor (crash loop, OOM kill, image pull, a
     failed pod) makes the topology Degraded with the pod and reason, and gets one Warning Event per new
     failure (pod, reason, restart count); starting executors are Progressing, not Degraded. Once no
@@ -261,8 +297,11 @@ def executor_health(meta: Mapping[str, Any], health: Mapping[str, PodHealth], ex
     ready = sum(1 for h in health.values() if h.ready)
     failing = {name: h for name, h in sorted(health.items()) if h.problem}
     counts = f"{ready} of {executors} executors ready"
-    changes = [ConditionChange("Ready", "True", "ExecutorsReady", counts) if ready >= executors else
-               ConditionChange("Ready", "False", "ExecutorsFailing" if failing else "ExecutorsStarting", counts)]
+    changes = [
+        ConditionChange("Ready", "True", "ExecutorsReady", counts)
+        if ready >= executors
+        else ConditionChange("Ready", "False", "ExecutorsFailing" if failing else "ExecutorsStarting", counts)
+    ]
     if ready >= executors:
         changes.append(ConditionChange("Progressing", "False", "ExecutorsReady", counts))
     elif not failing:
@@ -270,16 +309,21 @@ def executor_health(meta: Mapping[str, Any], health: Mapping[str, PodHealth], ex
     events = []
     if failing:
         message = "; ".join(f"pod {name}: {h.problem} ({h.restarts} restarts)" for name, h in failing.items())
-        changes += [ConditionChange("Progressing", "False", "ExecutorFailing", message),
-                    ConditionChange("Degraded", "True", "ExecutorFailing", message)]
+        changes += [
+            ConditionChange("Progressing", "False", "ExecutorFailing", message),
+            ConditionChange("Degraded", "True", "ExecutorFailing", message),
+        ]
         key = (meta["namespace"], meta["name"])
         seen = STATE.failures.setdefault(key, set())
         for name, h in failing.items():
             if (name, h.problem, h.restarts) not in seen:
                 seen.add((name, h.problem, h.restarts))
-                events.append(Event("ExecutorFailing", f"pod {name}: {h.problem} ({h.restarts} restarts)", "Warning"))
-    elif "Degraded" not in decided and any(c.get("type") == "Degraded" and c.get("reason") == "ExecutorFailing"
-                                           for c in current):
+                events.append(
+                    Event("ExecutorFailing", f"pod {name}: {h.problem} ({h.restarts} restarts)", "Warning")
+                )
+    elif "Degraded" not in decided and any(
+        c.get("type") == "Degraded" and c.get("reason") == "ExecutorFailing" for c in current
+    ):
         changes.append(ConditionChange("Degraded", "False", "ExecutorsRecovered", counts))
     return changes, events
 
@@ -326,13 +370,17 @@ def metrics_source(deployment: DesiredState, platform: KubernetesPlatform) -> Me
         if prometheus and prometheus.basic_auth_secret:
             namespace, ref = platform.namespace, prometheus.basic_auth_secret
             return PrometheusMetricsSource(url, credentials=lambda: read_basic_auth(namespace, ref))
-        auth = (os.environ.get("STREAMTOPO_PROMETHEUS_USERNAME"), os.environ.get("STREAMTOPO_PROMETHEUS_PASSWORD"))
+        auth = (
+            os.environ.get("STREAMTOPO_PROMETHEUS_USERNAME"),
+            os.environ.get("STREAMTOPO_PROMETHEUS_PASSWORD"),
+        )
         return PrometheusMetricsSource(url, auth=auth if all(auth) else None)
     from streamtopo.controller.scrape import ScrapeMetricsSource
 
     port = STATE.settings.metrics_port
-    return ScrapeMetricsSource(lambda: {name: f"http://{ip}:{port}/metrics"
-                                        for name, ip in platform.pod_ips().items() if ip})
+    return ScrapeMetricsSource(
+        lambda: {name: f"http://{ip}:{port}/metrics" for name, ip in platform.pod_ips().items() if ip}
+    )
 
 
 AUTH_FIELD = "spec.metrics.prometheus.basicAuthSecret"
@@ -351,7 +399,9 @@ def read_basic_auth(namespace: str, ref: SecretKeyRef) -> tuple[str, str]:
     try:
         secret = CoreV1Api(STATE.client()).read_namespaced_secret(ref.name, namespace)
     except ApiException as error:
-        reason = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound"}.get(error.status, f"Http{error.status}")
+        reason = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound"}.get(
+            error.status, f"Http{error.status}"
+        )
         raise MetricsUnavailable(f"Secret{reason}", f"{where} cannot be read ({reason})") from None
     encoded = (secret.data or {}).get(ref.key)
     if encoded is None:
@@ -366,8 +416,9 @@ def read_basic_auth(namespace: str, ref: SecretKeyRef) -> tuple[str, str]:
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_backoff=10.0, cancellation_timeout=10.0)
-async def spl_loop(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger,
-                   **_: Any) -> None:
+async def spl_loop(
+    stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
+) -> None:
     """Every SPL: one AdaptationLoop step. Every tick: re-plan on node changes, keep pods converged.
 
     The daemon itself is a coroutine that holds no thread while it waits; a period's blocking work (API
@@ -433,8 +484,13 @@ class Period:
                 return
             self.next_step = time.monotonic() + _interval(body)
             if self.loop is None or self.loop.topology != deployment.topology:
-                self.loop = AdaptationLoop(platform, metrics_source(deployment, platform), deployment.topology,
-                                           routing=deployment.routing, planner=STATE.planner)
+                self.loop = AdaptationLoop(
+                    platform,
+                    metrics_source(deployment, platform),
+                    deployment.topology,
+                    routing=deployment.routing,
+                    planner=STATE.planner,
+                )
                 self.loop.restore(deployment.memory)  # windows, collocations, history: kept in the ConfigMap
             self.loop.platform, self.loop.routing = platform, deployment.routing
             if stopped:
@@ -455,8 +511,9 @@ def _interval(body: Mapping[str, Any]) -> float:
         return 60.0
 
 
-def _replan_if_cluster_changed(body: Mapping[str, Any], memo: Any, platform: KubernetesPlatform,
-                               deployment: DesiredState) -> None:
+def _replan_if_cluster_changed(
+    body: Mapping[str, Any], memo: Any, platform: KubernetesPlatform, deployment: DesiredState
+) -> None:
     memo.nodes_version = STATE.nodes_version
     try:
         signature = _signature(platform)
@@ -464,8 +521,9 @@ def _replan_if_cluster_changed(body: Mapping[str, Any], memo: Any, platform: Kub
         return
     if signature == getattr(memo, "cluster", None):
         return
-    outcome = reconcile(deployment.topology, platform, previous=deployment, force_replan=True,
-                        planner=STATE.planner)
+    outcome = reconcile(
+        deployment.topology, platform, previous=deployment, force_replan=True, planner=STATE.planner
+    )
     if outcome.cluster is not None:
         memo.cluster = outcome.cluster.model_dump_json()
     if outcome.desired is not None:

@@ -17,10 +17,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from streamtopo.contracts import RoutingTable, unit_key
 from streamtopo.planner.cluster import Cluster, load_cluster
 from streamtopo.planner.model import TopologyError, load_topology
 from streamtopo.planner.plan import PE, Plan
-from streamtopo.planner.routing import RoutingTable, unit_key
 
 DEFAULT_HOSTS = 4
 DEFAULT_HOST_CPU = 4.0
@@ -54,7 +54,9 @@ def resolve_cluster(request: PlanRequest) -> Cluster:
     cpu = DEFAULT_HOST_CPU if request.host_cpu is None else request.host_cpu
     problems = ([("--hosts", "need at least one host")] if hosts < 1 else []) + (
         [("--host-cpu", f"host CPU must be a positive finite number (got {cpu})")]
-        if not cpu > 0 or not math.isfinite(cpu) else [])
+        if not cpu > 0 or not math.isfinite(cpu)
+        else []
+    )
     if problems:
         raise TopologyError(problems)
     return Cluster.uniform(hosts, cpu)
@@ -62,7 +64,7 @@ def resolve_cluster(request: PlanRequest) -> Cluster:
 
 def run_plan(request: PlanRequest, out: Console, err: Console) -> int:
     """Plan and print; returns the exit code. Never raises for bad input."""
-    from streamtopo.planner.fusion import FUSION_ALGORITHMS, GRAPH_KINDS, plan_topology
+    from streamtopo.planner.placement.fusion import FUSION_ALGORITHMS, GRAPH_KINDS, plan_topology
 
     problems: list[tuple[str, str]] = []
     if request.output_format not in FORMATS:
@@ -101,8 +103,11 @@ def run_plan(request: PlanRequest, out: Console, err: Console) -> int:
         return EXIT_NO_PLAN
     if not plan.feasible:
         worst = max(plan.load, key=lambda h: plan.load[h] / plan.capacity[h])
-        _error(err, f"no feasible plan: host {worst} needs {plan.load[worst]:.3f} cores of "
-               f"{plan.capacity[worst]:g} (U = {plan.max_utilization:.3f} > 1); add hosts or CPU")
+        _error(
+            err,
+            f"no feasible plan: host {worst} needs {plan.load[worst]:.3f} cores of "
+            f"{plan.capacity[worst]:g} (U = {plan.max_utilization:.3f} > 1); add hosts or CPU",
+        )
         return EXIT_NO_PLAN
     return EXIT_OK
 
@@ -114,7 +119,7 @@ def _error(err: Console, message: str) -> None:
 def _no_valid_plan() -> tuple[type[Exception], ...]:
     """COLA's "no valid solution" exception, or nothing to catch while COLA is not installed."""
     try:
-        from streamtopo.planner.cola import NoValidPlan
+        from streamtopo.planner.placement.cola import NoValidPlan
     except ImportError:
         return ()
     return (NoValidPlan,)
@@ -125,8 +130,13 @@ def render(plan: Plan, output_format: str, out: Console) -> None:
     if output_format == "json":
         out.print(json.dumps(plan.to_dict(), indent=2), markup=False, highlight=False, soft_wrap=True)
     elif output_format == "yaml":
-        out.print(yaml.safe_dump(plan.to_dict(), sort_keys=False), markup=False, highlight=False,
-                  soft_wrap=True, end="")
+        out.print(
+            yaml.safe_dump(plan.to_dict(), sort_keys=False),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+            end="",
+        )
     else:
         pes, hosts = plan_tables(plan)
         out.print(pes)
@@ -143,8 +153,12 @@ def render_run_plan(plan: Plan | None, routing: RoutingTable, out: Console) -> N
     if plan is None:
         n = len(routing.executors)
         hosts = ", ".join(f"{name} on {e.host or '-'}" for name, e in sorted(routing.executors.items()))
-        out.print(f"plan: {n} executors (--executors), unit (operator, kg) on executor kg mod {n}: {hosts}",
-                  markup=False, highlight=False, soft_wrap=True)
+        out.print(
+            f"plan: {n} executors (--executors), unit (operator, kg) on executor kg mod {n}: {hosts}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         return
     out.print(plan_tables(plan, routing)[0])
     out.print(scores_line(plan), highlight=False)
@@ -152,9 +166,11 @@ def render_run_plan(plan: Plan | None, routing: RoutingTable, out: Console) -> N
 
 def scores_line(plan: Plan) -> str:
     """U and C, the scores COLA trades off, and the plan's verdicts (under the tables of both commands)."""
-    return (f"U (max host utilisation) = {plan.max_utilization:.3f}   "
-            f"C (communication cost) = {plan.communication_cost:.4f} cores   "
-            f"feasible = {plan.feasible}   valid = {plan.valid}")
+    return (
+        f"U (max host utilisation) = {plan.max_utilization:.3f}   "
+        f"C (communication cost) = {plan.communication_cost:.4f} cores   "
+        f"feasible = {plan.feasible}   valid = {plan.valid}"
+    )
 
 
 def plan_tables(plan: Plan, routing: RoutingTable | None = None) -> tuple[Table, Table]:
@@ -162,8 +178,13 @@ def plan_tables(plan: Plan, routing: RoutingTable | None = None) -> tuple[Table,
     (the one its first unit is routed to; "-" for an HA replica, which a local run does not start)."""
     pes = Table(title=f"{plan.algorithm} plan on the {plan.graph_kind} graph: {len(plan.pes)} PEs")
     named = routing is not None
-    columns = [("PE", "left"), *([("executor", "left")] if named else []), ("operators", "left"),
-               ("host", "left"), ("size (cores)", "right")]
+    columns = [
+        ("PE", "left"),
+        *([("executor", "left")] if named else []),
+        ("operators", "left"),
+        ("host", "left"),
+        ("size (cores)", "right"),
+    ]
     for column, justify in columns:
         pes.add_column(column, justify=justify)
     for pe in sorted(plan.pes, key=lambda p: (str(p.host), p.name)):

@@ -35,13 +35,13 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+from streamtopo.contracts import RoutingTable
 from streamtopo.controller.platform import DesiredState
 from streamtopo.controller.reconcile import IN_PROCESS, Collocations, Planner
 from streamtopo.planner.allocation import AllocationState
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology, TopologyError
 from streamtopo.planner.plan import Plan
-from streamtopo.planner.routing import RoutingTable
 
 DEFAULT_TASKS_PER_CHILD = 50
 DEFAULT_TIMEOUT = 120.0
@@ -59,8 +59,9 @@ class Refused:
         return TopologyError(self.problems) if self.problems is not None else ValueError(self.message)
 
 
-def _plan(topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None,
-          seed: int) -> tuple[DesiredState, Plan] | Refused:
+def _plan(
+    topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None, seed: int
+) -> tuple[DesiredState, Plan] | Refused:
     """Runs in the worker."""
     try:
         return IN_PROCESS.plan(topology, cluster, previous, seed)
@@ -70,11 +71,27 @@ def _plan(topology: StreamTopology, cluster: Cluster, previous: RoutingTable | N
         return Refused(None, str(error))
 
 
-def _adapt(topology: StreamTopology, state: AllocationState, scaling_state: Any, now: float, window: float,
-           scaling_overrides: Mapping[str, Any], seed: int, collocations: Collocations) -> Any:
+def _adapt(
+    topology: StreamTopology,
+    state: AllocationState,
+    scaling_state: Any,
+    now: float,
+    window: float,
+    scaling_overrides: Mapping[str, Any],
+    seed: int,
+    collocations: Collocations,
+) -> Any:
     """Runs in the worker."""
-    return IN_PROCESS.adapt(topology, state, scaling_state, now=now, window=window,
-                            scaling_overrides=scaling_overrides, seed=seed, collocations=collocations)
+    return IN_PROCESS.adapt(
+        topology,
+        state,
+        scaling_state,
+        now=now,
+        window=window,
+        scaling_overrides=scaling_overrides,
+        seed=seed,
+        collocations=collocations,
+    )
 
 
 class WorkerPlanner(Planner):
@@ -84,8 +101,12 @@ class WorkerPlanner(Planner):
     queue for the single worker.
     """
 
-    def __init__(self, tasks_per_child: int = DEFAULT_TASKS_PER_CHILD, start_method: str = "spawn",
-                 timeout: float | None = DEFAULT_TIMEOUT):
+    def __init__(
+        self,
+        tasks_per_child: int = DEFAULT_TASKS_PER_CHILD,
+        start_method: str = "spawn",
+        timeout: float | None = DEFAULT_TIMEOUT,
+    ):
         if tasks_per_child < 1:
             raise ValueError(f"tasks_per_child must be at least 1, got {tasks_per_child}")
         self.tasks_per_child = tasks_per_child
@@ -96,25 +117,37 @@ class WorkerPlanner(Planner):
         """Calls handed to the current pool."""
         self._lock = threading.Lock()
 
-    def plan(self, topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None,
-             seed: int) -> tuple[DesiredState, Plan]:
+    def plan(
+        self, topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None, seed: int
+    ) -> tuple[DesiredState, Plan]:
         result = self._call(_plan, topology, cluster, previous, seed)
         if isinstance(result, Refused):
             raise result.exception()
         return result
 
-    def adapt(self, topology: StreamTopology, state: AllocationState, scaling_state: Any, *, now: float,
-              window: float, scaling_overrides: Mapping[str, Any], seed: int,
-              collocations: Collocations = ()) -> Any:
-        return self._call(_adapt, topology, state, scaling_state, now, window, dict(scaling_overrides), seed,
-                          collocations)
+    def adapt(
+        self,
+        topology: StreamTopology,
+        state: AllocationState,
+        scaling_state: Any,
+        *,
+        now: float,
+        window: float,
+        scaling_overrides: Mapping[str, Any],
+        seed: int,
+        collocations: Collocations = (),
+    ) -> Any:
+        return self._call(
+            _adapt, topology, state, scaling_state, now, window, dict(scaling_overrides), seed, collocations
+        )
 
     def _submit(self, function: Callable[..., Any], *args: Any) -> tuple[ProcessPoolExecutor, Future[Any]]:
         """Queue one call; the pool's last call retires it (its worker exits once the queue is done)."""
         with self._lock:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=1,
-                                                 mp_context=multiprocessing.get_context(self.start_method))
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1, mp_context=multiprocessing.get_context(self.start_method)
+                )
                 self._calls = 0
             pool = self._pool
             future = pool.submit(function, *args)
@@ -134,16 +167,21 @@ class WorkerPlanner(Planner):
         return self._result(pool, future, function)
 
     def _result(self, pool: ProcessPoolExecutor, future: Future[Any], function: Callable[..., Any]) -> Any:
-        timeout = self.timeout if function is _plan else None  # ALBIC's solves are bounded by deterministic time
+        timeout = (
+            self.timeout if function is _plan else None
+        )  # ALBIC's solves are bounded by deterministic time
         try:
             return future.result(timeout=timeout)
         except FutureTimeout:
             for process in list(getattr(pool, "_processes", {}).values()):  # stop the solver mid-call
                 process.kill()
             self._discard(pool)
-            return Refused(None, f"planning did not finish within {timeout:g}s (the platform's limit per "
-                                 "request, STREAMTOPO_PLAN_TIMEOUT): a smaller graph, fewer key groups or a "
-                                 "simpler fusion algorithm plans faster")
+            return Refused(
+                None,
+                f"planning did not finish within {timeout:g}s (the platform's limit per "
+                "request, STREAMTOPO_PLAN_TIMEOUT): a smaller graph, fewer key groups or a "
+                "simpler fusion algorithm plans faster",
+            )
 
     def _discard(self, pool: ProcessPoolExecutor) -> None:
         with self._lock:

@@ -2,7 +2,7 @@
 
 The reconcile logic (:mod:`streamtopo.controller.reconcile`) is written once against these protocols.
 A :class:`Platform` turns a :class:`DesiredState` into running executors (Kubernetes pods in
-:mod:`streamtopo.controller.kubernetes`, local processes in ``streamtopo.runtime.local``); a
+:mod:`streamtopo.controller.kubernetes`, local processes in ``streamtopo.local.platform``); a
 :class:`MetricsSource` turns the executors' exported counters into per-window rates
 (:mod:`streamtopo.controller.prometheus` through PromQL, :mod:`streamtopo.controller.scrape` by reading
 each executor's ``/metrics``). Both sides speak the metric names of notes/controller_api.md.
@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from streamtopo.contracts import ExecutorEntry, Metric, RoutingTable, total
 from streamtopo.planner.allocation import KeyGroupId
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology
-from streamtopo.planner.routing import ExecutorEntry, RoutingTable
 
 
 @dataclass(frozen=True)
@@ -128,20 +128,20 @@ class MetricsSource(Protocol):
 # ----------------------------------------------------------------- from metric series to RuntimeStats
 
 COUNTERS = {
-    "busy": "streamtopo_unit_busy_seconds_total",
-    "records_in": "streamtopo_unit_records_in_total",
-    "records_out": "streamtopo_unit_records_out_total",
-    "traffic": "streamtopo_kg_records_total",
-    "executor_cpu": "streamtopo_executor_cpu_seconds_total",
+    "busy": total(Metric.UNIT_BUSY),
+    "records_in": total(Metric.UNIT_RECORDS_IN),
+    "records_out": total(Metric.UNIT_RECORDS_OUT),
+    "traffic": total(Metric.KG_RECORDS),
+    "executor_cpu": total(Metric.EXECUTOR_CPU),
 }
 """Counters the controller turns into per-second rates over the window."""
 GAUGES = {
-    "state_bytes": "streamtopo_unit_state_bytes",
-    "backlog": "streamtopo_unit_backlog_records",
-    "oldest_age": "streamtopo_unit_oldest_record_age_seconds",
-    "executor_memory": "streamtopo_executor_memory_bytes",
-    "executor_capacity": "streamtopo_executor_cpu_capacity_cores",
-    "routing_version": "streamtopo_routing_version",
+    "state_bytes": Metric.UNIT_STATE_BYTES,
+    "backlog": Metric.UNIT_BACKLOG,
+    "oldest_age": Metric.UNIT_OLDEST_AGE,
+    "executor_memory": Metric.EXECUTOR_MEMORY,
+    "executor_capacity": Metric.EXECUTOR_CAPACITY,
+    "routing_version": Metric.ROUTING_VERSION,
 }
 """Gauges read as their latest value."""
 
@@ -159,11 +159,16 @@ def runtime_stats(topology: str, window_seconds: float, series: Series) -> Runti
 
     def samples(key: str) -> list[tuple[Mapping[str, str], float]]:
         name = COUNTERS.get(key) or GAUGES[key]
-        return [(labels, value) for labels, value in series.get(name, ())
-                if labels.get("topology", topology) == topology]
+        return [
+            (labels, value)
+            for labels, value in series.get(name, ())
+            if labels.get("topology", topology) == topology
+        ]
 
     if not samples("busy"):
-        raise MetricsUnavailable("MetricsIncomplete", f"no {COUNTERS['busy']} series for topology {topology!r}")
+        raise MetricsUnavailable(
+            "MetricsIncomplete", f"no {COUNTERS['busy']} series for topology {topology!r}"
+        )
     units: dict[KeyGroupId, dict[str, float]] = {}
     busiest: dict[KeyGroupId, tuple[float, str | None]] = {}
     for key in ("busy", "records_in", "records_out", "state_bytes", "backlog", "oldest_age"):
@@ -178,14 +183,22 @@ def runtime_stats(topology: str, window_seconds: float, series: Series) -> Runti
                 busiest[unit] = (value, labels.get("executor"))
     traffic: dict[tuple[KeyGroupId, KeyGroupId], float] = {}
     for labels, value in samples("traffic"):
-        pair = ((labels["src_operator"], int(labels["src_kg"])), (labels["dst_operator"], int(labels["dst_kg"])))
+        pair = (
+            (labels["src_operator"], int(labels["src_kg"])),
+            (labels["dst_operator"], int(labels["dst_kg"])),
+        )
         traffic[pair] = traffic.get(pair, 0.0) + value
     executors: dict[str, dict[str, Any]] = {}
-    for key, target in (("executor_cpu", "cpu"), ("executor_memory", "memory_bytes"),
-                        ("executor_capacity", "capacity_cores"), ("routing_version", "routing_version")):
+    for key, target in (
+        ("executor_cpu", "cpu"),
+        ("executor_memory", "memory_bytes"),
+        ("executor_capacity", "capacity_cores"),
+        ("routing_version", "routing_version"),
+    ):
         for labels, value in samples(key):
             executors.setdefault(labels["executor"], {})[target] = (
-                int(value) if target == "routing_version" else value)
+                int(value) if target == "routing_version" else value
+            )
     return RuntimeStats(
         topology=topology,
         window_seconds=window_seconds,

@@ -48,19 +48,31 @@ class PrometheusMetricsSource:
     e.g. from a Kubernetes Secret), so a rotated password is picked up without a restart.
     """
 
-    def __init__(self, url: str, *, auth: tuple[str, str] | None = None,
-                 credentials: Callable[[], tuple[str, str]] | None = None, timeout: float = 5.0,
-                 staleness: float | None = None, headers: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        auth: tuple[str, str] | None = None,
+        credentials: Callable[[], tuple[str, str]] | None = None,
+        timeout: float = 5.0,
+        staleness: float | None = None,
+        headers: Mapping[str, str] | None = None,
+    ):
         from prometheus_api_client import PrometheusConnect
         from urllib3.util.retry import Retry
 
         self.url = url
         self.staleness = staleness
         self.credentials = credentials
-        self.client = PrometheusConnect(url=url, disable_ssl=not url.startswith("https"), auth=auth,
-                                        headers=dict(headers) if headers else None, timeout=timeout,
-                                        # one quick retry: a down Prometheus must not stall the loop
-                                        retry=Retry(total=1, backoff_factor=0.1))
+        self.client = PrometheusConnect(
+            url=url,
+            disable_ssl=not url.startswith("https"),
+            auth=auth,
+            headers=dict(headers) if headers else None,
+            timeout=timeout,
+            # one quick retry: a down Prometheus must not stall the loop
+            retry=Retry(total=1, backoff_factor=0.1),
+        )
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         from prometheus_api_client import PrometheusApiClientException
@@ -69,8 +81,9 @@ class PrometheusMetricsSource:
         try:
             return self.client.custom_query(promql)
         except (RequestException, PrometheusApiClientException, ValueError) as error:
-            raise MetricsUnavailable("PrometheusUnreachable",
-                                     f"Prometheus at {self.url} did not answer: {type(error).__name__}") from None
+            raise MetricsUnavailable(
+                "PrometheusUnreachable", f"Prometheus at {self.url} did not answer: {type(error).__name__}"
+            ) from None
 
     def collect(self, topology: str, window_seconds: float) -> RuntimeStats:
         if self.credentials is not None:
@@ -83,23 +96,32 @@ class PrometheusMetricsSource:
         limit = self.staleness if self.staleness is not None else window_seconds + 30.0
         newest = float(age[0]["value"][1])
         if newest > limit:
-            raise MetricsUnavailable("MetricsStale", f"newest sample is {newest:.0f}s old (limit {limit:.0f}s)")
+            raise MetricsUnavailable(
+                "MetricsStale", f"newest sample is {newest:.0f}s old (limit {limit:.0f}s)"
+            )
         series: dict[str, list[tuple[Mapping[str, str], float]]] = {}
         for key, name in (*COUNTERS.items(), ("records_in", ARRIVALS)):
             series[name] = window_rates(self.query(f"{name}{match}[{window(window_seconds)}]"), ENTITY[key])
         for name in GAUGES.values():
-            series[name] = [(item["metric"], float(item["value"][1])) for item in self.query(f"{name}{match}")]
+            series[name] = [
+                (item["metric"], float(item["value"][1])) for item in self.query(f"{name}{match}")
+            ]
         return runtime_stats(topology, window_seconds, with_arrivals(series))
 
 
 ENTITY = {
-    "busy": ("operator", "kg"), "records_in": ("operator", "kg"), "records_out": ("operator", "kg"),
-    "traffic": ("src_operator", "src_kg", "dst_operator", "dst_kg"), "executor_cpu": ("executor",),
+    "busy": ("operator", "kg"),
+    "records_in": ("operator", "kg"),
+    "records_out": ("operator", "kg"),
+    "traffic": ("src_operator", "src_kg", "dst_operator", "dst_kg"),
+    "executor_cpu": ("executor",),
 }
 """The labels naming what a counter measures; its series (one per exporting executor) share one span."""
 
 
-def window_rates(result: list[dict[str, Any]], entity: tuple[str, ...]) -> list[tuple[Mapping[str, str], float]]:
+def window_rates(
+    result: list[dict[str, Any]], entity: tuple[str, ...]
+) -> list[tuple[Mapping[str, str], float]]:
     """Per-series rates from a range-vector result, each divided by its entity's covered time.
 
     The rates of an entity's series add up to its increase over the span its series cover, so a unit

@@ -25,6 +25,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from streamtopo.contracts import (
+    ExecutorEntry,
+    RoutingTable,
+    executor_index,
+    executor_name,
+    executor_prefix,
+)
 from streamtopo.controller.platform import (
     DesiredState,
     MetricsSource,
@@ -32,7 +39,6 @@ from streamtopo.controller.platform import (
     Platform,
     RuntimeStats,
 )
-from streamtopo.planner.aeolus import entry_batch_sizes
 from streamtopo.planner.allocation import (
     AllocationState,
     ExecutorInfo,
@@ -44,17 +50,11 @@ from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import operator_of, replica_name
 from streamtopo.planner.model import StreamTopology, StreamTopologySpec, TopologyError, load_topology
 from streamtopo.planner.plan import Plan
-from streamtopo.planner.routing import (
-    ExecutorEntry,
-    RoutingTable,
-    executor_index,
-    executor_name,
-    executor_prefix,
-)
+from streamtopo.planner.scaling.aeolus import entry_batch_sizes
 
 if TYPE_CHECKING:
     from streamtopo.planner.adaptation import AdaptationConfig, AdaptationResult
-    from streamtopo.planner.scaling import ScalingState
+    from streamtopo.planner.scaling.policy import ScalingState
 
 Collocations = tuple[tuple[KeyGroupId, KeyGroupId], ...]
 """ALBIC's collocated key-group pairs, carried from round to round."""
@@ -103,8 +103,13 @@ def now_iso(now: datetime | None = None) -> str:
     return (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def merge_conditions(current: Sequence[Mapping[str, Any]], changes: Sequence[ConditionChange], *,
-                     now: str, generation: int | None) -> list[dict[str, Any]]:
+def merge_conditions(
+    current: Sequence[Mapping[str, Any]],
+    changes: Sequence[ConditionChange],
+    *,
+    now: str,
+    generation: int | None,
+) -> list[dict[str, Any]]:
     """Conditions after ``changes``: lastTransitionTime moves only when a condition's status flips."""
     by_type = {c["type"]: dict(c) for c in current if c.get("type") in CONDITION_TYPES}
     for change in changes:
@@ -142,14 +147,15 @@ def plan_units(plan: Plan, spec: StreamTopologySpec) -> list[list[KeyGroupId]]:
     return out
 
 
-def plan_deployment(topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None = None,
-                    seed: int = 0) -> tuple[DesiredState, Plan]:
+def plan_deployment(
+    topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None = None, seed: int = 0
+) -> tuple[DesiredState, Plan]:
     """COLA's plan on ``cluster`` as a desired state: one executor per PE on the PE's host.
 
     The version continues ``previous`` (executors never act on an older table). Raises TopologyError
     (or COLA's NoValidPlan, a ValueError) when the spec cannot be planned.
     """
-    from streamtopo.planner.fusion import plan_topology
+    from streamtopo.planner.placement.fusion import plan_topology
 
     name = topology.metadata.name
     plan = plan_topology(topology.spec, cluster, seed=seed)
@@ -157,7 +163,9 @@ def plan_deployment(topology: StreamTopology, cluster: Cluster, previous: Routin
     units: dict[KeyGroupId, str] = {}
     for i, (pe, pe_units) in enumerate(zip(plan.pes, plan_units(plan, topology.spec))):
         executor = executor_name(name, i)
-        executors[executor] = ExecutorEntry(host=pe.host, cpu=topology.spec.executor.resources.cpu or _cpu(pe.size))
+        executors[executor] = ExecutorEntry(
+            host=pe.host, cpu=topology.spec.executor.resources.cpu or _cpu(pe.size)
+        )
         units.update({u: executor for u in pe_units})
     start = RoutingTable(topology=name, version=previous.version if previous else 0, executors={}, units={})
     routing = start.moved(units, executors, entry_batch_sizes(topology.spec))
@@ -174,8 +182,10 @@ def executor_hosts(spec: StreamTopologySpec, cluster: Cluster) -> Cluster:
     template = spec.executor.pod_template
     hosts = [h for h in cluster.hosts if template.allows(h.labels)]
     if not hosts:
-        raise ValueError(f"{AFFINITY_FIELD}: no node matches the node affinity "
-                         f"(nodes: {', '.join(h.name for h in cluster.hosts)})")
+        raise ValueError(
+            f"{AFFINITY_FIELD}: no node matches the node affinity "
+            f"(nodes: {', '.join(h.name for h in cluster.hosts)})"
+        )
     return cluster if len(hosts) == len(cluster.hosts) else Cluster(hosts=hosts)
 
 
@@ -190,8 +200,10 @@ def plan_status(plan: Plan, routing: RoutingTable) -> dict[str, Any]:
         "executors": len(routing.executors),
         "maxUtilization": round(plan.max_utilization, 4),
         "communicationCost": round(plan.communication_cost, 4),
-        "pes": [{"name": pe.name, "operators": pe.operators, "host": pe.host, "size": round(pe.size, 4)}
-                for pe in plan.pes],
+        "pes": [
+            {"name": pe.name, "operators": pe.operators, "host": pe.host, "size": round(pe.size, 4)}
+            for pe in plan.pes
+        ],
         "routingVersion": routing.version,
     }
 
@@ -218,28 +230,51 @@ class Planner:
     the long-lived kopf process. Both methods only compute; applying stays with the caller.
     """
 
-    def plan(self, topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None,
-             seed: int) -> tuple[DesiredState, Plan]:
+    def plan(
+        self, topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None, seed: int
+    ) -> tuple[DesiredState, Plan]:
         """:func:`plan_deployment` (COLA + Aeolus); raises TopologyError or ValueError like it."""
         return plan_deployment(topology, cluster, previous, seed)
 
-    def adapt(self, topology: StreamTopology, state: AllocationState, scaling_state: Any, *, now: float,
-              window: float, scaling_overrides: Mapping[str, Any], seed: int,
-              collocations: Collocations = ()) -> AdaptationResult:
+    def adapt(
+        self,
+        topology: StreamTopology,
+        state: AllocationState,
+        scaling_state: Any,
+        *,
+        now: float,
+        window: float,
+        scaling_overrides: Mapping[str, Any],
+        seed: int,
+        collocations: Collocations = (),
+    ) -> AdaptationResult:
         """One round of ALBIC's Algorithm 1 with the spec's settings (:func:`adaptation_config`);
         ``collocations`` are the pairs the previous round kept."""
         from streamtopo.planner.adaptation import adapt
 
-        return adapt(state, scaling_state, time=now, window=window,
-                     config=adaptation_config(topology, scaling_overrides, collocations), seed=seed)
+        return adapt(
+            state,
+            scaling_state,
+            time=now,
+            window=window,
+            config=adaptation_config(topology, scaling_overrides, collocations),
+            seed=seed,
+        )
 
 
 IN_PROCESS = Planner()
 
 
-def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, *,
-              previous: DesiredState | None = None, force_replan: bool = False, seed: int = 0,
-              planner: Planner = IN_PROCESS, udf_modules: Sequence[str] | None = None) -> Outcome:
+def reconcile(
+    document: Mapping[str, Any] | StreamTopology,
+    platform: Platform,
+    *,
+    previous: DesiredState | None = None,
+    force_replan: bool = False,
+    seed: int = 0,
+    planner: Planner = IN_PROCESS,
+    udf_modules: Sequence[str] | None = None,
+) -> Outcome:
     """Validate, plan and apply one StreamTopology; never raises for bad input.
 
     With ``previous`` (the last good deployment, e.g. read back from the routing ConfigMap) and an
@@ -248,8 +283,11 @@ def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, 
     ``udf_modules``: the platform's allowed UDF modules (None: any outside the standard library).
     """
     try:
-        topology = (document if isinstance(document, StreamTopology)
-                    else load_topology(_spec_only(document), udf_modules=udf_modules))
+        topology = (
+            document
+            if isinstance(document, StreamTopology)
+            else load_topology(_spec_only(document), udf_modules=udf_modules)
+        )
     except TopologyError as error:
         return invalid_outcome("InvalidSpec", error.problems)
     cluster = platform.hosts()
@@ -257,12 +295,18 @@ def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, 
         kept = DesiredState(topology, previous.routing, previous.memory)  # the spec as it is now
         platform.apply(kept)
         planned = ConditionChange("Planned", "True", "UpToDate", "the applied plan matches the spec")
-        return Outcome(desired=kept, cluster=cluster, conditions=[planned],
-                       status={"executors": len(kept.running), "routingVersion": kept.routing.version})
+        return Outcome(
+            desired=kept,
+            cluster=cluster,
+            conditions=[planned],
+            status={"executors": len(kept.running), "routingVersion": kept.routing.version},
+        )
     try:
         hosts = executor_hosts(topology.spec, cluster)
     except ValueError as error:
-        return invalid_outcome("NoValidPlan", [(AFFINITY_FIELD, str(error).removeprefix(f"{AFFINITY_FIELD}: "))])
+        return invalid_outcome(
+            "NoValidPlan", [(AFFINITY_FIELD, str(error).removeprefix(f"{AFFINITY_FIELD}: "))]
+        )
     try:
         desired, plan = planner.plan(topology, hosts, previous.routing if previous else None, seed)
         if previous is not None:  # a re-plan keeps the SPL loop's windows and history
@@ -272,9 +316,11 @@ def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, 
     except ValueError as error:  # COLA's NoValidPlan names the constraints that cannot be met
         return invalid_outcome("NoValidPlan", [("spec.constraints", str(error))])
     platform.apply(desired)
-    summary = (f"{len(plan.pes)} PEs on {len({pe.host for pe in plan.pes})} hosts with {plan.algorithm} "
-               f"({plan.graph_kind} graph): U={plan.max_utilization:.3f}, C={plan.communication_cost:.4f}, "
-               f"routing v{desired.routing.version}")
+    summary = (
+        f"{len(plan.pes)} PEs on {len({pe.host for pe in plan.pes})} hosts with {plan.algorithm} "
+        f"({plan.graph_kind} graph): U={plan.max_utilization:.3f}, C={plan.communication_cost:.4f}, "
+        f"routing v{desired.routing.version}"
+    )
     conditions = [ConditionChange("Planned", "True", "Planned", summary)]
     events = [Event("Planned", summary)]
     problems = []
@@ -287,8 +333,14 @@ def reconcile(document: Mapping[str, Any] | StreamTopology, platform: Platform, 
         events.append(Event("PlanInfeasible", "; ".join(problems), "Warning"))
     else:
         conditions.append(ConditionChange("Degraded", "False", "AsPlanned", ""))
-    return Outcome(desired=desired, plan=plan, conditions=conditions, events=events, cluster=cluster,
-                   status=plan_status(plan, desired.routing))
+    return Outcome(
+        desired=desired,
+        plan=plan,
+        conditions=conditions,
+        events=events,
+        cluster=cluster,
+        status=plan_status(plan, desired.routing),
+    )
 
 
 def _spec_only(document: Mapping[str, Any]) -> dict[str, Any]:
@@ -306,8 +358,10 @@ def invalid_outcome(reason: str, problems: Sequence[tuple[str, str]]) -> Outcome
     """Bad input: a Planned=False condition and a Warning Event naming the fields; nothing applied."""
     message = problems_message(problems) + " (the last good deployment keeps running)"
     return Outcome(
-        conditions=[ConditionChange("Planned", "False", reason, message),
-                    ConditionChange("Degraded", "True", reason, message)],
+        conditions=[
+            ConditionChange("Planned", "False", reason, message),
+            ConditionChange("Degraded", "True", reason, message),
+        ],
         events=[Event(reason, message, "Warning")],
     )
 
@@ -324,7 +378,7 @@ def placement_rules(spec: StreamTopologySpec, cluster: Cluster) -> PlacementRule
         out = []
         for names in groups:
             for i, a in enumerate(names):
-                for b in names[i + 1:]:
+                for b in names[i + 1 :]:
                     count = min(replicas.get(a, 1), replicas.get(b, 1))
                     out.extend((replica_name(a, r), replica_name(b, r)) for r in range(count))
         return out
@@ -333,9 +387,12 @@ def placement_rules(spec: StreamTopologySpec, cluster: Cluster) -> PlacementRule
         out = []
         for names in groups:
             for i, a in enumerate(names):
-                for b in names[i + 1:]:
-                    out.extend((replica_name(a, ra), replica_name(b, rb))
-                               for ra in range(replicas.get(a, 1)) for rb in range(replicas.get(b, 1)))
+                for b in names[i + 1 :]:
+                    out.extend(
+                        (replica_name(a, ra), replica_name(b, rb))
+                        for ra in range(replicas.get(a, 1))
+                        for rb in range(replicas.get(b, 1))
+                    )
         return out
 
     allowed = {}
@@ -344,8 +401,10 @@ def placement_rules(spec: StreamTopologySpec, cluster: Cluster) -> PlacementRule
             hosts = frozenset(h.name for h in cluster.hosts if h.matches(op.requires.node_selector))
             for r in range(replicas.get(op.name, 1)):
                 allowed[replica_name(op.name, r)] = hosts
-    ha_groups = [[[replica_name(name, r) for name in ha.operators] for r in range(ha.replicas)]
-                 for ha in c.high_availability]
+    ha_groups = [
+        [[replica_name(name, r) for name in ha.operators] for r in range(ha.replicas)]
+        for ha in c.high_availability
+    ]
     return PlacementRules(
         pe_colocation=pairs(c.pe_colocation),
         pe_exlocation=exclusive(c.pe_exlocation),
@@ -356,8 +415,9 @@ def placement_rules(spec: StreamTopologySpec, cluster: Cluster) -> PlacementRule
     )
 
 
-def allocation_state(stats: RuntimeStats, routing: RoutingTable, spec: StreamTopologySpec,
-                     cluster: Cluster) -> AllocationState:
+def allocation_state(
+    stats: RuntimeStats, routing: RoutingTable, spec: StreamTopologySpec, cluster: Cluster
+) -> AllocationState:
     """ALBIC's view of one period: gLoad_k = 100 * busy rate, mc_k = state bytes, out(g_i, g_j) = rate.
 
     Raises MetricsUnavailable when a unit of the routing table has no measurement (full metric window).
@@ -366,24 +426,48 @@ def allocation_state(stats: RuntimeStats, routing: RoutingTable, spec: StreamTop
     missing = [u for u in assignment if u not in stats.units]
     if missing:
         shown = ", ".join(f"{op}/{kg}" for op, kg in sorted(missing)[:5])
-        raise MetricsUnavailable("MetricsIncomplete", f"no measurement for {len(missing)} of {len(assignment)} "
-                                 f"units over the last {stats.window_seconds:g}s (e.g. {shown})")
+        raise MetricsUnavailable(
+            "MetricsIncomplete",
+            f"no measurement for {len(missing)} of {len(assignment)} "
+            f"units over the last {stats.window_seconds:g}s (e.g. {shown})",
+        )
     labels = {h.name: dict(h.labels) for h in cluster.hosts}
-    executors = [ExecutorInfo(name=name, capacity=entry.cpu, host=entry.host,
-                              labels=labels.get(entry.host or "", {}), marked_for_removal=entry.draining)
-                 for name, entry in sorted(routing.executors.items())]
-    key_groups = [KeyGroupStats(id=u, load=stats.units[u].load, memory=stats.units[u].state_bytes,
-                                migration_cost=stats.units[u].state_bytes, rate=stats.units[u].records_in,
-                                backlog=stats.units[u].backlog)
-                  for u in sorted(assignment)]
-    traffic = {pair: rate for pair, rate in stats.traffic.items()
-               if pair[0] in assignment and pair[1] in assignment}
-    return AllocationState(executors=executors, key_groups=key_groups, assignment=assignment,
-                           traffic=traffic, rules=placement_rules(spec, cluster))
+    executors = [
+        ExecutorInfo(
+            name=name,
+            capacity=entry.cpu,
+            host=entry.host,
+            labels=labels.get(entry.host or "", {}),
+            marked_for_removal=entry.draining,
+        )
+        for name, entry in sorted(routing.executors.items())
+    ]
+    key_groups = [
+        KeyGroupStats(
+            id=u,
+            load=stats.units[u].load,
+            memory=stats.units[u].state_bytes,
+            migration_cost=stats.units[u].state_bytes,
+            rate=stats.units[u].records_in,
+            backlog=stats.units[u].backlog,
+        )
+        for u in sorted(assignment)
+    ]
+    traffic = {
+        pair: rate for pair, rate in stats.traffic.items() if pair[0] in assignment and pair[1] in assignment
+    }
+    return AllocationState(
+        executors=executors,
+        key_groups=key_groups,
+        assignment=assignment,
+        traffic=traffic,
+        rules=placement_rules(spec, cluster),
+    )
 
 
-def executor_loads(state: AllocationState, assignment: Mapping[KeyGroupId, str],
-                   capacity: Mapping[str, float]) -> dict[str, float]:
+def executor_loads(
+    state: AllocationState, assignment: Mapping[KeyGroupId, str], capacity: Mapping[str, float]
+) -> dict[str, float]:
     """Percent of each executor's own capacity (gLoad / capacity, ALBIC's heterogeneous nodes)."""
     load = dict.fromkeys(capacity, 0.0)
     by_id = {kg.id: kg.load for kg in state.key_groups}
@@ -393,8 +477,11 @@ def executor_loads(state: AllocationState, assignment: Mapping[KeyGroupId, str],
     return load
 
 
-def adaptation_config(topology: StreamTopology, scaling_overrides: Mapping[str, Any] | None = None,
-                      collocations: Collocations = ()) -> AdaptationConfig:
+def adaptation_config(
+    topology: StreamTopology,
+    scaling_overrides: Mapping[str, Any] | None = None,
+    collocations: Collocations = (),
+) -> AdaptationConfig:
     """Algorithm 1's settings from ``spec.autoscaling`` (policy, bounds, scaling rule, ALBIC's
     Algorithm 2 parameters).
 
@@ -404,8 +491,8 @@ def adaptation_config(topology: StreamTopology, scaling_overrides: Mapping[str, 
     while ALBIC's parameters follow the spec as it is now. Other policies run with their defaults.
     """
     from streamtopo.planner.adaptation import AdaptationConfig
-    from streamtopo.planner.albic.collocation import AlbicConfig
-    from streamtopo.planner.scaling import ScalingConfig
+    from streamtopo.planner.rebalance.albic.collocation import AlbicConfig
+    from streamtopo.planner.scaling.policy import ScalingConfig
 
     auto = topology.spec.autoscaling
     pinned = topology.spec.replicas
@@ -414,14 +501,20 @@ def adaptation_config(topology: StreamTopology, scaling_overrides: Mapping[str, 
         bounds["executor_capacity"] = topology.spec.executor.resources.cpu
     scaling = ScalingConfig.from_spec(auto, **{**dict(scaling_overrides or {}), **bounds})
     policy_config = AlbicConfig.from_spec(auto.albic, collocations) if auto.policy == "albic" else None
-    return AdaptationConfig(policy=auto.policy, scaling="target", scaling_config=scaling,
-                            max_migrations=auto.max_migrations_per_round,
-                            max_migration_cost=auto.max_migration_cost, policy_config=policy_config,
-                            executor_prefix=executor_prefix(topology.metadata.name))
+    return AdaptationConfig(
+        policy=auto.policy,
+        scaling="target",
+        scaling_config=scaling,
+        max_migrations=auto.max_migrations_per_round,
+        max_migration_cost=auto.max_migration_cost,
+        policy_config=policy_config,
+        executor_prefix=executor_prefix(topology.metadata.name),
+    )
 
 
-def next_executors(result: AdaptationResult, current: Mapping[str, ExecutorEntry],
-                   cluster: Cluster) -> dict[str, ExecutorEntry]:
+def next_executors(
+    result: AdaptationResult, current: Mapping[str, ExecutorEntry], cluster: Cluster
+) -> dict[str, ExecutorEntry]:
     """The routing table's executors after a round: terminated gone, set B draining, new ones placed.
 
     A new executor (it joins empty, Algorithm 1 line 6) goes to the host with the most CPU not yet
@@ -472,8 +565,14 @@ class LoopMemory:
         import dataclasses
         import json
 
-        return json.dumps({"scaling": dataclasses.asdict(self.scaling), "collocations": self.collocations,
-                           "decisions": self.decisions}, sort_keys=True)
+        return json.dumps(
+            {
+                "scaling": dataclasses.asdict(self.scaling),
+                "collocations": self.collocations,
+                "decisions": self.decisions,
+            },
+            sort_keys=True,
+        )
 
     @classmethod
     def from_json(cls, text: str | None) -> LoopMemory:
@@ -493,7 +592,7 @@ class LoopMemory:
 
 
 def _scaling_state(**fields: Any) -> ScalingState:
-    from streamtopo.planner.scaling import ScalingState
+    from streamtopo.planner.scaling.policy import ScalingState
 
     return ScalingState(**fields)
 
@@ -505,15 +604,27 @@ def _unit(value: Any) -> KeyGroupId:
 
 def decision_record(before: RoutingTable, after: RoutingTable, result: AdaptationResult) -> dict[str, Any]:
     """One applied decision as the history keeps it (time, kind, before/after, reason, figures)."""
-    kinds = [kind for kind, happened in (("rebalance", bool(result.migrations)),
-                                         ("scale-up", bool(result.added or result.unmarked)),
-                                         ("scale-down", bool(result.marked)), ("terminate", bool(result.terminated)))
-             if happened]
+    kinds = [
+        kind
+        for kind, happened in (
+            ("rebalance", bool(result.migrations)),
+            ("scale-up", bool(result.added or result.unmarked)),
+            ("scale-down", bool(result.marked)),
+            ("terminate", bool(result.terminated)),
+        )
+        if happened
+    ]
     rebalance = result.rebalance
-    return {"time": now_iso(), "kind": "+".join(kinds) or "reassign", "routingVersion": after.version,
-            "executorsBefore": len(before.executors), "executorsAfter": len(after.executors),
-            "migrations": len(result.migrations), "reason": result.reason,
-            "loadDistance": round(rebalance.load_distance, 4) if rebalance else None}
+    return {
+        "time": now_iso(),
+        "kind": "+".join(kinds) or "reassign",
+        "routingVersion": after.version,
+        "executorsBefore": len(before.executors),
+        "executorsAfter": len(after.executors),
+        "migrations": len(result.migrations),
+        "reason": result.reason,
+        "loadDistance": round(rebalance.load_distance, 4) if rebalance else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -536,11 +647,17 @@ class Recommendation:
 
     def summary(self, approved: bool = False) -> dict[str, Any]:
         rebalance = self.result.rebalance
-        return {"id": self.id, "time": now_iso(), "routingVersion": self.before.version,
-                "migrations": len(self.result.migrations), "executorsBefore": len(self.before.executors),
-                "executorsAfter": len(self.routing.executors),
-                "loadDistance": round(rebalance.load_distance if rebalance else 0.0, 4),
-                "reason": self.result.reason, "approved": approved}
+        return {
+            "id": self.id,
+            "time": now_iso(),
+            "routingVersion": self.before.version,
+            "migrations": len(self.result.migrations),
+            "executorsBefore": len(self.before.executors),
+            "executorsAfter": len(self.routing.executors),
+            "loadDistance": round(rebalance.load_distance if rebalance else 0.0, 4),
+            "reason": self.result.reason,
+            "approved": approved,
+        }
 
 
 class AdaptationLoop:
@@ -555,10 +672,18 @@ class AdaptationLoop:
     stay as they were, since nothing changed), or compute nothing (Off).
     """
 
-    def __init__(self, platform: Platform, metrics: MetricsSource, topology: StreamTopology, *,
-                 routing: RoutingTable | None = None, seed: int = 0,
-                 scaling_overrides: Mapping[str, Any] | None = None, planner: Planner = IN_PROCESS):
-        from streamtopo.planner.scaling import ScalingState
+    def __init__(
+        self,
+        platform: Platform,
+        metrics: MetricsSource,
+        topology: StreamTopology,
+        *,
+        routing: RoutingTable | None = None,
+        seed: int = 0,
+        scaling_overrides: Mapping[str, Any] | None = None,
+        planner: Planner = IN_PROCESS,
+    ):
+        from streamtopo.planner.scaling.policy import ScalingState
 
         self.scaling_overrides = dict(scaling_overrides or {})
         self.platform = platform
@@ -585,7 +710,9 @@ class AdaptationLoop:
     def deploy(self) -> Outcome:
         """Plan and apply the initial deployment (re-applies the current one when already deployed)."""
         previous = DesiredState(self.topology, self.routing) if self.routing else None
-        outcome = reconcile(self.topology, self.platform, previous=previous, seed=self.seed, planner=self.planner)
+        outcome = reconcile(
+            self.topology, self.platform, previous=previous, seed=self.seed, planner=self.planner
+        )
         if outcome.desired is not None:
             self.routing = outcome.desired.routing
         return outcome
@@ -594,19 +721,27 @@ class AdaptationLoop:
         """One period of ALBIC's Algorithm 1; missing metrics skip the round instead of raising."""
         if self.routing is None:
             deployed = self.deploy()
-            return self._record(StepResult(applied=deployed.desired is not None, routing=self.routing,
-                                           outcome=deployed))
+            return self._record(
+                StepResult(applied=deployed.desired is not None, routing=self.routing, outcome=deployed)
+            )
         before = self.routing
         count = len(before.executors)
         mode = self.topology.spec.autoscaling.acting
         if self.topology.spec.suspend:
             self.pending = None
-            return self._record(StepResult(routing=before, skipped="Suspended",
-                                           executors_before=count, executors_after=count))
+            return self._record(
+                StepResult(routing=before, skipped="Suspended", executors_before=count, executors_after=count)
+            )
         if mode == "Off":
             self.pending = None
-            return self._record(StepResult(routing=before, skipped="AutoscalingDisabled",
-                                           executors_before=count, executors_after=count))
+            return self._record(
+                StepResult(
+                    routing=before,
+                    skipped="AutoscalingDisabled",
+                    executors_before=count,
+                    executors_after=count,
+                )
+            )
         try:
             cluster = executor_hosts(self.topology.spec, self.platform.hosts())
         except ValueError as error:
@@ -615,10 +750,19 @@ class AdaptationLoop:
             stats = self.metrics.collect(self.topology.metadata.name, self.interval)
             state = allocation_state(stats, before, self.topology.spec, cluster)
         except MetricsUnavailable as why:
-            return self._record(self._skip(why.reason, f"{why}: no rebalancing or scaling this period", count))
-        result = self.planner.adapt(self.topology, state, self.scaling_state, now=now, window=self.interval,
-                                    scaling_overrides=self.scaling_overrides, seed=self.seed,
-                                    collocations=self.collocations)
+            return self._record(
+                self._skip(why.reason, f"{why}: no rebalancing or scaling this period", count)
+            )
+        result = self.planner.adapt(
+            self.topology,
+            state,
+            self.scaling_state,
+            now=now,
+            window=self.interval,
+            scaling_overrides=self.scaling_overrides,
+            seed=self.seed,
+            collocations=self.collocations,
+        )
         if result.safe:
             return self._record(self._skip("AllocationKept", result.reason, count))
         executors = next_executors(result, before.executors, cluster)
@@ -641,15 +785,29 @@ class AdaptationLoop:
         self.pending = None
         if self.routing.version != pending.before.version:
             count = len(self.routing.executors)
-            step = StepResult(routing=self.routing, skipped="RecommendationStale",
-                              executors_before=count, executors_after=count)
-            step.outcome.events.append(Event(
-                "RecommendationStale", f"decision {decision} was made for routing v{pending.before.version}, "
-                f"v{self.routing.version} is applied now: not applied", "Warning"))
+            step = StepResult(
+                routing=self.routing,
+                skipped="RecommendationStale",
+                executors_before=count,
+                executors_after=count,
+            )
+            step.outcome.events.append(
+                Event(
+                    "RecommendationStale",
+                    f"decision {decision} was made for routing v{pending.before.version}, "
+                    f"v{self.routing.version} is applied now: not applied",
+                    "Warning",
+                )
+            )
             return self._record(step)
         step = self._apply(pending.state, pending.before, pending.routing, pending.result)
-        step.outcome.events.insert(0, Event("RecommendationApproved", f"decision {decision} approved: applied "
-                                            f"as routing v{pending.routing.version}"))
+        step.outcome.events.insert(
+            0,
+            Event(
+                "RecommendationApproved",
+                f"decision {decision} approved: applied as routing v{pending.routing.version}",
+            ),
+        )
         step.outcome.status["recommendation"] = pending.summary(approved=True)
         return self._record(step)
 
@@ -661,11 +819,16 @@ class AdaptationLoop:
     def restore(self, text: str | None) -> None:
         """Continue from a persisted :attr:`memory` (an operator restart); None or unreadable: start fresh."""
         memory = LoopMemory.from_json(text)
-        self.scaling_state, self.collocations, self.decisions = memory.scaling, memory.collocations, memory.decisions
+        self.scaling_state, self.collocations, self.decisions = (
+            memory.scaling,
+            memory.collocations,
+            memory.decisions,
+        )
         self._written = text
 
-    def _apply(self, state: AllocationState, before: RoutingTable, routing: RoutingTable,
-               result: AdaptationResult) -> StepResult:
+    def _apply(
+        self, state: AllocationState, before: RoutingTable, routing: RoutingTable, result: AdaptationResult
+    ) -> StepResult:
         """Line 8: apply the decision with the scaling and policy state that follow from it, in one write."""
         self.scaling_state = result.scaling_state
         self.collocations = tuple(getattr(result.policy_config, "collocations", ()))
@@ -675,13 +838,19 @@ class AdaptationLoop:
         if routing is not before or memory != self._written:
             self.platform.apply(DesiredState(self.topology, routing, memory))
             self.routing, self._written = routing, memory
-        step = StepResult(applied=routing is not before, routing=routing, adaptation=result,
-                          executors_before=len(before.executors), executors_after=len(routing.executors))
+        step = StepResult(
+            applied=routing is not before,
+            routing=routing,
+            adaptation=result,
+            executors_before=len(before.executors),
+            executors_after=len(routing.executors),
+        )
         step.outcome = report(state, before, routing, result)
         return step
 
-    def _recommend(self, state: AllocationState, before: RoutingTable, routing: RoutingTable,
-                   result: AdaptationResult) -> StepResult:
+    def _recommend(
+        self, state: AllocationState, before: RoutingTable, routing: RoutingTable, result: AdaptationResult
+    ) -> StepResult:
         """Publish the decision, apply nothing: the report as it would read, under a Recommendation."""
         count = len(before.executors)
         step = StepResult(routing=before, adaptation=result, executors_before=count, executors_after=count)
@@ -689,26 +858,36 @@ class AdaptationLoop:
         step.outcome.conditions.append(ConditionChange("Degraded", "False", "MetricsAvailable", ""))
         if routing is before:
             self.pending = None
-            step.outcome.conditions += [ConditionChange(kind, "False", "NothingToRecommend", result.reason)
-                                        for kind in ("Rebalancing", "Scaling")]
+            step.outcome.conditions += [
+                ConditionChange(kind, "False", "NothingToRecommend", result.reason)
+                for kind in ("Rebalancing", "Scaling")
+            ]
             return step
         self.pending = Recommendation(Recommendation.identify(routing), state, result, before, routing)
-        approve = (f"approve with: kubectl annotate stopo {self.topology.metadata.name} "
-                   f"{APPROVE_ANNOTATION}={self.pending.id}")
+        approve = (
+            f"approve with: kubectl annotate stopo {self.topology.metadata.name} "
+            f"{APPROVE_ANNOTATION}={self.pending.id}"
+        )
         details = "; ".join(e.message for e in reported.events) or result.reason
         message = f"decision {self.pending.id} (not applied, mode Recommend): {details}; {approve}"
         step.outcome.events.append(Event("Recommendation", message))
-        step.outcome.conditions += [ConditionChange(kind, "False", "RecommendationPending", message)
-                                    for kind in ("Rebalancing", "Scaling")]
+        step.outcome.conditions += [
+            ConditionChange(kind, "False", "RecommendationPending", message)
+            for kind in ("Rebalancing", "Scaling")
+        ]
         step.outcome.status["recommendation"] = self.pending.summary()
         return step
 
     def _skip(self, reason: str, message: str, count: int) -> StepResult:
-        result = StepResult(routing=self.routing, skipped=reason, executors_before=count, executors_after=count)
+        result = StepResult(
+            routing=self.routing, skipped=reason, executors_before=count, executors_after=count
+        )
         degraded = "False" if reason == "WarmingUp" else "True"  # executors just started: not a fault
-        result.outcome.conditions += [ConditionChange("Degraded", degraded, reason, message),
-                                      ConditionChange("Rebalancing", "False", reason, message),
-                                      ConditionChange("Scaling", "False", reason, message)]
+        result.outcome.conditions += [
+            ConditionChange("Degraded", degraded, reason, message),
+            ConditionChange("Rebalancing", "False", reason, message),
+            ConditionChange("Scaling", "False", reason, message),
+        ]
         return result
 
     def _record(self, result: StepResult) -> StepResult:
@@ -716,43 +895,65 @@ class AdaptationLoop:
         return result
 
 
-def report(state: AllocationState, before: RoutingTable, after: RoutingTable, result: AdaptationResult) -> Outcome:
+def report(
+    state: AllocationState, before: RoutingTable, after: RoutingTable, result: AdaptationResult
+) -> Outcome:
     """RebalanceReport / ScalingReport events with per-executor load before -> after (percent of capacity)."""
     rebalance = result.rebalance
     capacity = {n: e.cpu for n, e in {**before.executors, **after.executors}.items()}
     load_before = executor_loads(state, before.assignment(), {n: capacity[n] for n in before.executors})
     load_after = executor_loads(state, after.assignment(), {n: capacity[n] for n in after.executors})
-    order = sorted(capacity, key=lambda n: (-1 if (i := executor_index(before.topology, n)) is None else i, n))
+    order = sorted(
+        capacity, key=lambda n: (-1 if (i := executor_index(before.topology, n)) is None else i, n)
+    )
     figures = ", ".join(f"{n} {_pct(load_before.get(n))} -> {_pct(load_after.get(n))}" for n in order)
     outcome = Outcome()
     if rebalance.migrations:
-        message = (f"{len(rebalance.migrations)} key groups moved (routing v{after.version}); load distance "
-                   f"{rebalance.load_distance:.2f}, collocation factor {rebalance.collocation_factor:.3f}; "
-                   f"executor load {figures}")
+        message = (
+            f"{len(rebalance.migrations)} key groups moved (routing v{after.version}); load distance "
+            f"{rebalance.load_distance:.2f}, collocation factor {rebalance.collocation_factor:.3f}; "
+            f"executor load {figures}"
+        )
         outcome.events.append(Event("RebalanceReport", message))
         outcome.conditions.append(ConditionChange("Rebalancing", "True", "KeyGroupsMoving", message))
         outcome.status["lastRebalance"] = {
-            "time": now_iso(), "migrations": len(rebalance.migrations),
+            "time": now_iso(),
+            "migrations": len(rebalance.migrations),
             "loadDistance": round(rebalance.load_distance, 4),
-            "collocationFactor": round(rebalance.collocation_factor, 4)}
+            "collocationFactor": round(rebalance.collocation_factor, 4),
+        }
     else:
-        outcome.conditions.append(ConditionChange("Rebalancing", "False", "Balanced",
-                                                  f"load distance {rebalance.load_distance:.2f}"))
-    changes = [f"started {', '.join(f'{n} on {after.executors[n].host}' for n in result.added)}" if result.added else "",
-               f"draining {', '.join(result.marked)}" if result.marked else "",
-               f"kept {', '.join(result.unmarked)}" if result.unmarked else "",
-               f"terminated {', '.join(result.terminated)}" if result.terminated else ""]
+        outcome.conditions.append(
+            ConditionChange(
+                "Rebalancing", "False", "Balanced", f"load distance {rebalance.load_distance:.2f}"
+            )
+        )
+    changes = [
+        f"started {', '.join(f'{n} on {after.executors[n].host}' for n in result.added)}"
+        if result.added
+        else "",
+        f"draining {', '.join(result.marked)}" if result.marked else "",
+        f"kept {', '.join(result.unmarked)}" if result.unmarked else "",
+        f"terminated {', '.join(result.terminated)}" if result.terminated else "",
+    ]
     changes = [c for c in changes if c]
     if changes:
-        message = (f"executors {len(before.executors)} -> {len(after.executors)}: {'; '.join(changes)}; "
-                   f"{result.decision.reason}; executor load {figures}")
+        message = (
+            f"executors {len(before.executors)} -> {len(after.executors)}: {'; '.join(changes)}; "
+            f"{result.decision.reason}; executor load {figures}"
+        )
         outcome.events.append(Event("ScalingReport", message))
         outcome.conditions.append(ConditionChange("Scaling", "True", "ScalingExecutors", message))
     else:
         outcome.conditions.append(ConditionChange("Scaling", "False", "Stable", result.decision.reason))
     outcome.conditions.append(ConditionChange("Degraded", "False", "MetricsAvailable", ""))
-    outcome.status.update({"executors": len(after.executors), "routingVersion": after.version,
-                           "loadDistance": round(rebalance.load_distance, 4)})
+    outcome.status.update(
+        {
+            "executors": len(after.executors),
+            "routingVersion": after.version,
+            "loadDistance": round(rebalance.load_distance, 4),
+        }
+    )
     return outcome
 
 

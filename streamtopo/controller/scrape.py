@@ -19,13 +19,14 @@ from collections.abc import Callable, Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamtopo.contracts import Metric, total
 from streamtopo.controller.platform import COUNTERS, GAUGES, MetricsUnavailable, RuntimeStats, runtime_stats
 
 Endpoints = Mapping[str, str] | Callable[[], Mapping[str, str]]
 """Executor -> metrics URL, or a callable returning that map (re-read at every collection)."""
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
-ARRIVALS = "streamtopo_unit_records_due_total"
+ARRIVALS = total(Metric.UNIT_RECORDS_DUE)
 """Counter of a generator unit's due records: its arrival rate (a stream-fed unit's is its records in)."""
 RATES = set(COUNTERS.values()) | {ARRIVALS}
 WANTED = RATES | set(GAUGES.values())
@@ -59,7 +60,9 @@ class ScrapeMetricsSource:
     collection so added and removed executors are followed).
     """
 
-    def __init__(self, endpoints: Endpoints, *, timeout: float = 2.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, endpoints: Endpoints, *, timeout: float = 2.0, clock: Callable[[], float] = time.monotonic
+    ):
         self.endpoints = endpoints
         self.timeout = timeout
         self.clock = clock
@@ -75,8 +78,10 @@ class ScrapeMetricsSource:
                 with urllib.request.urlopen(url, timeout=self.timeout) as response:
                     text = response.read().decode()
             except (urllib.error.URLError, OSError, ValueError) as error:
-                raise MetricsUnavailable("ScrapeFailed", f"cannot scrape executor {executor} at {url}: "
-                                         f"{getattr(error, 'reason', error)}") from None
+                raise MetricsUnavailable(
+                    "ScrapeFailed",
+                    f"cannot scrape executor {executor} at {url}: {getattr(error, 'reason', error)}",
+                ) from None
             out[executor] = parse_metrics(text, topology)
         return out
 
@@ -87,8 +92,10 @@ class ScrapeMetricsSource:
         self._previous = {executor: (now, samples) for executor, samples in current.items()}
         fresh = [e for e in current if e not in previous]
         if fresh:
-            raise MetricsUnavailable("WarmingUp", f"first sample of {', '.join(fresh)}: rates need a second "
-                                     f"one, {window_seconds:g}s from now")
+            raise MetricsUnavailable(
+                "WarmingUp",
+                f"first sample of {', '.join(fresh)}: rates need a second one, {window_seconds:g}s from now",
+            )
         counters = RATES
         series: dict[str, list] = {}
         for executor, samples in current.items():
@@ -102,4 +109,3 @@ class ScrapeMetricsSource:
                     value = (value - old if value >= old else value) / elapsed
                 series.setdefault(name, []).append((dict(labels), value))
         return runtime_stats(topology, window_seconds, with_arrivals(series))
-

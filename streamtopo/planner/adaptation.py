@@ -31,13 +31,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupId, Rebalance
-from streamtopo.planner.scaling import (
+from streamtopo.planner.scaling.policy import (
     ScalingConfig,
     ScalingDecision,
     ScalingState,
     observe,
-    scaler,
 )
+from streamtopo.planner.scaling.rules import scaler
 
 Rebalancer = Callable[..., Rebalance]
 """``rebalance(state, *, max_migrations, max_migration_cost, config, seed) -> Rebalance``."""
@@ -48,7 +48,7 @@ class AdaptationConfig:
     """Which rebalancer and scaling rule run, and their bounds."""
 
     policy: str = "albic"
-    """A name of streamtopo.planner.rebalancers.REBALANCERS."""
+    """A name of streamtopo.planner.rebalance.registry.REBALANCERS."""
     scaling: str = "target"
     """``target``, ``dstreams`` or ``off``."""
     scaling_config: ScalingConfig = field(default_factory=ScalingConfig)
@@ -116,8 +116,13 @@ def adapt(
         current = replace(state, executors=[e for e in state.executors if e.name not in terminated])
 
         def plan_on(s: AllocationState) -> Rebalance:
-            return rebalance(s, max_migrations=config.max_migrations,
-                             max_migration_cost=config.max_migration_cost, config=config.policy_config, seed=seed)
+            return rebalance(
+                s,
+                max_migrations=config.max_migrations,
+                max_migration_cost=config.max_migration_cost,
+                config=config.policy_config,
+                seed=seed,
+            )
 
         plan = plan_on(current)  # line 4
         observation = observe(current, plan, time=time, window=window, arrivals=arrivals)
@@ -127,12 +132,23 @@ def adapt(
         if added or marked or unmarked:  # lines 6-7
             applied = plan_on(replace(current, executors=executors))
     except ValueError as error:
-        return safe_decision(state, scaling_state, f"keeping the current allocation: {error}", config.policy_config)
+        return safe_decision(
+            state, scaling_state, f"keeping the current allocation: {error}", config.policy_config
+        )
     reason = decision.reason if not terminated else f"terminated {', '.join(terminated)}; {decision.reason}"
     return AdaptationResult(
-        assignment=dict(applied.assignment), executors=executors, terminated=terminated, added=added,
-        marked=marked, unmarked=unmarked, decision=decision, scaling_state=new_scaling_state, plan=plan,
-        rebalance=applied, reason=reason, policy_config=carry_over(config.policy_config, applied),
+        assignment=dict(applied.assignment),
+        executors=executors,
+        terminated=terminated,
+        added=added,
+        marked=marked,
+        unmarked=unmarked,
+        decision=decision,
+        scaling_state=new_scaling_state,
+        plan=plan,
+        rebalance=applied,
+        reason=reason,
+        policy_config=carry_over(config.policy_config, applied),
     )
 
 
@@ -144,7 +160,7 @@ def carry_over(policy_config: object | None, rebalance: Rebalance) -> object | N
     if pairs is None:
         return policy_config
     if policy_config is None:
-        from streamtopo.planner.albic.collocation import AlbicConfig
+        from streamtopo.planner.rebalance.albic.collocation import AlbicConfig
 
         policy_config = AlbicConfig()
     if not hasattr(policy_config, "collocations"):
@@ -152,37 +168,55 @@ def carry_over(policy_config: object | None, rebalance: Rebalance) -> object | N
     return replace(policy_config, collocations=tuple((a, b) for a, b in pairs))
 
 
-def safe_decision(state: AllocationState, scaling_state: ScalingState, reason: str,
-                  policy_config: object | None = None) -> AdaptationResult:
+def safe_decision(
+    state: AllocationState, scaling_state: ScalingState, reason: str, policy_config: object | None = None
+) -> AdaptationResult:
     """The documented safe decision: nothing moves, nothing scales, the reason says why."""
     active = sum(1 for e in state.executors if not e.marked_for_removal)
     return AdaptationResult(
-        assignment=dict(state.assignment), executors=list(state.executors), terminated=[], added=[], marked=[],
-        unmarked=[], decision=ScalingDecision(active, active, "none", reason), scaling_state=scaling_state,
-        plan=None, rebalance=None, safe=True, reason=reason, policy_config=policy_config,
+        assignment=dict(state.assignment),
+        executors=list(state.executors),
+        terminated=[],
+        added=[],
+        marked=[],
+        unmarked=[],
+        decision=ScalingDecision(active, active, "none", reason),
+        scaling_state=scaling_state,
+        plan=None,
+        rebalance=None,
+        safe=True,
+        reason=reason,
+        policy_config=policy_config,
     )
 
 
 def _validate(state: AllocationState) -> None:
     """The shared state check of the rebalancers (raises a ValueError naming every bad field)."""
-    from streamtopo.planner.albic.state import index_state
+    from streamtopo.planner.rebalance.albic.state import index_state
 
     index_state(state)
 
 
 def _registered(policy: str) -> Rebalancer:
     try:
-        from streamtopo.planner.rebalancers import REBALANCERS
+        from streamtopo.planner.rebalance.registry import REBALANCERS
     except ImportError as error:
         raise ValueError(f"policy: the rebalancer registry is unavailable ({error})") from None
 
     if policy not in REBALANCERS:
-        raise ValueError(f"policy: unknown rebalancing policy {policy!r}; use one of {', '.join(sorted(REBALANCERS))}")
+        raise ValueError(
+            f"policy: unknown rebalancing policy {policy!r}; use one of {', '.join(sorted(REBALANCERS))}"
+        )
     return REBALANCERS[policy]
 
 
-def _scale(state: AllocationState, plan: Rebalance, decision: ScalingDecision, config: AdaptationConfig,
-           taken: set[str]) -> tuple[list[ExecutorInfo], list[str], list[str], list[str]]:
+def _scale(
+    state: AllocationState,
+    plan: Rebalance,
+    decision: ScalingDecision,
+    config: AdaptationConfig,
+    taken: set[str],
+) -> tuple[list[ExecutorInfo], list[str], list[str], list[str]]:
     """Line 6: the executor set after the decision (new executors join empty; removals join set B)."""
     executors = list(state.executors)
     added: list[str] = []
@@ -190,8 +224,10 @@ def _scale(state: AllocationState, plan: Rebalance, decision: ScalingDecision, c
     unmarked: list[str] = []
     load = _plan_loads(state, plan.assignment)
     if decision.delta > 0:
-        draining = sorted((e for e in executors if e.marked_for_removal), key=lambda e: (-load[e.name], e.name))
-        for e in draining[:decision.delta]:
+        draining = sorted(
+            (e for e in executors if e.marked_for_removal), key=lambda e: (-load[e.name], e.name)
+        )
+        for e in draining[: decision.delta]:
             unmarked.append(e.name)
         executors = [replace(e, marked_for_removal=False) if e.name in unmarked else e for e in executors]
         next_index = _next_index(taken, config.executor_prefix)
@@ -200,8 +236,10 @@ def _scale(state: AllocationState, plan: Rebalance, decision: ScalingDecision, c
             executors.append(ExecutorInfo(name=name, capacity=config.scaling_config.executor_capacity))
             added.append(name)
     elif decision.delta < 0:
-        active = sorted((e for e in executors if not e.marked_for_removal), key=lambda e: (load[e.name], e.name))
-        marked = [e.name for e in active[:-decision.delta]]
+        active = sorted(
+            (e for e in executors if not e.marked_for_removal), key=lambda e: (load[e.name], e.name)
+        )
+        marked = [e.name for e in active[: -decision.delta]]
         executors = [replace(e, marked_for_removal=True) if e.name in marked else e for e in executors]
     return executors, added, marked, unmarked
 

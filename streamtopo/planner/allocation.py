@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-KeyGroupId = tuple[str, int]
-"""(operator name, key-group index): a unit of the physical graph."""
+from streamtopo.contracts import KeyGroupId
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,9 @@ class Cluster(Model):
             raise TopologyError([("hosts", "need at least one host")])
         if not cpu > 0 or not math.isfinite(cpu):
             raise TopologyError([("host-cpu", f"host CPU must be a positive finite number (got {cpu})")])
-        return cls(hosts=[Host(name=f"host-{i + 1}", cpu=cpu, labels=dict(labels or {})) for i in range(count)])
+        return cls(
+            hosts=[Host(name=f"host-{i + 1}", cpu=cpu, labels=dict(labels or {})) for i in range(count)]
+        )
 
     def host(self, name: str) -> Host:
         return next(h for h in self.hosts if h.name == name)
@@ -88,7 +90,8 @@ class Cluster(Model):
 
 
 def load_cluster(source: str | Path | Mapping[str, Any]) -> Cluster:
-    """Read ``hosts: [{name, cpu, memory, labels, network}]`` (and ``links``, ``linkBandwidth``); errors name the field like topology errors do."""
+    """Read ``hosts: [{name, cpu, memory, labels, network}]`` (and ``links``, ``linkBandwidth``); errors
+    name the field like topology errors do."""
     data = read_document(source)
     if isinstance(data, list):
         data = {"hosts": data}

@@ -74,8 +74,10 @@ class UnitQueue:
             if getattr(self, name) < 0:
                 raise ValueError(f"UnitQueue {self.unit!r}: {name} must be >= 0, got {getattr(self, name)!r}")
         if not 0 < self.seconds_per_record < math.inf:
-            raise ValueError(f"UnitQueue {self.unit!r}: seconds_per_record must be positive and finite, "
-                             f"got {self.seconds_per_record!r}")
+            raise ValueError(
+                f"UnitQueue {self.unit!r}: seconds_per_record must be positive and finite, "
+                f"got {self.seconds_per_record!r}"
+            )
 
 
 def ranks(queues: Sequence[UnitQueue], policy: str) -> dict[str, float]:
@@ -91,8 +93,9 @@ def ranks(queues: Sequence[UnitQueue], policy: str) -> dict[str, float]:
     return {q.unit: float(rank(q)) for q in queues}
 
 
-def mem_probability(memory_fraction: float, threshold: float = 0.5, alpha: float = 2.5,
-                    beta: float = 1.0) -> float:
+def mem_probability(
+    memory_fraction: float, threshold: float = 0.5, alpha: float = 2.5, beta: float = 1.0
+) -> float:
     """Eq. 3.1: the probability that the hybrid uses MEM at memory use ``memory_fraction`` of the budget."""
     if not 0 <= memory_fraction < math.inf:
         raise ValueError(f"memory_fraction must be >= 0 and finite, got {memory_fraction!r}")
@@ -106,8 +109,13 @@ def mem_probability(memory_fraction: float, threshold: float = 0.5, alpha: float
     return float(betainc(alpha, beta, min(1.0, (memory_fraction - threshold) / (1.0 - threshold))))
 
 
-def choose_policy(memory_fraction: float, rng: np.random.Generator, threshold: float = 0.5, alpha: float = 2.5,
-                  beta: float = 1.0) -> str:
+def choose_policy(
+    memory_fraction: float,
+    rng: np.random.Generator,
+    threshold: float = 0.5,
+    alpha: float = 2.5,
+    beta: float = 1.0,
+) -> str:
     """The hybrid's draw (Sec. 3.7.2): "mem" if rand(0, 1) < F(x) (Eq. 3.1), else "odf". One draw per call."""
     p = mem_probability(memory_fraction, threshold, alpha, beta)
     return "mem" if rng.random() < p else "odf"
@@ -122,8 +130,9 @@ def memory_fraction(queues: Iterable[UnitQueue], limit_bytes: float, state_bytes
     return (sum(q.bytes for q in queues) + state_bytes) / limit_bytes
 
 
-def allot(queues: Sequence[UnitQueue], budget: float, policy: str,
-          budget_unit: BudgetUnit = "records") -> dict[str, int]:
+def allot(
+    queues: Sequence[UnitQueue], budget: float, policy: str, budget_unit: BudgetUnit = "records"
+) -> dict[str, int]:
     """Records each unit may take this step: serve queues by descending rank, each fully or up to what is left.
 
     ``budget`` counts records, or processing seconds (``budget_unit="seconds"``: a unit's take costs

@@ -49,14 +49,24 @@ class OperatorCostModel:
 
     per_record: dict[str, float] = field(
         default_factory=lambda: {
-            "source": 5e-6, "map": 10e-6, "filter": 5e-6, "aggregate": 20e-6,
-            "join": 30e-6, "udf": 50e-6, "sink": 10e-6,
+            "source": 5e-6,
+            "map": 10e-6,
+            "filter": 5e-6,
+            "aggregate": 20e-6,
+            "join": 30e-6,
+            "udf": 50e-6,
+            "sink": 10e-6,
         }
     )
     selectivity: dict[str, float] = field(
         default_factory=lambda: {
-            "source": 1.0, "map": 1.0, "filter": 0.5, "aggregate": 0.1,
-            "join": 0.5, "udf": 1.0, "sink": 0.0,
+            "source": 1.0,
+            "map": 1.0,
+            "filter": 0.5,
+            "aggregate": 0.1,
+            "join": 0.5,
+            "udf": 1.0,
+            "sink": 0.0,
         }
     )
 
@@ -72,7 +82,9 @@ def operator_of(node: Node) -> str:
     return name.split(REPLICA_SEPARATOR)[0]
 
 
-def rates(spec: StreamTopologySpec, ops: OperatorCostModel | None = None) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+def rates(
+    spec: StreamTopologySpec, ops: OperatorCostModel | None = None
+) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
     """Input rate of every operator and rate of every stream, records per second.
 
     A source's input rate is its own generation rate; others sum their input streams. A stream's rate
@@ -134,12 +146,14 @@ def logical_graph(
     comm, ops = comm or CommCostModel(), ops or OperatorCostModel()
     input_rate, edge_rate = rates(spec, ops)
     replicas = _replicas(spec)
-    record_bytes = {
-        (s.from_, s.to): s.record_bytes for s in spec.streams if s.record_bytes is not None
-    }
+    record_bytes = {(s.from_, s.to): s.record_bytes for s in spec.streams if s.record_bytes is not None}
     graph = nx.DiGraph(name="logical")
     for op in spec.operators:
-        cpu = op.cost.cpu if op.cost and op.cost.cpu is not None else input_rate[op.name] * ops.per_record[op.kind]
+        cpu = (
+            op.cost.cpu
+            if op.cost and op.cost.cpu is not None
+            else input_rate[op.name] * ops.per_record[op.kind]
+        )
         for r in range(replicas[op.name]):
             graph.add_node(
                 replica_name(op.name, r),
@@ -157,8 +171,11 @@ def logical_graph(
         size = record_bytes.get((u, v)) or by_name[u].record_bytes or DEFAULT_RECORD_BYTES
         for ru, rv in _replica_pairs(replicas[u], replicas[v]):
             graph.add_edge(
-                replica_name(u, ru), replica_name(v, rv),
-                w=comm.stream_cost(rate, size), rate=rate, record_bytes=size,
+                replica_name(u, ru),
+                replica_name(v, rv),
+                w=comm.stream_cost(rate, size),
+                rate=rate,
+                record_bytes=size,
             )
     return graph
 
@@ -210,10 +227,23 @@ def unit_graph(
     for node, data in logical.nodes(data=True):
         k = data["key_groups"]
         for kg in range(k):
-            graph.add_node((node, kg), **{**data, "w": data["w"] / k, "rate": data["rate"] / k,
-                                         "memory": data["memory"] / k, "key_group": kg})
+            graph.add_node(
+                (node, kg),
+                **{
+                    **data,
+                    "w": data["w"] / k,
+                    "rate": data["rate"] / k,
+                    "memory": data["memory"] / k,
+                    "key_group": kg,
+                },
+            )
     for u, v, data in logical.edges(data=True):
         for i, j, share in unit_edges(spec, operator_of(u), operator_of(v)):
-            graph.add_edge((u, i), (v, j), w=data["w"] * share, rate=data["rate"] * share,
-                           record_bytes=data["record_bytes"])
+            graph.add_edge(
+                (u, i),
+                (v, j),
+                w=data["w"] * share,
+                rate=data["rate"] * share,
+                record_bytes=data["record_bytes"],
+            )
     return graph

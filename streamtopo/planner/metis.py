@@ -55,8 +55,9 @@ def metis_labels(
     kwargs: dict = {}
     if vertex_weights is not None:
         w = np.asarray(vertex_weights, dtype=float)
-        kwargs["vweights"] = np.maximum(1, np.round(w / max(float(w.max()), 1e-300) * VERTEX_RESOLUTION)
-                                        ).astype(np.int64)
+        kwargs["vweights"] = np.maximum(
+            1, np.round(w / max(float(w.max()), 1e-300) * VERTEX_RESOLUTION)
+        ).astype(np.int64)
     if target_fractions is not None:
         kwargs["tpwgts"] = list(target_fractions)
     options = {"seed": seed} | ({"ufactor": ufactor} if ufactor is not None else {})

@@ -128,6 +128,8 @@ def udf_problem(function: str, allowed: Sequence[str] | None) -> str | None:
         listed = ", ".join(allowed) or "none"
         return f"{function!r}: module {module} is not among the platform's UDF modules ({listed})"
     return None
+
+
 """Bounds on what one tenant's topology may ask for (docs/security.md): counts a planner and a cluster can
 serve, so a huge value is refused at the door instead of hanging a worker."""
 StreamName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_{][A-Za-z0-9._:{}-]*$", min_length=1, max_length=200)]
@@ -285,7 +287,9 @@ class Operator(Model):
     kind: OperatorKind
     inputs: list[OpName] = Field(default_factory=list)
     """Upstream operators (none for a source, exactly two for a join)."""
-    key_by: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(default=None, max_length=16)
+    key_by: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+        default=None, max_length=16
+    )
     """Partition key columns; key groups are hash(key) mod keyGroups."""
     key_groups: int | None = Field(default=None, ge=1, le=4096)
     """Key groups of this operator (defaults to spec.keyGroups)."""
@@ -453,7 +457,9 @@ class AutoscalingSpec(Model):
         if self.min_executors > self.max_executors:
             raise field_error("minExecutors", "minExecutors is larger than maxExecutors")
         if self.interval < MIN_INTERVAL:
-            raise field_error("interval", f"the SPL interval must be at least {MIN_INTERVAL:g}s (got {self.interval:g}s)")
+            raise field_error(
+                "interval", f"the SPL interval must be at least {MIN_INTERVAL:g}s (got {self.interval:g}s)"
+            )
         return self
 
 
@@ -488,14 +494,21 @@ class BatchingSpec(Model):
 
 # --------------------------------------------------------------------------------- executor pods
 
-QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-                    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 """A Kubernetes resource quantity (the API server's own grammar)."""
 Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=64)]
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 LabelKey = Annotated[str, Field(pattern=_LABEL_KEY.pattern, max_length=317)]
 LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
-RESERVED_LABEL_PREFIXES = ("streamtopo.dev/", "app.kubernetes.io/", "op.streamtopo.dev/", "ha.streamtopo.dev/")
+RESERVED_LABEL_PREFIXES = (
+    "streamtopo.dev/",
+    "app.kubernetes.io/",
+    "op.streamtopo.dev/",
+    "ha.streamtopo.dev/",
+)
 """Label prefixes the operator sets on executor pods (selection, exlocation): a template cannot set them."""
 EXECUTOR_CONFIG_DIR = "/etc/streamtopo"
 """Where executor pods mount their routing ConfigMap (topology.yaml, routing.json)."""
@@ -555,8 +568,12 @@ class VolumeMount(Model):
 
     @model_validator(mode="after")
     def _not_the_executors(self) -> VolumeMount:
-        if any(self.mount_path.rstrip("/") == p or self.mount_path.startswith(p + "/") for p in EXECUTOR_PATHS):
-            raise field_error("mountPath", f"{self.mount_path} is the executor's own ({', '.join(EXECUTOR_PATHS)})")
+        if any(
+            self.mount_path.rstrip("/") == p or self.mount_path.startswith(p + "/") for p in EXECUTOR_PATHS
+        ):
+            raise field_error(
+                "mountPath", f"{self.mount_path} is the executor's own ({', '.join(EXECUTOR_PATHS)})"
+            )
         if ".." in self.mount_path.split("/") or (self.sub_path and ".." in self.sub_path.split("/")):
             raise field_error("mountPath", "no '..' in mount paths")
         return self
@@ -596,8 +613,10 @@ class Volume(Model):
     def _one_source(self) -> Volume:
         sources = [self.config_map, self.secret, self.empty_dir, self.persistent_volume_claim]
         if sum(s is not None for s in sources) != 1:
-            raise field_error("name", f"volume {self.name}: exactly one of configMap, secret, emptyDir, "
-                                      "persistentVolumeClaim")
+            raise field_error(
+                "name",
+                f"volume {self.name}: exactly one of configMap, secret, emptyDir, persistentVolumeClaim",
+            )
         if self.name in ("config", "tmp"):
             raise field_error("name", f"volume {self.name} is the executor's own")
         return self
@@ -652,7 +671,9 @@ class Affinity(Model):
 
 class TemplateMetadata(Model):
     labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=64)
-    annotations: dict[str, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict, max_length=64)
+    annotations: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=64
+    )
 
     @model_validator(mode="after")
     def _not_ours(self) -> TemplateMetadata:
@@ -662,8 +683,11 @@ class TemplateMetadata(Model):
                 raise field_error(kind, f"{', '.join(map(repr, bad))}: not a valid key (prefix/name)")
             taken = sorted(k for k in keys if k.startswith(RESERVED_LABEL_PREFIXES))
             if taken:
-                raise field_error(kind, f"{', '.join(taken)}: the prefixes {', '.join(RESERVED_LABEL_PREFIXES)} "
-                                        "are the operator's")
+                raise field_error(
+                    kind,
+                    f"{', '.join(taken)}: the prefixes {', '.join(RESERVED_LABEL_PREFIXES)} "
+                    "are the operator's",
+                )
         return self
 
 
@@ -689,8 +713,11 @@ class PodTemplate(Model):
 
     def node_terms(self) -> list[NodeSelectorTerm]:
         affinity = self.spec.affinity
-        required = affinity.node_affinity.required_during_scheduling_ignored_during_execution \
-            if affinity and affinity.node_affinity else None
+        required = (
+            affinity.node_affinity.required_during_scheduling_ignored_during_execution
+            if affinity and affinity.node_affinity
+            else None
+        )
         return list(required.node_selector_terms) if required else []
 
     def allows(self, labels: Mapping[str, str]) -> bool:
@@ -713,7 +740,9 @@ class ExecutorSpec(Model):
         volumes = {v.name for v in self.pod_template.spec.volumes}
         missing = sorted({m.name for m in self.volume_mounts} - volumes)
         if missing:
-            raise field_error("volumeMounts", f"no volume named {', '.join(missing)} in podTemplate.spec.volumes")
+            raise field_error(
+                "volumeMounts", f"no volume named {', '.join(missing)} in podTemplate.spec.volumes"
+            )
         return self
 
 
@@ -813,7 +842,10 @@ class StreamTopologyStatus(Model):
     """What the operator reports; computed state (routing) lives in the owned ConfigMap instead."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        frozen=True,
         use_attribute_docstrings=True,
     )
     observed_generation: int | None = None
@@ -853,8 +885,10 @@ def check_topology(spec: StreamTopologySpec, prefix: str = "spec") -> list[tuple
     for i, op in enumerate(spec.operators):
         if op.name in index:
             problems.append(
-                (f"{prefix}.operators[{i}].name", f"duplicate operator name {op.name!r} "
-                 f"(also operators[{index[op.name]}])")
+                (
+                    f"{prefix}.operators[{i}].name",
+                    f"duplicate operator name {op.name!r} (also operators[{index[op.name]}])",
+                )
             )
         else:
             index[op.name] = i
@@ -868,7 +902,9 @@ def check_topology(spec: StreamTopologySpec, prefix: str = "spec") -> list[tuple
         if op.kind != "source" and not op.inputs:
             problems.append((f"{where}.inputs", f"{op.kind} {op.name!r} needs at least one input"))
         if op.kind == "join" and len(op.inputs) != 2:
-            problems.append((f"{where}.inputs", f"join {op.name!r} needs exactly two inputs, got {len(op.inputs)}"))
+            problems.append(
+                (f"{where}.inputs", f"join {op.name!r} needs exactly two inputs, got {len(op.inputs)}")
+            )
         for j, upstream in enumerate(op.inputs):
             if upstream not in index:
                 problems.append((f"{where}.inputs[{j}]", f"unknown operator {upstream!r}"))
@@ -931,14 +967,18 @@ def _check_constraints(c: ConstraintsSpec, index: Mapping[str, int], prefix: str
     for i, ha in enumerate(c.high_availability):
         for j, name in enumerate(ha.operators):
             if name not in index:
-                problems.append((f"{prefix}.highAvailability[{i}].operators[{j}]", f"unknown operator {name!r}"))
+                problems.append(
+                    (f"{prefix}.highAvailability[{i}].operators[{j}]", f"unknown operator {name!r}")
+                )
     seen_ha: dict[str, int] = {}
     for i, ha in enumerate(c.high_availability):
         for name in ha.operators:
             if name in seen_ha and seen_ha[name] != i:
                 problems.append(
-                    (f"{prefix}.highAvailability[{i}].operators",
-                     f"operator {name!r} is already replicated by highAvailability[{seen_ha[name]}]")
+                    (
+                        f"{prefix}.highAvailability[{i}].operators",
+                        f"operator {name!r} is already replicated by highAvailability[{seen_ha[name]}]",
+                    )
                 )
             seen_ha.setdefault(name, i)
 
@@ -946,8 +986,12 @@ def _check_constraints(c: ConstraintsSpec, index: Mapping[str, int], prefix: str
     for field in ("peColocation", "hostColocation"):
         for i, names in enumerate(groups[field]):
             if len({replicated.get(n, 1) for n in names if n in index}) > 1:
-                problems.append((f"{prefix}.{field}[{i}]", "co-located operators must have the same "
-                                 "number of highAvailability replicas"))
+                problems.append(
+                    (
+                        f"{prefix}.{field}[{i}]",
+                        "co-located operators must have the same number of highAvailability replicas",
+                    )
+                )
 
     # Contradictions: a pair forced together and apart at the same level (or PE-together, host-apart).
     together_pe = _components(c.pe_colocation)
@@ -958,24 +1002,31 @@ def _check_constraints(c: ConstraintsSpec, index: Mapping[str, int], prefix: str
     ):
         for i, names in enumerate(lists):
             for a_pos, a in enumerate(names):
-                for b in names[a_pos + 1:]:
+                for b in names[a_pos + 1 :]:
                     if a in together and together.get(a) == together.get(b):
                         problems.append(
-                            (f"{prefix}.{field}[{i}]",
-                             f"{a!r} and {b!r} must be in different {level}s but a colocation "
-                             f"constraint puts them in the same {level}")
+                            (
+                                f"{prefix}.{field}[{i}]",
+                                f"{a!r} and {b!r} must be in different {level}s but a colocation "
+                                f"constraint puts them in the same {level}",
+                            )
                         )
     for j, name in enumerate(c.pe_dedication):
         if name in together_pe and sum(1 for v in together_pe.values() if v == together_pe[name]) > 1:
             problems.append(
-                (f"{prefix}.peDedication[{j}]", f"{name!r} must have a PE of its own but peColocation "
-                 "fuses it with another operator")
+                (
+                    f"{prefix}.peDedication[{j}]",
+                    f"{name!r} must have a PE of its own but peColocation fuses it with another operator",
+                )
             )
     for j, name in enumerate(c.host_dedication):
         if name in together_host and sum(1 for v in together_host.values() if v == together_host[name]) > 1:
             problems.append(
-                (f"{prefix}.hostDedication[{j}]", f"{name!r} must have a host of its own but a "
-                 "colocation constraint places another operator with it")
+                (
+                    f"{prefix}.hostDedication[{j}]",
+                    f"{name!r} must have a host of its own but a "
+                    "colocation constraint places another operator with it",
+                )
             )
     return problems
 
@@ -1032,7 +1083,9 @@ def problems_of(error: ValidationError) -> list[tuple[str, str]]:
     return problems
 
 
-def load_topology(source: str | Path | Mapping[str, Any], *, udf_modules: Sequence[str] | None = None) -> StreamTopology:
+def load_topology(
+    source: str | Path | Mapping[str, Any], *, udf_modules: Sequence[str] | None = None
+) -> StreamTopology:
     """Read and validate a StreamTopology from a file path, YAML text or a parsed document.
 
     A bare spec (a mapping with ``operators`` at the top) is accepted too, so that users can keep
@@ -1117,10 +1170,12 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
             if isinstance(key, list | dict):
-                raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a scalar",
-                                                        key_node.start_mark)
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key must be a scalar", key_node.start_mark
+                )
             if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
-                                                        key_node.start_mark)
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)

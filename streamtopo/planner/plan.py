@@ -16,8 +16,8 @@ from typing import Any
 import networkx as nx
 
 from streamtopo.planner.cluster import Cluster
-from streamtopo.planner.constraints import GraphConstraints, violations
 from streamtopo.planner.graph import Node, operator_of
+from streamtopo.planner.placement.constraints import GraphConstraints, violations
 
 
 @dataclass(frozen=True)
@@ -79,13 +79,22 @@ class Plan:
             "communication_cost": round(self.communication_cost, 6),
             "graph": self.graph_kind,
             "pes": [
-                {"name": pe.name, "operators": pe.operators, "size": round(pe.size, 6), "host": pe.host,
-                 **({"units": pe.units} if self.graph_kind == "unit" else {})}
+                {
+                    "name": pe.name,
+                    "operators": pe.operators,
+                    "size": round(pe.size, 6),
+                    "host": pe.host,
+                    **({"units": pe.units} if self.graph_kind == "unit" else {}),
+                }
                 for pe in self.pes
             ],
             "hosts": [
-                {"name": h, "capacity": cap, "load": round(self.load[h], 6),
-                 "utilization": round(self.load[h] / cap, 6)}
+                {
+                    "name": h,
+                    "capacity": cap,
+                    "load": round(self.load[h], 6),
+                    "utilization": round(self.load[h] / cap, 6),
+                }
                 for h, cap in self.capacity.items()
             ],
             "violations": list(self.violations),
@@ -123,8 +132,10 @@ def evaluate(
     seen = [n for g in groups for n in g]
     if len(seen) != len(set(seen)) or set(seen) != set(graph.nodes):
         missing = set(graph.nodes) - set(seen)
-        raise ValueError(f"a plan must cover every node exactly once (missing {len(missing)}, "
-                         f"duplicated {len(seen) - len(set(seen))})")
+        raise ValueError(
+            f"a plan must cover every node exactly once (missing {len(missing)}, "
+            f"duplicated {len(seen) - len(set(seen))})"
+        )
     if len(hosts) != len(groups):
         raise ValueError("one host per PE")
     pes = tuple(

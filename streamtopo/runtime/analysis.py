@@ -36,8 +36,9 @@ class SparkUnavailable(RuntimeError):
     """The JVM for the check did not start (no Java, say); the message carries what it printed."""
 
 
-def check_expressions(spec: StreamTopologySpec, operators: dict[str, UnitOperator] | None = None, *,
-                      verbose: bool = False) -> dict[str, T.StructType | None]:
+def check_expressions(
+    spec: StreamTopologySpec, operators: dict[str, UnitOperator] | None = None, *, verbose: bool = False
+) -> dict[str, T.StructType | None]:
     """:func:`analyze_pipeline` in this process's SparkSession. One started for the check is stopped after
     it, JVM included, and unless ``verbose`` the JVM's own console output goes to a file (its start-up
     prints a line no log level silences) and Spark logs at ERROR (spark.py)."""
@@ -56,8 +57,9 @@ def check_expressions(spec: StreamTopologySpec, operators: dict[str, UnitOperato
             sparks.stop_spark(jvm=True)
 
 
-def analyze_pipeline(spec: StreamTopologySpec, spark: SparkSession,
-                     operators: dict[str, UnitOperator] | None = None) -> dict[str, T.StructType | None]:
+def analyze_pipeline(
+    spec: StreamTopologySpec, spark: SparkSession, operators: dict[str, UnitOperator] | None = None
+) -> dict[str, T.StructType | None]:
     """Every operator's output schema (None where it cannot be known before the run), resolving every
     expression on the way; raises :class:`OperatorError` at the first operator that cannot run."""
     operators = operators or {op.name: build_operator(op, spec) for op in spec.operators}
@@ -79,8 +81,9 @@ def analyze_pipeline(spec: StreamTopologySpec, spark: SparkSession,
     return schemas
 
 
-def _output(spark: SparkSession, op: Operator, operator: UnitOperator,
-            frames: dict[str, SparkFrame]) -> SparkFrame | None:
+def _output(
+    spark: SparkSession, op: Operator, operator: UnitOperator, frames: dict[str, SparkFrame]
+) -> SparkFrame | None:
     """The operator's output over its inputs' frames, through the operator's own Spark code."""
     if op.kind == "source":
         return operator.output_frame(spark)
@@ -88,16 +91,23 @@ def _output(spark: SparkSession, op: Operator, operator: UnitOperator,
         _check_join_keys(op, frames)
         return operator.output_frame(*(frames[u] for u in op.inputs))
     # Several inputs reach an operator as one frame, as the executor unions them (lazy records).
-    batch = lazily(op.name, "inputs", lambda: reduce(
-        lambda a, b: a.unionByName(b, allowMissingColumns=True), frames.values()))
+    batch = lazily(
+        op.name,
+        "inputs",
+        lambda: reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames.values()),
+    )
     if op.kind == "map":
         _locate(op.name, "select", op.select, lambda text: batch.selectExpr(text))
         return operator.process(spark, batch, {}, {}).output
     if op.kind == "filter":
         return operator.process(spark, batch, {}, {}).output
     if op.kind == "aggregate":
-        _locate(op.name, "aggregations", [agg.partial_sql() for agg in operator.aggs],
-                lambda sql: batch.groupBy(KG).agg(*map(F.expr, sql)))
+        _locate(
+            op.name,
+            "aggregations",
+            [agg.partial_sql() for agg in operator.aggs],
+            lambda sql: batch.groupBy(KG).agg(*map(F.expr, sql)),
+        )
         return operator.output_frame(batch)
     if op.kind == "udf":
         return operator.output_frame(batch)
@@ -121,8 +131,9 @@ def _check_key(spec: StreamTopologySpec, op: Operator, producer: str, frame: Spa
     if missing:
         have = ", ".join(c for c in frame.columns if c not in (KG, TS))
         lacking = ", ".join(map(repr, missing))
-        raise OperatorError(op.name, field, f"input {producer!r} has no column {lacking} (its columns: "
-                                            f"{have})")
+        raise OperatorError(
+            op.name, field, f"input {producer!r} has no column {lacking} (its columns: {have})"
+        )
     for column in key:
         kind = frame.schema[column].dataType.simpleString()
         if spark_key_kind(kind) is None:
@@ -145,5 +156,9 @@ def _check_join_keys(op: Operator, frames: dict[str, SparkFrame]) -> None:
     for column in op.key_by:
         kinds = {u: frames[u].schema[column].dataType.simpleString() for u in (left, right)}
         if "void" not in kinds.values() and spark_key_kind(kinds[left]) != spark_key_kind(kinds[right]):
-            raise OperatorError(op.name, "keyBy", f"key {column!r} is {kinds[left]} in {left!r} but "
-                                f"{kinds[right]} in {right!r}; cast one side so they compare")
+            raise OperatorError(
+                op.name,
+                "keyBy",
+                f"key {column!r} is {kinds[left]} in {left!r} but "
+                f"{kinds[right]} in {right!r}; cast one side so they compare",
+            )

@@ -40,8 +40,9 @@ class Calibration:
 
 def _records(n: int) -> pd.DataFrame:
     seq = np.arange(n, dtype=np.int64)
-    return pd.DataFrame({"seq": seq, "key": seq % 97, "value": seq, "_ts": seq / 1000.0,
-                         "_kg": np.zeros(n, dtype=np.int32)})
+    return pd.DataFrame(
+        {"seq": seq, "key": seq % 97, "value": seq, "_ts": seq / 1000.0, "_kg": np.zeros(n, dtype=np.int32)}
+    )
 
 
 def measure(url: str, sizes: tuple[int, ...] = SIZES, budget: float = 0.5) -> Calibration:

@@ -34,10 +34,10 @@ import pyarrow as pa
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import functions as F
 
-from streamtopo.planner.aeolus import default_batch_records
+from streamtopo.contracts import Keys, RoutingTable, parse_unit, unit_key
 from streamtopo.planner.graph import partition_key, unit_edges
 from streamtopo.planner.model import StreamTopologySpec
-from streamtopo.planner.routing import RoutingTable, parse_unit, unit_key
+from streamtopo.planner.scaling.aeolus import default_batch_records
 from streamtopo.runtime import sinks
 from streamtopo.runtime.flows import (
     COMBINED,
@@ -75,7 +75,6 @@ from streamtopo.runtime.scheduling import DEFAULT_RECORD_BYTES, Backlog, Schedul
 from streamtopo.runtime.state_store import Commit, StateStore
 from streamtopo.runtime.transport import (
     Entry,
-    Keys,
     MalformedEntry,
     entry_fields,
     read_entries,
@@ -139,7 +138,6 @@ class Dataflow:
             return max(1, n)
         return default_batch_records(self.spec, producer)
 
-
     def _sink_path(self, op: str, kg: int) -> Path | None:
         operator = self.spec.operator(op)
         if operator.kind == "sink" and operator.sink.file is not None and self.output_dir is not None:
@@ -160,8 +158,10 @@ class Dataflow:
         by_op: dict[str, list[Hosted]] = defaultdict(list)
         for unit in self.hosted.values():
             by_op[unit.op].append(unit)
-        self._plan_for(sum(entry.count for entries in inputs.values() for _, entry in entries)
-                       + sum(self._due(units, now) for op, units in by_op.items() if self._generates(op)))
+        self._plan_for(
+            sum(entry.count for entries in inputs.values() for _, entry in entries)
+            + sum(self._due(units, now) for op, units in by_op.items() if self._generates(op))
+        )
         for op in self.order:
             units = sorted(by_op.get(op, []), key=lambda u: u.kg)
             if not units:
@@ -207,16 +207,20 @@ class Dataflow:
         C-MR's policy decides (runtime/scheduling.py)."""
         owners = [(key, stream) for key, unit in self.hosted.items() for stream in self._input_streams(unit)]
         counts = self._allotments(owners)
-        requests = [(stream, self.hosted[key].rec.offsets.get(stream, "0-0"), counts[stream])
-                    for key, stream in owners if counts[stream] > 0]
+        requests = [
+            (stream, self.hosted[key].rec.offsets.get(stream, "0-0"), counts[stream])
+            for key, stream in owners
+            if counts[stream] > 0
+        ]
         out: dict[str, list[tuple[str, Entry]]] = defaultdict(list)
         kept = [(key, stream) for key, stream in owners if counts[stream] > 0]
         for (key, stream), entries in zip(kept, read_entries(self.client, requests)):
             out[key].extend((stream, e) for e in entries)
         return out, counts
 
-    def _read_late(self, units: list[Hosted], inputs: dict[str, list[tuple[str, Entry]]],
-                   allotted: dict[str, int]) -> None:
+    def _read_late(
+        self, units: list[Hosted], inputs: dict[str, list[tuple[str, Entry]]], allotted: dict[str, int]
+    ) -> None:
         """Add the entries other executors appended for ``units`` since the step began, just before the
         units run. A record crossing executors waits for the receiver's next step to begin; an operator late
         in a step would otherwise leave what arrived meanwhile for the step after. Only streams some other
@@ -227,7 +231,9 @@ class Dataflow:
                 got = [entry for s, entry in inputs.get(unit.key, []) if s == stream]
                 room = allotted.get(stream, 0) - len(got)
                 if room > 0:
-                    requests.append((stream, got[-1].id if got else unit.rec.offsets.get(stream, "0-0"), room))
+                    requests.append(
+                        (stream, got[-1].id if got else unit.rec.offsets.get(stream, "0-0"), room)
+                    )
                     owners.append((unit.key, stream))
         for (key, stream), entries in zip(owners, read_entries(self.client, requests)):
             inputs[key].extend((stream, e) for e in entries)
@@ -259,11 +265,21 @@ class Dataflow:
 
     def _load_of(self, unit: Hosted) -> UnitLoad:
         op = self.spec.operator(unit.op)
-        in_bytes = max((self.spec.operator(u).record_bytes or DEFAULT_RECORD_BYTES for u in op.inputs),
-                       default=DEFAULT_RECORD_BYTES)
+        in_bytes = max(
+            (self.spec.operator(u).record_bytes or DEFAULT_RECORD_BYTES for u in op.inputs),
+            default=DEFAULT_RECORD_BYTES,
+        )
         local = sum(1 for v in self.downstream[unit.op] if any(h.op == v for h in self.hosted.values()))
-        return UnitLoad(unit.key, unit.op, in_bytes, (op.record_bytes or DEFAULT_RECORD_BYTES) * local,
-                        unit.rec.records_in, unit.rec.records_out, unit.busy, len(unit.rec.state))
+        return UnitLoad(
+            unit.key,
+            unit.op,
+            in_bytes,
+            (op.record_bytes or DEFAULT_RECORD_BYTES) * local,
+            unit.rec.records_in,
+            unit.rec.records_out,
+            unit.busy,
+            len(unit.rec.state),
+        )
 
     def _remote_streams(self, unit: Hosted) -> list[str]:
         """Input streams of ``unit`` that a unit of another executor writes (a source's have none)."""
@@ -289,11 +305,16 @@ class Dataflow:
         k = self.spec.key_groups_of(units[0].op)
         return {u.kg: SourcePace(self.t0, source.rate_per_second, u.kg, k, source.count) for u in units}
 
-    def _requests(self, units: list[Hosted], paces: dict[int, SourcePace], now: float) -> list[tuple[int, Any, int]]:
+    def _requests(
+        self, units: list[Hosted], paces: dict[int, SourcePace], now: float
+    ) -> list[tuple[int, Any, int]]:
         """(kg, state, records) each unfinished generator unit takes this step: what is due, up to the cap."""
         cap = self._source_cap(units[0].op, len(units))
-        return [(u.kg, u.state, max(0, min(paces[u.kg].due(now) - u.rec.emitted, cap)))
-                for u in units if u.rec.watermark != math.inf]
+        return [
+            (u.kg, u.state, max(0, min(paces[u.kg].due(now) - u.rec.emitted, cap)))
+            for u in units
+            if u.rec.watermark != math.inf
+        ]
 
     def _due(self, units: list[Hosted], now: float) -> int:
         return sum(n for _, _, n in self._requests(units, self._paces(units), now))
@@ -354,10 +375,18 @@ class Dataflow:
         def lazy_here(v: str) -> bool:
             fed = {unit_key((v, j)) for kg in mine for j in self.dests(op, kg).get(v, [])}
             return self.operators[v].lazy_input and fed <= set(self.hosted) and self._stays_in_jvm(v)
+
         return all(self.operators[v].combines or lazy_here(v) for v in self.downstream[op])
 
-    def _consume(self, op: str, units: list[Hosted], inputs: dict[str, list[tuple[str, Entry]]],
-                 local: dict[str, list[Delivery]], commit: Commit, outcome: StepOutcome) -> Produced:
+    def _consume(
+        self,
+        op: str,
+        units: list[Hosted],
+        inputs: dict[str, list[tuple[str, Entry]]],
+        local: dict[str, list[Delivery]],
+        commit: Commit,
+        outcome: StepOutcome,
+    ) -> Produced:
         """Apply each unit's new entries (dedup by producer sequence), run the operator once for all."""
         operator = self.operators[op]
         spec_op = self.spec.operator(op)
@@ -400,8 +429,9 @@ class Dataflow:
                     self._accept(unit, d.producer, d.seq, d.watermark)
                     received[unit.key] += d.n or 0  # a deferred flow is counted by the operator below
                     if isinstance(d.records, LazyPart):
-                        lazy.setdefault(id(d.records.flow), (_input_of(d.stream), d.records.flow, set()))[2].add(
-                            (d.records.src, d.records.dst))
+                        lazy.setdefault(id(d.records.flow), (_input_of(d.stream), d.records.flow, set()))[
+                            2
+                        ].add((d.records.src, d.records.dst))
                     elif isinstance(d.records, Partials):
                         parts[COMBINED].append(d.records.frame)
                     elif d.records is not None and len(d.records):
@@ -410,7 +440,9 @@ class Dataflow:
                     # Older entries of this producer still wait in the stream: keep its order by going there.
                     records = d.records.pandas() if isinstance(d.records, LazyPart) else d.records
                     self._append(commit, d.stream, d.producer, d.seq, d.watermark, records)
-            self.metrics.unit(self.metrics.oldest_age, op, unit.kg).set(max(0.0, now - oldest) if oldest else 0.0)
+            self.metrics.unit(self.metrics.oldest_age, op, unit.kg).set(
+                max(0.0, now - oldest) if oldest else 0.0
+            )
             if got:
                 active.append(unit)
         for (name, kg), batch_tables in tables.items():
@@ -431,8 +463,9 @@ class Dataflow:
                 records = materialize(consumed(flow, pairs, keep_source=True))
                 if flow.counts is None:
                     sizes = records.groupby([SRC, KG]).size()
-                    self._counted(op, flow, pairs, {(int(a), int(b)): int(n) for (a, b), n in sizes.items()},
-                                  received)
+                    self._counted(
+                        op, flow, pairs, {(int(a), int(b)): int(n) for (a, b), n in sizes.items()}, received
+                    )
                 parts[name].append(records.drop(columns=[SRC]))
             elif flow.counts is None and operator.counts_input and len(spec_op.inputs) == 1:
                 by_operator.append((flow, pairs))
@@ -466,8 +499,14 @@ class Dataflow:
             out[unit.key] = (n, unit.rec.watermark)
         return Produced(output, out, dict(received), _pandas=output)
 
-    def _counted(self, op: str, flow: Flow, pairs: set[tuple[int, int]], counts: dict[tuple[int, int], int],
-                 received: dict[str, int]) -> None:
+    def _counted(
+        self,
+        op: str,
+        flow: Flow,
+        pairs: set[tuple[int, int]],
+        counts: dict[tuple[int, int], int],
+        received: dict[str, int],
+    ) -> None:
         """Book a deferred flow's sizes once they are counted: records into ``received`` (per consuming
         unit), kg traffic, and the producer's records out when this flow gives them."""
         flow.counts = {pair: counts.get(pair, 0) for pair in pairs}
@@ -478,15 +517,20 @@ class Dataflow:
             if n:
                 self.metrics.kg_edge(flow.producer, src, op, dst).inc(n)
         for src, n in produced.items():
-            if flow.producer_uncounted and (unit := self.hosted.get(unit_key((flow.producer, src)))) is not None:
+            if (
+                flow.producer_uncounted
+                and (unit := self.hosted.get(unit_key((flow.producer, src)))) is not None
+            ):
                 self._count_out(unit, n)
 
     def _count_uncounted(self, uncounted: list[tuple[str, Flow, set[tuple[int, int]]]]) -> None:
         """Count the flows lazy consumers took (map, filter) in one Spark job: the union of their (producing
         unit, consuming unit) columns grouped once. A step pays one job for all of them instead of one per
         edge; each chain is recomputed, which costs little next to a job's fixed cost."""
-        frames = [flow.frame.select(F.lit(i).alias(EDGE), F.col(KG), F.col(DST))
-                  for i, (_, flow, _) in enumerate(uncounted)]
+        frames = [
+            flow.frame.select(F.lit(i).alias(EDGE), F.col(KG), F.col(DST))
+            for i, (_, flow, _) in enumerate(uncounted)
+        ]
         union = reduce(lambda a, b: a.unionByName(b), frames)
         rows = computed(lambda: union.groupBy(EDGE, KG, DST).count().collect())
         counts: dict[int, dict[tuple[int, int], int]] = defaultdict(dict)
@@ -504,8 +548,11 @@ class Dataflow:
         if kind == "join":
             batch = combine_inputs(frames) if frames else pd.DataFrame({KG: [], TS: [], INPUT: []})
         else:
-            batch = pd.concat(frames.values(), ignore_index=True) if frames else pd.DataFrame(
-                {KG: pd.Series(dtype="int32"), TS: pd.Series(dtype="float64")})
+            batch = (
+                pd.concat(frames.values(), ignore_index=True)
+                if frames
+                else pd.DataFrame({KG: pd.Series(dtype="int32"), TS: pd.Series(dtype="float64")})
+            )
         if len(batch):
             batch[KG] = batch[KG].astype("int32")
         return batch
@@ -531,20 +578,42 @@ class Dataflow:
         try:
             records = entry.records()
         except MalformedEntry as error:
-            self._dead_letter(commit, unit.op, "source.stream", str(error), 1,
-                              [b"entry", entry.id.encode(), b"raw", entry.json or b""])
+            self._dead_letter(
+                commit,
+                unit.op,
+                "source.stream",
+                str(error),
+                1,
+                [b"entry", entry.id.encode(), b"raw", entry.json or b""],
+            )
             return None
         if entry.producer == "" and records is not None and len(records):
             unit.rec.wm_in[""] = max(unit.rec.wm_in.get("", -math.inf), float(records[TS].max()))
         return records
 
-    def _dead_letter(self, commit: Commit, operator: str, field: str, error: str, n: int,
-                     payload: list[bytes]) -> None:
+    def _dead_letter(
+        self, commit: Commit, operator: str, field: str, error: str, n: int, payload: list[bytes]
+    ) -> None:
         """Send ``n`` records (``payload``: the records, or the raw entry) to the dead-letter stream in the
         step's commit, naming the operator, field and error; processing goes on without them."""
-        commit.appends.append((self.keys.dead_letters, [
-            b"operator", operator.encode(), b"executor", self.name.encode(), b"error", error.encode(),
-            b"field", field.encode(), b"n", str(n).encode(), *payload]))
+        commit.appends.append(
+            (
+                self.keys.dead_letters,
+                [
+                    b"operator",
+                    operator.encode(),
+                    b"executor",
+                    self.name.encode(),
+                    b"error",
+                    error.encode(),
+                    b"field",
+                    field.encode(),
+                    b"n",
+                    str(n).encode(),
+                    *payload,
+                ],
+            )
+        )
         self.metrics.dead_letters.labels(self.keys.topology, self.name, operator).inc(n)
         log.warning("%s: %d record(s) to the dead-letter stream (%s): %s", operator, n, field, error)
 
@@ -559,8 +628,14 @@ class Dataflow:
         unit.rec.wm_in[producer] = max(unit.rec.wm_in.get(producer, -math.inf), watermark)
         return True
 
-    def _process(self, operator, batch: Batch, active: list[Hosted], commit: Commit,
-                 partials: pd.DataFrame | None = None) -> OperatorResult:
+    def _process(
+        self,
+        operator,
+        batch: Batch,
+        active: list[Hosted],
+        commit: Commit,
+        partials: pd.DataFrame | None = None,
+    ) -> OperatorResult:
         """Run the operator (with the partials producers combined for it, if any); records that make it
         raise go to the dead-letter stream, the rest goes on."""
         states = {u.kg: u.state for u in active}
@@ -575,8 +650,9 @@ class Dataflow:
             except RecordError as error:
                 bad = batch.index.intersection(error.rows.index)
                 rows = batch.loc[bad] if len(bad) else batch
-                self._dead_letter(commit, operator.name, error.field, error.error, len(rows),
-                                  [b"d", frame_to_ipc(rows)])
+                self._dead_letter(
+                    commit, operator.name, error.field, error.error, len(rows), [b"d", frame_to_ipc(rows)]
+                )
                 batch = batch.drop(index=rows.index).reset_index(drop=True)
         for unit in active:
             if unit.kg in result.states:
@@ -608,20 +684,23 @@ class Dataflow:
             unit.rec.seq_out[target] = seq
             unit.rec.wm_out[target] = max(sent, wm)
             records = df if df is not None and len(df) else None
-            commit.appends.append((target, entry_fields(unit.key, seq, wm, records,
-                                                        producers=self.spec.key_groups_of(unit.op))))
+            commit.appends.append(
+                (target, entry_fields(unit.key, seq, wm, records, producers=self.spec.key_groups_of(unit.op)))
+            )
         elif sink.console is not None and df is not None and len(df):
             outcome.console.extend(operator.format_console(df))
 
     # ---------------------------------------------------------------------------------------- output
 
-    def _emit(self, op: str, produced: Produced, local: dict[str, list[Delivery]], commit: Commit,
-              now: float) -> None:
+    def _emit(
+        self, op: str, produced: Produced, local: dict[str, list[Delivery]], commit: Commit, now: float
+    ) -> None:
         """Route an operator's output to its downstream units, in entries of the edge's batch size.
 
         A lazy output whose consumers are all hosted here stays in the JVM, counted where its records are
-        computed anyway or in the step's one count job (:class:`~streamtopo.runtime.flows.Flow`). Bound for another executor, a lazy output an aggregate consumes is combined first, in
-        one Spark job (:meth:`_combined`); anything else is materialised once and cut into entries."""
+        computed anyway or in the step's one count job (:class:`~streamtopo.runtime.flows.Flow`). Bound for
+        another executor, a lazy output an aggregate consumes is combined first, in one Spark job
+        (:meth:`_combined`); anything else is materialised once and cut into entries."""
         units = [self.hosted[key] for key in produced.units]
         claimed = False  # a deferred flow gives the producer's records out: no other edge books them
         for v in self.downstream[op]:
@@ -658,8 +737,9 @@ class Dataflow:
                 for j in sorted(set(expected) | set(mine)):
                     self._deliver(unit, v, j, mine.get(j), wm, local, commit, now)
 
-    def _one_to_one_counts(self, op: str, v: str, produced: Produced,
-                           units: list[Hosted]) -> dict[tuple[int, int], int] | None:
+    def _one_to_one_counts(
+        self, op: str, v: str, produced: Produced, units: list[Hosted]
+    ) -> dict[tuple[int, int], int] | None:
         """Records per unit pair without a Spark job, when each producing unit feeds one unit of ``v``
         and knows its output size (a source's generated records): a one-to-one edge carries them all."""
         counts = {}
@@ -671,18 +751,23 @@ class Dataflow:
                 counts[(unit.kg, dests[0])] = n
         return counts
 
-    def _combined(self, v: str, frame: SparkFrame, dest_key: list[str] | None,
-                  dest_k: int) -> dict[tuple[int, int], Partials]:
+    def _combined(
+        self, v: str, frame: SparkFrame, dest_key: list[str] | None, dest_k: int
+    ) -> dict[tuple[int, int], Partials]:
         """Map-side combine for aggregate ``v``: its partials per (producing unit, consuming unit), from
         one Spark job in this JVM. A crossing record then costs what a local one does; only a few rows
         per key and bucket are materialised and sent."""
         routed = frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
         rows = self.operators[v].partials(routed.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG))
-        return {(int(src), int(dst)): Partials(part.drop(columns=[SRC]).reset_index(drop=True))
-                for (src, dst), part in rows.groupby([SRC, KG])}
+        return {
+            (int(src), int(dst)): Partials(part.drop(columns=[SRC]).reset_index(drop=True))
+            for (src, dst), part in rows.groupby([SRC, KG])
+        }
 
     @staticmethod
-    def _routed(frame: SparkFrame, dest_key: list[str] | None, dest_k: int) -> dict[tuple[int, int], pa.Table]:
+    def _routed(
+        frame: SparkFrame, dest_key: list[str] | None, dest_k: int
+    ) -> dict[tuple[int, int], pa.Table]:
         """Records that travel whole, per (producing unit, consuming unit): the destination computed in
         the producer's Spark job, the records leaving the JVM once as Arrow (no pandas, no routing in
         Python), sorted by pair and sliced without copying."""
@@ -715,8 +800,17 @@ class Dataflow:
         self._last_punct[(producer, target)] = now
         return False
 
-    def _deliver(self, unit: Hosted, v: str, j: int, part: Part | None, wm: float,
-                 local: dict[str, list[Delivery]], commit: Commit, now: float) -> None:
+    def _deliver(
+        self,
+        unit: Hosted,
+        v: str,
+        j: int,
+        part: Part | None,
+        wm: float,
+        local: dict[str, list[Delivery]],
+        commit: Commit,
+        now: float,
+    ) -> None:
         """Unit ``unit``'s records and watermark for unit (v, j): in memory if hosted here, else entries."""
         dkey = unit_key((v, j))
         n = part_size(part)
@@ -732,8 +826,11 @@ class Dataflow:
             if isinstance(part, Partials):
                 chunks = part.chunks(size)
             else:
-                table = part if isinstance(part, pa.Table) or not n else pa.Table.from_pandas(
-                    part, preserve_index=False)  # once, then zero-copy slices
+                table = (
+                    part
+                    if isinstance(part, pa.Table) or not n
+                    else pa.Table.from_pandas(part, preserve_index=False)
+                )  # once, then zero-copy slices
                 chunks = [table.slice(i, size) for i in range(0, n, size)] if n else [None]
         for index, chunk in enumerate(chunks):
             seq = unit.rec.seq_out.get(dkey, 0) + 1
@@ -748,8 +845,15 @@ class Dataflow:
         if n:
             self.metrics.kg_edge(unit.op, unit.kg, v, j).inc(n)
 
-    def _append(self, commit: Commit, stream: str, producer: str, seq: int, wm: float,
-                records: pd.DataFrame | pa.Table | Partials | None) -> None:
+    def _append(
+        self,
+        commit: Commit,
+        stream: str,
+        producer: str,
+        seq: int,
+        wm: float,
+        records: pd.DataFrame | pa.Table | Partials | None,
+    ) -> None:
         if isinstance(records, Partials):
             n = records.n
             commit.appends.append((stream, entry_fields(producer, seq, wm, records.frame, combined=n)))
@@ -770,4 +874,3 @@ def _at(records: pd.DataFrame, kg: int) -> pd.DataFrame:
 def _input_of(stream: str) -> str:
     """The producing operator of a stream key ``...:s:<from>-><to>:<kg>``."""
     return stream.rsplit(":s:", 1)[1].split("->", 1)[0]
-

@@ -44,8 +44,15 @@ class EmbeddedValkey:
         if data_dir is None:
             self._server = ValkeyServer(port=port, host="127.0.0.1", save="", appendonly="no")
         else:
-            self._server = ValkeyServer(port=port, host="127.0.0.1", data_dir=Path(data_dir), persist=True,
-                                        save="", appendonly="yes", appendfsync="always")
+            self._server = ValkeyServer(
+                port=port,
+                host="127.0.0.1",
+                data_dir=Path(data_dir),
+                persist=True,
+                save="",
+                appendonly="yes",
+                appendfsync="always",
+            )
 
     def start(self) -> EmbeddedValkey:
         with _START:

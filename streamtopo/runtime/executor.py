@@ -17,7 +17,6 @@ inside a lazy chain redoes it eagerly (pandas between operators) so bad records 
 exactly-once argument is in docs/exactly-once.md.
 """
 
-
 from __future__ import annotations
 
 import logging
@@ -33,8 +32,8 @@ import networkx as nx
 import pandas as pd
 import psutil
 
+from streamtopo.contracts import Keys, RoutingTable
 from streamtopo.planner.model import StreamTopology
-from streamtopo.planner.routing import RoutingTable
 from streamtopo.runtime import sinks
 from streamtopo.runtime.dataflow import Dataflow
 from streamtopo.runtime.handover import Handover
@@ -53,7 +52,6 @@ from streamtopo.runtime.scheduling import Scheduler
 from streamtopo.runtime.state_store import Fenced, StateStore
 from streamtopo.runtime.transport import (
     CONNECTION_ERRORS,
-    Keys,
     TransportUnavailable,
     connect,
 )
@@ -68,10 +66,20 @@ class Executor(Handover, Dataflow):
     hand-over waits and pauses, busy time, latency; tests and simulations may pass their own.
     """
 
-    def __init__(self, topology: StreamTopology, routing_path: Path, name: str, transport_url: str,
-                 *, metrics_port: int = 0, output_dir: Path | None = None, cpu: float = 1.0,
-                 config: ExecutorConfig | None = None, clock: Callable[[], float] = time.time,
-                 bind: str = LOOPBACK):
+    def __init__(
+        self,
+        topology: StreamTopology,
+        routing_path: Path,
+        name: str,
+        transport_url: str,
+        *,
+        metrics_port: int = 0,
+        output_dir: Path | None = None,
+        cpu: float = 1.0,
+        config: ExecutorConfig | None = None,
+        clock: Callable[[], float] = time.time,
+        bind: str = LOOPBACK,
+    ):
         self.clock = clock
         self.topology = topology
         self.spec = topology.spec
@@ -88,8 +96,9 @@ class Executor(Handover, Dataflow):
         dag.add_edges_from((u, op.name) for op in self.spec.operators for u in op.inputs)
         self.order = list(nx.lexicographical_topological_sort(dag))
         self.downstream = {n: sorted(dag.successors(n)) for n in self.order}
-        self.scheduler = Scheduler(self.downstream, self.config.scheduling, self.config.step_records,
-                                   self.config.memory_limit)
+        self.scheduler = Scheduler(
+            self.downstream, self.config.scheduling, self.config.step_records, self.config.memory_limit
+        )
         self._dests: dict[str, dict[int, dict[str, list[int]]]] = {}
         self._producers: dict[str, dict[int, list[str]]] = {}
         self.keys = Keys.of(topology)
@@ -179,7 +188,9 @@ class Executor(Handover, Dataflow):
                 log.warning("%s: commit refused, reloading: %s", self.name, error)
                 self._recover()
             except LazyFailure as error:
-                log.warning("%s: a lazy step failed (%s); redoing it eagerly to isolate the records", self.name, error)
+                log.warning(
+                    "%s: a lazy step failed (%s); redoing it eagerly to isolate the records", self.name, error
+                )
                 self._recover()
                 self.eager = True
             except CONNECTION_ERRORS as error:
@@ -234,8 +245,10 @@ class Executor(Handover, Dataflow):
         if not self._connected or not self.hosted:
             return
         try:
-            streams = {key: [self.keys.stream(u, unit.op, unit.kg) for u in self.spec.operator(unit.op).inputs]
-                       for key, unit in self.hosted.items()}
+            streams = {
+                key: [self.keys.stream(u, unit.op, unit.kg) for u in self.spec.operator(unit.op).inputs]
+                for key, unit in self.hosted.items()
+            }
             flat = [s for ss in streams.values() for s in ss]
             counts = dict(zip(flat, self.client.hmget(self.keys.backlog, flat))) if flat else {}
         except CONNECTION_ERRORS:
@@ -255,9 +268,17 @@ def transport_password() -> str | None:
     return os.environ.get("STREAMTOPO_TRANSPORT_PASSWORD") or None
 
 
-def run_executor(topology_path: Path, routing_path: Path, name: str, transport_url: str, *,
-                 metrics_port: int = 0, output_dir: Path | None = None, cpu: float = 1.0,
-                 bind: str = ALL_INTERFACES) -> int:
+def run_executor(
+    topology_path: Path,
+    routing_path: Path,
+    name: str,
+    transport_url: str,
+    *,
+    metrics_port: int = 0,
+    output_dir: Path | None = None,
+    cpu: float = 1.0,
+    bind: str = ALL_INTERFACES,
+) -> int:
     """The ``streamtopo executor`` program; returns the exit code (clear messages, no tracebacks): 2 a bad
     pipeline, 3 no transport, 4 a file sink that cannot write (retrying cannot fix any of them)."""
     from streamtopo.planner.model import TopologyError, load_topology
@@ -268,8 +289,16 @@ def run_executor(topology_path: Path, routing_path: Path, name: str, transport_u
     extend_import_path(os.environ.get(UDF_PATH_ENV, "").split(os.pathsep))
     try:
         topology = load_topology(topology_path)
-        executor = Executor(topology, routing_path, name, transport_url, metrics_port=metrics_port,
-                            output_dir=output_dir, cpu=cpu, bind=bind)
+        executor = Executor(
+            topology,
+            routing_path,
+            name,
+            transport_url,
+            metrics_port=metrics_port,
+            output_dir=output_dir,
+            cpu=cpu,
+            bind=bind,
+        )
         if output_dir is not None:
             sinks.check_outputs(topology.spec, output_dir)
     except sinks.SinkWriteError as error:

@@ -80,7 +80,7 @@ class Partials:
     def chunks(self, size: int) -> list[Partials]:
         """Entries of at most ``size`` rows (the edge's batch size, Aeolus), in order."""
         rows = len(self.frame)
-        return [Partials(self.frame.iloc[i:i + size]) for i in range(0, rows, size)] or [self]
+        return [Partials(self.frame.iloc[i : i + size]) for i in range(0, rows, size)] or [self]
 
 
 Part = pd.DataFrame | pa.Table | LazyPart | Partials
@@ -140,8 +140,9 @@ def consumed(flow: Flow, pairs: set[tuple[int, int]], keep_source: bool) -> Spar
     ``keep_source`` keeps the producing unit as ``__src`` for whoever counts the records it computes."""
     frame = flow.frame
     if pairs != flow.pairs:
-        accepted = reduce(lambda a, b: a | b, [(F.col(KG) == s) & (F.col(DST) == d) for s, d in sorted(pairs)],
-                          F.lit(False))
+        accepted = reduce(
+            lambda a, b: a | b, [(F.col(KG) == s) & (F.col(DST) == d) for s, d in sorted(pairs)], F.lit(False)
+        )
         frame = frame.where(accepted)
     if keep_source:
         return frame.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG)

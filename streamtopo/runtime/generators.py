@@ -27,8 +27,22 @@ from pyspark.sql import functions as F
 _MASK = (1 << 64) - 1
 
 TICKERS = (
-    "AAPL", "MSFT", "GOOG", "AMZN", "META", "NVDA", "TSLA", "IBM", "ORCL", "INTC",
-    "AMD", "CSCO", "ADBE", "CRM", "NFLX", "QCOM",
+    "AAPL",
+    "MSFT",
+    "GOOG",
+    "AMZN",
+    "META",
+    "NVDA",
+    "TSLA",
+    "IBM",
+    "ORCL",
+    "INTC",
+    "AMD",
+    "CSCO",
+    "ADBE",
+    "CRM",
+    "NFLX",
+    "QCOM",
 )
 VOCABULARY = (  # noqa: SIM905 - a paragraph reads better than 200 quoted words
     "the of and to a in is it you that he was for on are with as his they be at one have this from or had "
@@ -65,7 +79,7 @@ def salt(seed: int, stream: int) -> int:
 def uniform(column: str, seed: int, stream: int) -> str:
     """SQL for a uniform double in [0, 1) per value of ``column``: the top 53 bits of its salted xxhash64.
     (``shiftrightunsigned`` keeps it non-negative; long * double is a double, so no ANSI overflow.)"""
-    return f"(shiftrightunsigned(xxhash64({column}, {salt(seed, stream)}L), 11) * {2.0 ** -53!r}D)"
+    return f"(shiftrightunsigned(xxhash64({column}, {salt(seed, stream)}L), 11) * {2.0**-53!r}D)"
 
 
 def _double(x: float) -> str:
@@ -107,19 +121,35 @@ def _mid(seed: int) -> str:
 def trades(df: DataFrame, seed: int, keys: int | None) -> DataFrame:
     """Trades {symbol, price, volume}: the VWAP input of the COLA paper."""
     df, symbol = _symbol_stage(df, seed, keys)
-    return df.selectExpr(f"{symbol} AS symbol", f"{_round4(_mid(seed))} AS price",
-                         f"1L + floor({uniform('seq', seed, 2)} * 1000.0D) AS volume", "_ts", "_kg")
+    return df.selectExpr(
+        f"{symbol} AS symbol",
+        f"{_round4(_mid(seed))} AS price",
+        f"1L + floor({uniform('seq', seed, 2)} * 1000.0D) AS volume",
+        "_ts",
+        "_kg",
+    )
 
 
 def quotes(df: DataFrame, seed: int, keys: int | None) -> DataFrame:
     """Quotes {symbol, bid, ask, volume}: bid half a spread (0.02% .. 0.12% of mid) below the drifting
     level, ask half a spread above; even after rounding to 4 decimals bid < ask (spread >= 0.0038)."""
     df, symbol = _symbol_stage(df, seed, keys)
-    df = df.selectExpr(f"{symbol} AS symbol", f"{_mid(seed)} AS _mid",
-                       f"0.0002D + 0.001D * {uniform('seq', seed, 3)} AS _spread",
-                       f"100L * (1L + floor({uniform('seq', seed, 2)} * 50.0D)) AS volume", "_ts", "_kg")
-    return df.selectExpr("symbol", f"{_round4('_mid * (1.0D - _spread / 2.0D)')} AS bid",
-                         f"{_round4('_mid * (1.0D + _spread / 2.0D)')} AS ask", "volume", "_ts", "_kg")
+    df = df.selectExpr(
+        f"{symbol} AS symbol",
+        f"{_mid(seed)} AS _mid",
+        f"0.0002D + 0.001D * {uniform('seq', seed, 3)} AS _spread",
+        f"100L * (1L + floor({uniform('seq', seed, 2)} * 50.0D)) AS volume",
+        "_ts",
+        "_kg",
+    )
+    return df.selectExpr(
+        "symbol",
+        f"{_round4('_mid * (1.0D - _spread / 2.0D)')} AS bid",
+        f"{_round4('_mid * (1.0D + _spread / 2.0D)')} AS ask",
+        "volume",
+        "_ts",
+        "_kg",
+    )
 
 
 @cache
@@ -128,7 +158,7 @@ def zipf_alias_table(n: int, exponent: float = ZIPF_EXPONENT) -> tuple[float, ..
     per column ``j``: ``alias_j + q_j``, where column j keeps rank j+1 with probability ``q_j`` in [0, 1)
     and otherwise yields rank ``alias_j + 1`` (a full column is encoded as its own alias, q = 0).
     Sampling is exact (up to double rounding of the weights and ~39 bits of q for n <= 10k)."""
-    weights = [1.0 / (r ** exponent) for r in range(1, n + 1)]
+    weights = [1.0 / (r**exponent) for r in range(1, n + 1)]
     total = sum(weights)
     scaled = [w * n / total for w in weights]
     alias, q = list(range(n)), [0.0] * n
@@ -196,18 +226,32 @@ def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -
             starts[kg], ends[kg] = first, first + n
         arrays = (f"array({', '.join(f'{v}L' for v in bounds)})" for bounds in (starts, ends))
         start, end = (f"element_at({a}, CAST(id % {k}L + 1 AS INT))" for a in arrays)
-        return (spark.range(lo, hi).where(f"id div {k}L >= {start} AND id div {k}L < {end}")
-                .selectExpr("id AS seq", kg_of))
-    frames = [spark.range(kg + first * k, kg + (first + n) * k, k)
-              .selectExpr("id AS seq", f"CAST({kg} AS INT) AS _kg") for kg, first, n in parts]
+        return (
+            spark.range(lo, hi)
+            .where(f"id div {k}L >= {start} AND id div {k}L < {end}")
+            .selectExpr("id AS seq", kg_of)
+        )
+    frames = [
+        spark.range(kg + first * k, kg + (first + n) * k, k).selectExpr(
+            "id AS seq", f"CAST({kg} AS INT) AS _kg"
+        )
+        for kg, first, n in parts
+    ]
     out = frames[0]
     for f in frames[1:]:
         out = out.unionAll(f)
     return out
 
 
-def frame(spark: SparkSession, name: str, parts: list[tuple[int, int, int]], k: int, rate_per_second: float,
-          seed: int = 0, keys: int | None = None) -> DataFrame:
+def frame(
+    spark: SparkSession,
+    name: str,
+    parts: list[tuple[int, int, int]],
+    k: int,
+    rate_per_second: float,
+    seed: int = 0,
+    keys: int | None = None,
+) -> DataFrame:
     """Lazy Spark DataFrame of the records of the given parts: each part ``(kg, first, n)`` is the records
     ``seq = kg + (first + i) * k`` for ``i in range(n)``, with the generator's columns, ``_ts`` (double,
     ``seq / rate_per_second``) and ``_kg`` (int, = kg). Nothing is computed until an action runs."""

@@ -18,7 +18,7 @@ The pause is measured from the donor's release (or, when the donor never release
 receiver started waiting) to the receiver holding the loaded state, ready to process. After a crash that
 start is late (the receiver begins waiting once its own JVM runs), so each pause also records when it
 ended (``Pause.at``): ``streamtopo run`` measures a kill's recovery from the kill to that moment
-(runtime/drills.py).
+(local/drills.py).
 """
 
 from __future__ import annotations
@@ -29,17 +29,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from streamtopo.planner.routing import RoutingTable, parse_unit, unit_key
+from streamtopo.contracts import Keys, RoutingTable, parse_unit, unit_key
 from streamtopo.runtime import sinks
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
 from streamtopo.runtime.metrics import ExecutorMetrics
 from streamtopo.runtime.operators.base import UnitOperator
 from streamtopo.runtime.state_store import Fenced, Ownership, StateStore, UnitRecord
-from streamtopo.runtime.transport import Keys
 
 
-def acquisition_kind(ownership: Ownership, instance: str, owner_alive: bool, waited: float,
-                     timeout: float) -> str | None:
+def acquisition_kind(
+    ownership: Ownership, instance: str, owner_alive: bool, waited: float, timeout: float
+) -> str | None:
     """Why the receiver may acquire now (see the module docstring), or None to keep waiting."""
     if ownership.epoch == 0:
         return "fresh"
@@ -145,8 +145,13 @@ class Handover:
     def _acquire_waiting(self) -> None:
         for key, since in list(self.waiting.items()):
             ownership = self.store.ownership(key)
-            kind = acquisition_kind(ownership, self.instance, self.store.alive(ownership.owner),
-                                    self.clock() - since, self.config.handover_timeout)
+            kind = acquisition_kind(
+                ownership,
+                self.instance,
+                self.store.alive(ownership.owner),
+                self.clock() - since,
+                self.config.handover_timeout,
+            )
             if kind is None:
                 continue
             epoch, rec = self.store.acquire(key, self.instance)
@@ -160,8 +165,14 @@ class Handover:
             del self.waiting[key]
             if kind != "fresh":
                 now = self.clock()
-                pause = Pause(key, now - pause_start(kind, ownership, since), self.name, kind,
-                              len(unit.rec.state), at=now)
+                pause = Pause(
+                    key,
+                    now - pause_start(kind, ownership, since),
+                    self.name,
+                    kind,
+                    len(unit.rec.state),
+                    at=now,
+                )
                 self.client.rpush(self.keys.pauses, pause.to_json())
                 self.metrics.exec(self.metrics.pause).observe(pause.seconds)
                 self.metrics.migrations.labels(self.keys.topology, self.name, "receiver").inc()
@@ -186,4 +197,3 @@ class Handover:
                 continue
             unit.rec = rec or UnitRecord()
             self._load(unit)
-

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streamtopo.planner.routing import unit_key
+from streamtopo.contracts import unit_key
 from streamtopo.runtime.state_store import UnitRecord
 
 
@@ -59,5 +59,3 @@ class Hosted:
     @property
     def key(self) -> str:
         return unit_key((self.op, self.kg))
-
-

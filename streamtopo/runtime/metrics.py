@@ -23,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from streamtopo.contracts import Metric
+
 UNIT = ("topology", "executor", "operator", "kg")
 EXECUTOR = ("topology", "executor")
 LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
@@ -64,37 +66,61 @@ class ExecutorMetrics:
     def __init__(self, topology: str, executor: str):
         self.topology, self.executor = topology, executor
         r = self.registry = CollectorRegistry()
-        self.busy = Counter("streamtopo_unit_busy_seconds", "CPU-busy seconds of a unit", UNIT, registry=r)
-        self.records_in = Counter("streamtopo_unit_records_in", "Records a unit consumed", UNIT, registry=r)
-        self.records_out = Counter("streamtopo_unit_records_out", "Records a unit produced", UNIT, registry=r)
-        self.kg_records = Counter("streamtopo_kg_records", "Records from one unit to another",
-                                  ("topology", "src_operator", "src_kg", "dst_operator", "dst_kg"), registry=r)
-        self.state_bytes = Gauge("streamtopo_unit_state_bytes", "Encoded state of a unit", UNIT, registry=r)
-        self.backlog = Gauge("streamtopo_unit_backlog_records", "Records waiting for a unit", UNIT, registry=r)
-        self.oldest_age = Gauge("streamtopo_unit_oldest_record_age_seconds",
-                                "Age of the oldest record waiting for a unit", UNIT, registry=r)
-        self.records_due = Counter("streamtopo_unit_records_due",
-                                   "Records that came due at a generator source unit (its arrivals)", UNIT, registry=r)
-        self.cpu = Counter("streamtopo_executor_cpu_seconds", "CPU seconds of the executor (JVM included)",
-                           EXECUTOR, registry=r)
-        self.memory = Gauge("streamtopo_executor_memory_bytes", "Resident memory (JVM included)", EXECUTOR,
-                            registry=r)
-        self.capacity = Gauge("streamtopo_executor_cpu_capacity_cores", "CPU cores the executor may use",
-                              EXECUTOR, registry=r)
-        self.routing_version = Gauge("streamtopo_routing_version", "Routing table version applied",
-                                     EXECUTOR, registry=r)
-        self.migrations = Counter("streamtopo_migrations", "Key-group hand-overs",
-                                  ("topology", "executor", "role"), registry=r)
-        self.pause = Histogram("streamtopo_migration_pause_seconds", "Pause of a moving key group",
-                               EXECUTOR, buckets=PAUSE_BUCKETS, registry=r)
-        self.dead_letters = Counter("streamtopo_dead_letters", "Records sent to the dead-letter stream",
-                                    ("topology", "executor", "operator"), registry=r)
-        self.scheduling = Counter("streamtopo_scheduling_steps",
-                                  "Steps whose input queues exceeded the budget, by the C-MR policy that chose",
-                                  ("topology", "executor", "policy"), registry=r)
-        self.sink_latency = Histogram("streamtopo_sink_latency_seconds",
-                                      "Wall time from a record's event time to its sink commit",
-                                      ("topology", "executor", "operator"), buckets=LATENCY_BUCKETS, registry=r)
+        self.busy = Counter(Metric.UNIT_BUSY, "CPU-busy seconds of a unit", UNIT, registry=r)
+        self.records_in = Counter(Metric.UNIT_RECORDS_IN, "Records a unit consumed", UNIT, registry=r)
+        self.records_out = Counter(Metric.UNIT_RECORDS_OUT, "Records a unit produced", UNIT, registry=r)
+        self.kg_records = Counter(
+            Metric.KG_RECORDS,
+            "Records from one unit to another",
+            ("topology", "src_operator", "src_kg", "dst_operator", "dst_kg"),
+            registry=r,
+        )
+        self.state_bytes = Gauge(Metric.UNIT_STATE_BYTES, "Encoded state of a unit", UNIT, registry=r)
+        self.backlog = Gauge(Metric.UNIT_BACKLOG, "Records waiting for a unit", UNIT, registry=r)
+        self.oldest_age = Gauge(
+            Metric.UNIT_OLDEST_AGE, "Age of the oldest record waiting for a unit", UNIT, registry=r
+        )
+        self.records_due = Counter(
+            Metric.UNIT_RECORDS_DUE,
+            "Records that came due at a generator source unit (its arrivals)",
+            UNIT,
+            registry=r,
+        )
+        self.cpu = Counter(
+            Metric.EXECUTOR_CPU, "CPU seconds of the executor (JVM included)", EXECUTOR, registry=r
+        )
+        self.memory = Gauge(Metric.EXECUTOR_MEMORY, "Resident memory (JVM included)", EXECUTOR, registry=r)
+        self.capacity = Gauge(
+            Metric.EXECUTOR_CAPACITY, "CPU cores the executor may use", EXECUTOR, registry=r
+        )
+        self.routing_version = Gauge(
+            Metric.ROUTING_VERSION, "Routing table version applied", EXECUTOR, registry=r
+        )
+        self.migrations = Counter(
+            Metric.MIGRATIONS, "Key-group hand-overs", ("topology", "executor", "role"), registry=r
+        )
+        self.pause = Histogram(
+            Metric.MIGRATION_PAUSE, "Pause of a moving key group", EXECUTOR, buckets=PAUSE_BUCKETS, registry=r
+        )
+        self.dead_letters = Counter(
+            Metric.DEAD_LETTERS,
+            "Records sent to the dead-letter stream",
+            ("topology", "executor", "operator"),
+            registry=r,
+        )
+        self.scheduling = Counter(
+            Metric.SCHEDULING_STEPS,
+            "Steps whose input queues exceeded the budget, by the C-MR policy that chose",
+            ("topology", "executor", "policy"),
+            registry=r,
+        )
+        self.sink_latency = Histogram(
+            Metric.SINK_LATENCY,
+            "Wall time from a record's event time to its sink commit",
+            ("topology", "executor", "operator"),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self._cpu_seen = 0.0
         self._sources: dict[tuple[str, int], tuple[SourcePace, int, int]] = {}
         """Generator unit -> (pace, records emitted, records due already counted)."""
@@ -137,7 +163,8 @@ class ExecutorMetrics:
                 backlog = max(0, due - emitted)
                 self.unit(self.backlog, op, kg).set(backlog)
                 self.unit(self.oldest_age, op, kg).set(
-                    max(0.0, now - pace.t0 - pace.event_time(emitted)) if backlog else 0.0)
+                    max(0.0, now - pace.t0 - pace.event_time(emitted)) if backlog else 0.0
+                )
 
     def forget_unit(self, op: str, kg: int) -> None:
         """Drop a unit's gauges when it moves away (its counters stay: they are monotonic per executor)."""

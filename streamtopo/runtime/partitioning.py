@@ -96,8 +96,12 @@ def _hash_bytes(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seeds
     for j in range(int(words.max(initial=0))):
         rows = np.flatnonzero(words > j)
         p = starts[rows] + 4 * j
-        word = flat32[p] | (flat32[p + 1] << np.uint32(8)) | (flat32[p + 2] << np.uint32(16)) \
+        word = (
+            flat32[p]
+            | (flat32[p + 1] << np.uint32(8))
+            | (flat32[p + 2] << np.uint32(16))
             | (flat32[p + 3] << np.uint32(24))
+        )
         h[rows] = _mix_h1(h[rows], _mix_k1(word))
     signed = flat.view(np.int8).astype(np.int32).view(np.uint32)
     for t in range(3):
@@ -116,10 +120,16 @@ def _hash_strings(values: pd.Series, h: np.ndarray) -> np.ndarray:
     array = pa.array(values, type=pa.large_string(), from_pandas=True)
     encoded = (array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array).dictionary_encode()
     uniques = encoded.dictionary
-    offsets = np.frombuffer(uniques.buffers()[1], dtype=np.int64)[uniques.offset:uniques.offset + len(uniques) + 1]
+    offsets = np.frombuffer(uniques.buffers()[1], dtype=np.int64)[
+        uniques.offset : uniques.offset + len(uniques) + 1
+    ]
     data = uniques.buffers()[2]
-    flat = np.concatenate([np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8),
-                           np.zeros(3, np.uint8)])
+    flat = np.concatenate(
+        [
+            np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8),
+            np.zeros(3, np.uint8),
+        ]
+    )
     starts, lengths = offsets[:-1], np.diff(offsets)
     codes = pc.fill_null(encoded.indices, -1).to_numpy()
     present = codes >= 0
@@ -130,8 +140,9 @@ def _hash_strings(values: pd.Series, h: np.ndarray) -> np.ndarray:
     if (seeds == seeds[0]).all():
         out[present] = _hash_bytes(flat, starts, lengths, np.full(len(uniques), seeds[0]))[rows]
         return out
-    pairs, inverse = np.unique((seeds.astype(np.uint64) << np.uint64(32)) | rows.astype(np.uint64),
-                               return_inverse=True)
+    pairs, inverse = np.unique(
+        (seeds.astype(np.uint64) << np.uint64(32)) | rows.astype(np.uint64), return_inverse=True
+    )
     code = (pairs & np.uint64(0xFFFFFFFF)).astype(np.int64)
     hashed = _hash_bytes(flat, starts[code], lengths[code], (pairs >> np.uint64(32)).astype(np.uint32))
     out[present] = hashed[inverse]
@@ -146,8 +157,10 @@ def _unsupported(column: str, kind: object) -> ValueError:
 
 
 def unsupported_key(column: str, kind: object) -> str:
-    return (f"column {column!r} has type {kind}, which has no pandas/Spark-identical key-group hash; "
-            "supported: numbers, booleans, strings (cast the key first)")
+    return (
+        f"column {column!r} has type {kind}, which has no pandas/Spark-identical key-group hash; "
+        "supported: numbers, booleans, strings (cast the key first)"
+    )
 
 
 def spark_key_kind(type_name: str) -> str | None:
@@ -180,7 +193,9 @@ def key_hash(df: pd.DataFrame, key: tuple[str, ...]) -> np.ndarray:
     """Spark's ``hash(canonical key columns...)`` of every record, as int32, identical in every process."""
     missing = [c for c in key if c not in df.columns]
     if missing:
-        raise ValueError(f"keyBy: column(s) {', '.join(missing)} not in the records (have: {', '.join(df.columns)})")
+        raise ValueError(
+            f"keyBy: column(s) {', '.join(missing)} not in the records (have: {', '.join(df.columns)})"
+        )
     h = np.full(len(df), SEED, dtype=np.uint32)
     for column in key:
         kind, values = _canonical(df[column], column)
@@ -210,11 +225,22 @@ def _spark_canonical(column: str) -> tuple[Column, Column]:
     drops the branch that does not apply."""
     c, kind = F.col(column), F.typeof(F.col(column))
     as_double = c.cast("double")
-    double = (F.when(kind.isin(*_SPARK_NUMERIC), F.when(~F.isnan(as_double), as_double))
-              .when(kind == "string", F.lit(None))
-              .otherwise(F.raise_error(F.concat(F.lit(f"keyBy: column '{column}' has type "), kind,
-                                                F.lit(", which has no pandas/Spark-identical key-group hash; "
-                                                      "supported: numbers, booleans, strings")))))
+    double = (
+        F.when(kind.isin(*_SPARK_NUMERIC), F.when(~F.isnan(as_double), as_double))
+        .when(kind == "string", F.lit(None))
+        .otherwise(
+            F.raise_error(
+                F.concat(
+                    F.lit(f"keyBy: column '{column}' has type "),
+                    kind,
+                    F.lit(
+                        ", which has no pandas/Spark-identical key-group hash; "
+                        "supported: numbers, booleans, strings"
+                    ),
+                )
+            )
+        )
+    )
     return double, F.when(kind == "string", c.cast("string"))
 
 

@@ -58,8 +58,9 @@ class UnitLoad:
 class Scheduler:
     """Decides, each step, how many entries of each input stream the executor reads."""
 
-    def __init__(self, downstream: dict[str, list[str]], policy: str, budget: int, memory_limit: float,
-                 seed: int = 0):
+    def __init__(
+        self, downstream: dict[str, list[str]], policy: str, budget: int, memory_limit: float, seed: int = 0
+    ):
         if policy not in POLICIES:
             raise ValueError(f"scheduling policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         if budget < 1:
@@ -72,15 +73,19 @@ class Scheduler:
         self.last_policy: str | None = None
         """The policy the last backlogged step used (None: everything fitted), for metrics and logs."""
 
-    def entries(self, units: list[UnitLoad], backlogs: dict[str, list[Backlog]], max_entries: int
-                ) -> dict[str, int]:
+    def entries(
+        self, units: list[UnitLoad], backlogs: dict[str, list[Backlog]], max_entries: int
+    ) -> dict[str, int]:
         """Entries to read per stream this step (streams of units left out of the step get 0)."""
         queued = sum(b.records for bs in backlogs.values() for b in bs)
         if self.policy == "all" or queued <= self.budget:
             self.last_policy = None
             return {b.stream: max_entries for bs in backlogs.values() for b in bs}
-        queues = [self._queue(u, backlogs.get(u.unit, [])) for u in units if any(
-            b.records > 0 for b in backlogs.get(u.unit, []))]
+        queues = [
+            self._queue(u, backlogs.get(u.unit, []))
+            for u in units
+            if any(b.records > 0 for b in backlogs.get(u.unit, []))
+        ]
         policy = self.policy
         if policy == "hybrid":
             state = sum(u.state_bytes for u in units)
@@ -112,7 +117,10 @@ class Scheduler:
             in_bytes=unit.in_bytes,
             out_bytes=unit.out_bytes,
             selectivity=unit.records_out / unit.records_in if unit.records_in else 1.0,
-            seconds_per_record=(unit.busy_seconds / unit.records_in
-                                if unit.records_in and unit.busy_seconds > 0 else DEFAULT_SECONDS_PER_RECORD),
+            seconds_per_record=(
+                unit.busy_seconds / unit.records_in
+                if unit.records_in and unit.busy_seconds > 0
+                else DEFAULT_SECONDS_PER_RECORD
+            ),
             bfs_order=self.bfs.get(unit.operator, 0),
         )

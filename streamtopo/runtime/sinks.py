@@ -98,8 +98,11 @@ def last_records(output_dir: Path, spec: StreamTopologySpec, op: Operator, n: in
     A key group's file is in commit order, so its last ``n`` lines hold its latest records: a summary can
     show a sink's newest output without reading millions of lines.
     """
-    lines = [line for kg in range(spec.key_groups_of(op.name))
-             for line in tail_lines(sink_file(output_dir, op, kg), n)]
+    lines = [
+        line
+        for kg in range(spec.key_groups_of(op.name))
+        for line in tail_lines(sink_file(output_dir, op, kg), n)
+    ]
     records = [json.loads(line) for line in lines]
     records.sort(key=lambda r: r["ts"] if isinstance(r.get("ts"), int | float) else float("-inf"))
     return records[-n:]

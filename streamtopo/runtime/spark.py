@@ -65,8 +65,12 @@ def temp_dir() -> Path:
         return _TEMP
 
 
-def spark_conf(cores: int = DEFAULT_CORES, memory: str = DEFAULT_MEMORY, local_dir: Path | None = None,
-               log_config: Path | None = None) -> dict[str, str]:
+def spark_conf(
+    cores: int = DEFAULT_CORES,
+    memory: str = DEFAULT_MEMORY,
+    local_dir: Path | None = None,
+    log_config: Path | None = None,
+) -> dict[str, str]:
     """The configuration of :func:`get_spark`, exposed so benchmarks can report it. ``local_dir`` holds
     Spark's local dirs and the JVM's temporary files, ``log_config`` is a log4j2 properties file."""
     java = "-XX:+UseSerialGC"
@@ -99,8 +103,12 @@ def spark_conf(cores: int = DEFAULT_CORES, memory: str = DEFAULT_MEMORY, local_d
     return conf
 
 
-def get_spark(cores: int | None = None, memory: str | None = None, jvm_output: Path | None = None,
-              verbose: bool | None = None) -> SparkSession:
+def get_spark(
+    cores: int | None = None,
+    memory: str | None = None,
+    jvm_output: Path | None = None,
+    verbose: bool | None = None,
+) -> SparkSession:
     """The process-wide SparkSession, created on first use.
 
     ``cores``/``memory`` default to ``STREAMTOPO_SPARK_CORES`` / ``STREAMTOPO_SPARK_MEMORY`` or 1 core /

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 import redis
 
-from streamtopo.runtime.transport import Keys
+from streamtopo.contracts import Keys
 
 MAGIC = b"STU1"
 
@@ -80,7 +80,9 @@ class Fenced(RuntimeError):
 
     def __init__(self, unit: str, expected: int, actual: str):
         self.unit, self.expected, self.actual = unit, expected, actual
-        super().__init__(f"{unit}: fenced (committing with epoch {expected}, current epoch {actual or 'none'})")
+        super().__init__(
+            f"{unit}: fenced (committing with epoch {expected}, current epoch {actual or 'none'})"
+        )
 
 
 @dataclass
@@ -113,7 +115,9 @@ class UnitRecord:
     def encode(self) -> bytes:
         header = {k: v for k, v in asdict(self).items() if k not in ("pending", "state")}
         blob = json.dumps(header, separators=(",", ":")).encode()
-        return b"".join([MAGIC, struct.pack("<II", len(blob), len(self.pending)), blob, self.pending, self.state])
+        return b"".join(
+            [MAGIC, struct.pack("<II", len(blob), len(self.pending)), blob, self.pending, self.state]
+        )
 
     @classmethod
     def decode(cls, data: bytes) -> UnitRecord:
@@ -121,9 +125,9 @@ class UnitRecord:
             raise ValueError("not a streamtopo unit record (bad magic)")
         n_header, n_pending = struct.unpack_from("<II", data, len(MAGIC))
         at = len(MAGIC) + 8
-        header = json.loads(data[at:at + n_header])
+        header = json.loads(data[at : at + n_header])
         at += n_header
-        return cls(**header, pending=data[at:at + n_pending], state=data[at + n_pending:])
+        return cls(**header, pending=data[at : at + n_pending], state=data[at + n_pending :])
 
 
 @dataclass
@@ -196,8 +200,13 @@ class StateStore:
         if not commit:
             return
         keys: list[str] = []
-        args: list[bytes | str | int] = [len(commit.units), len(commit.appends), len(commit.trims),
-                                         len(commit.incrs), repr(time.time())]
+        args: list[bytes | str | int] = [
+            len(commit.units),
+            len(commit.appends),
+            len(commit.trims),
+            len(commit.incrs),
+            repr(time.time()),
+        ]
         for unit, epoch, rec in commit.units:
             keys.append(self.keys.unit(unit))
             args += [str(epoch), rec]

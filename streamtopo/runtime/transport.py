@@ -34,7 +34,6 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame, ipc_to_table
 
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionError, OSError)
@@ -45,63 +44,15 @@ class TransportUnavailable(RuntimeError):
     """Valkey could not be reached within the retry budget."""
 
 
-class Keys:
-    """Names of every Valkey key of one topology.
-
-    Keys are scoped by namespace when the topology has one (on Kubernetes it always does): two namespaces
-    may run topologies of the same name, and streams of the same name, on one Valkey without sharing a key.
-    """
-
-    def __init__(self, topology: str, namespace: str | None = None):
-        self.topology = topology
-        self.namespace = namespace
-        self.prefix = f"st:{{{namespace}/{topology}}}" if namespace else f"st:{{{topology}}}"
-
-    @classmethod
-    def of(cls, topology: StreamTopology) -> Keys:
-        return cls(topology.metadata.name, topology.metadata.namespace)
-
-    def stream(self, producer: str, consumer: str, kg: int) -> str:
-        return f"{self.prefix}:s:{producer}->{consumer}:{kg}"
-
-    def unit(self, unit_key: str) -> str:
-        return f"{self.prefix}:u:{unit_key}"
-
-    def heartbeat(self, instance: str) -> str:
-        return f"{self.prefix}:hb:{instance}"
-
-    def ready(self, executor: str) -> str:
-        """Present (with a TTL) while executor ``executor`` is warm and stepping: donors hand units to it
-        only then, so a unit keeps running on its donor while a new executor's JVM starts."""
-        return f"{self.prefix}:ready:{executor}"
-
-    @property
-    def dead_letters(self) -> str:
-        return f"{self.prefix}:dead-letter"
-
-    @property
-    def backlog(self) -> str:
-        """Hash stream key -> records appended and not yet consumed (kept exact by the commit script)."""
-        return f"{self.prefix}:backlog"
-
-    @property
-    def pauses(self) -> str:
-        """List of JSON hand-over records (unit, pause seconds, donor, receiver, kind, state bytes)."""
-        return f"{self.prefix}:pauses"
-
-    @property
-    def clock(self) -> str:
-        """Wall-clock start of the topology: sources emit records whose event time has come."""
-        return f"{self.prefix}:t0"
-
-    def sink_stream(self, name: str) -> str:
-        """A user-named stream (``sink: {stream: NAME}``, ``source: {stream: NAME}``): the name itself, for
-        other programs, prefixed ``<namespace>/`` when the topology has a namespace (namespace-local)."""
-        return f"{self.namespace}/{name}" if self.namespace else name
-
-
-def connect(url: str, *, attempts: int = 8, first_delay: float = 0.25, max_delay: float = 4.0,
-            log: Callable[[str], None] | None = None, password: str | None = None) -> redis.Redis:
+def connect(
+    url: str,
+    *,
+    attempts: int = 8,
+    first_delay: float = 0.25,
+    max_delay: float = 4.0,
+    log: Callable[[str], None] | None = None,
+    password: str | None = None,
+) -> redis.Redis:
     """A client for ``url`` after a successful PING, retried with redis-py's exponential backoff
     (``first_delay``, doubling up to ``max_delay``).
 
@@ -122,9 +73,12 @@ def connect(url: str, *, attempts: int = 8, first_delay: float = 0.25, max_delay
 
     try:
         Retry(backoff, attempts - 1, supported_errors=CONNECTION_ERRORS).call_with_retry(
-            client.ping, failed, with_failure_count=True)
+            client.ping, failed, with_failure_count=True
+        )
     except CONNECTION_ERRORS as error:
-        raise TransportUnavailable(f"cannot reach the transport at {url} after {attempts} attempts: {error}") from None
+        raise TransportUnavailable(
+            f"cannot reach the transport at {url} after {attempts} attempts: {error}"
+        ) from None
     return client
 
 
@@ -139,16 +93,30 @@ def decode_watermark(raw: bytes) -> float:
     return float(raw)
 
 
-def entry_fields(producer: str, seq: int, watermark: float, records: pd.DataFrame | pa.Table | None,
-                 producers: int | None = None, combined: int | None = None) -> list[bytes]:
+def entry_fields(
+    producer: str,
+    seq: int,
+    watermark: float,
+    records: pd.DataFrame | pa.Table | None,
+    producers: int | None = None,
+    combined: int | None = None,
+) -> list[bytes]:
     """Field/value pairs of one entry, flat, in the order XADD takes them.
 
     ``producers`` (a sink stream's entries) is how many units write the stream, so a reader knows
     whose watermarks it must wait for before its own can advance. ``combined`` marks ``records`` as
     partial aggregates standing for that many records (the ``n`` that backlogs and metrics count)."""
     n = combined if combined is not None else 0 if records is None else len(records)
-    fields = [b"p", producer.encode(), b"s", str(seq).encode(), b"w", encode_watermark(watermark),
-              b"n", str(n).encode()]
+    fields = [
+        b"p",
+        producer.encode(),
+        b"s",
+        str(seq).encode(),
+        b"w",
+        encode_watermark(watermark),
+        b"n",
+        str(n).encode(),
+    ]
     if producers is not None:
         fields += [b"k", str(producers).encode()]
     if combined is not None:
@@ -195,8 +163,15 @@ class Entry:
     @classmethod
     def parse(cls, entry_id: bytes, fields: dict[bytes, bytes]) -> Entry:
         if b"p" not in fields:
-            return cls(id=entry_id.decode(), producer="", seq=0, watermark=-math.inf, count=1,
-                       data=None, json=fields.get(b"json", b"null"))
+            return cls(
+                id=entry_id.decode(),
+                producer="",
+                seq=0,
+                watermark=-math.inf,
+                count=1,
+                data=None,
+                json=fields.get(b"json", b"null"),
+            )
         return cls(
             id=entry_id.decode(),
             producer=fields[b"p"].decode(),
@@ -224,7 +199,11 @@ def json_records(raw: bytes, arrival: float) -> pd.DataFrame:
     if not rows or not all(isinstance(r, dict) for r in rows):
         raise MalformedEntry("field json must hold an object or a list of objects")
     frame = pd.DataFrame(rows)
-    ts = pd.to_numeric(frame["ts"], errors="coerce") if "ts" in frame.columns else pd.Series(float("nan"), index=frame.index)
+    ts = (
+        pd.to_numeric(frame["ts"], errors="coerce")
+        if "ts" in frame.columns
+        else pd.Series(float("nan"), index=frame.index)
+    )
     frame["_ts"] = ts.fillna(arrival).astype("float64")
     return frame.drop(columns=["ts"], errors="ignore")
 

@@ -31,7 +31,7 @@ def needs_labels(path: Path) -> bool:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_plans_feasibly_with_cola(path: Path):
-    pytest.importorskip("streamtopo.planner.cola")
+    pytest.importorskip("streamtopo.planner.placement.cola")
     result = plan(path, "--cluster", SMALL, "--format", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["feasible"] is True
@@ -50,15 +50,20 @@ def test_json_is_the_documented_contract():
     result = plan(VWAP, "--algorithm", "metis", "--hosts", "5", "--host-cpu", "3", "--format", "json")
     assert result.exit_code == 0
     data = json.loads(result.stdout)
-    assert {"algorithm", "feasible", "valid", "max_utilization", "communication_cost", "pes", "hosts"} <= set(data)
+    assert {"algorithm", "feasible", "valid", "max_utilization", "communication_cost", "pes", "hosts"} <= set(
+        data
+    )
     assert all({"name", "operators", "size", "host"} <= set(pe) for pe in data["pes"])
     assert [h["name"] for h in data["hosts"]] == [f"host-{i}" for i in range(1, 6)]
     assert all(h["capacity"] == 3 for h in data["hosts"])
     # the contract is self-consistent: loads are the sums of PE sizes, U the largest load share
     for host in data["hosts"]:
-        assert host["load"] == pytest.approx(sum(pe["size"] for pe in data["pes"] if pe["host"] == host["name"]),
-                                             abs=1e-5)
-    assert data["max_utilization"] == pytest.approx(max(h["load"] / h["capacity"] for h in data["hosts"]), abs=1e-5)
+        assert host["load"] == pytest.approx(
+            sum(pe["size"] for pe in data["pes"] if pe["host"] == host["name"]), abs=1e-5
+        )
+    assert data["max_utilization"] == pytest.approx(
+        max(h["load"] / h["capacity"] for h in data["hosts"]), abs=1e-5
+    )
     operators = sorted(op for pe in data["pes"] for op in pe["operators"])
     assert operators == sorted(op["name"] for op in yaml.safe_load(VWAP.read_text())["spec"]["operators"])
 
@@ -72,7 +77,13 @@ def test_yaml_output_matches_json():
 def test_table_lists_pes_hosts_and_scores():
     result = plan(VWAP, "--algorithm", "none", "--hosts", "4", "--host-cpu", "4")
     assert result.exit_code == 0
-    for text in ("trades-valid", "host-4", "utilisation", "U (max host utilisation)", "C (communication cost)"):
+    for text in (
+        "trades-valid",
+        "host-4",
+        "utilisation",
+        "U (max host utilisation)",
+        "C (communication cost)",
+    ):
         assert text in result.stdout
 
 
@@ -90,7 +101,7 @@ def test_invalid_plan_exits_3_naming_the_constraint():
 
 
 def test_cola_without_a_valid_plan_exits_3():
-    pytest.importorskip("streamtopo.planner.cola")
+    pytest.importorskip("streamtopo.planner.placement.cola")
     result = plan(ROOT / "examples/ha-pipeline.yaml", "--algorithm", "cola")
     assert result.exit_code == 3
     assert "no valid plan" in result.stderr

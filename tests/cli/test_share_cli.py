@@ -31,7 +31,11 @@ def test_three_topologies_share_one_instance_per_prefix_operator() -> None:
     report = json.loads(result.stdout)
     assert report["feasible"] and report["heuristic"] == "topdown-bfs" and report["strategy"] == 3
     served = [s for entry in report["instances"] for s in entry["serves"]]
-    expected = {f"{load_topology(p).metadata.name}/{op.name}" for p in SHARING for op in load_topology(p).spec.operators}
+    expected = {
+        f"{load_topology(p).metadata.name}/{op.name}"
+        for p in SHARING
+        for op in load_topology(p).spec.operators
+    }
     assert sorted(served) == sorted(expected)  # every operator of every topology served exactly once
     for name in PREFIX:
         serving = [e for e in report["instances"] if any(s.endswith(f"/{name}") for s in e["serves"])]
@@ -47,7 +51,9 @@ def test_the_ilp_places_the_same_topologies_on_no_more_hosts_than_the_heuristic(
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["status"] == "optimal" and report["cost"] <= heuristic["cost"]
-    assert sum(len(e["serves"]) for e in report["instances"]) == sum(len(e["serves"]) for e in heuristic["instances"])
+    assert sum(len(e["serves"]) for e in report["instances"]) == sum(
+        len(e["serves"]) for e in heuristic["instances"]
+    )
 
 
 def test_the_table_names_instances_and_hosts() -> None:
@@ -82,9 +88,24 @@ def test_the_hash_ignores_how_an_operator_runs_and_sees_what_it_computes(tmp_pat
 def test_streams_are_namespace_local_unless_allowed(tmp_path: Path) -> None:
     def reader(namespace: str, name: str) -> Path:
         path = tmp_path / f"{namespace}-{name}.yaml"
-        path.write_text(yaml.safe_dump({"metadata": {"name": name, "namespace": namespace}, "spec": {"operators": [
-            {"name": "in", "kind": "source", "source": {"stream": "ticks"}},
-            {"name": "out", "kind": "sink", "inputs": ["in"], "sink": {"file": {"path": name}}}]}}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {
+                        "operators": [
+                            {"name": "in", "kind": "source", "source": {"stream": "ticks"}},
+                            {
+                                "name": "out",
+                                "kind": "sink",
+                                "inputs": ["in"],
+                                "sink": {"file": {"path": name}},
+                            },
+                        ]
+                    },
+                }
+            )
+        )
         return path
 
     a, b = reader("team-a", "x"), reader("team-b", "y")
@@ -97,9 +118,19 @@ def test_streams_are_namespace_local_unless_allowed(tmp_path: Path) -> None:
 def test_topologies_feeding_each_other_in_a_cycle_are_refused(tmp_path: Path) -> None:
     def relay(name: str, read: str, write: str) -> Path:
         path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump({"metadata": {"name": name}, "spec": {"operators": [
-            {"name": "in", "kind": "source", "source": {"stream": read}},
-            {"name": "out", "kind": "sink", "inputs": ["in"], "sink": {"stream": write}}]}}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "operators": [
+                            {"name": "in", "kind": "source", "source": {"stream": read}},
+                            {"name": "out", "kind": "sink", "inputs": ["in"], "sink": {"stream": write}},
+                        ]
+                    },
+                }
+            )
+        )
         return path
 
     result = share(relay("ping", "a", "b"), relay("pong", "b", "a"))
@@ -107,15 +138,18 @@ def test_topologies_feeding_each_other_in_a_cycle_are_refused(tmp_path: Path) ->
     assert "cycle" in result.output and "ping" in result.output and "pong" in result.output
 
 
-@pytest.mark.parametrize("args,field", [
-    (["--heuristic", "greedy"], "--heuristic"),
-    (["--strategy", "7"], "--strategy"),
-    (["--method", "magic"], "--method"),
-    (["--objective", "speed"], "--objective"),
-    (["-o", "xml"], "--format"),
-    (["--no-share", "--method", "ilp"], "--no-share"),
-    (["--hosts", "0"], "--hosts"),
-])
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["--heuristic", "greedy"], "--heuristic"),
+        (["--strategy", "7"], "--strategy"),
+        (["--method", "magic"], "--method"),
+        (["--objective", "speed"], "--objective"),
+        (["-o", "xml"], "--format"),
+        (["--no-share", "--method", "ilp"], "--no-share"),
+        (["--hosts", "0"], "--hosts"),
+    ],
+)
 def test_bad_options_exit_2_naming_the_option(args: list[str], field: str) -> None:
     result = share(*SHARING, *args)
     assert result.exit_code == 2 and field in result.output

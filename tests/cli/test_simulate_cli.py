@@ -24,25 +24,49 @@ def simulate(*args: object):
 
 
 def test_json_contract() -> None:
-    result = simulate(STEPS, "--policy", "flux", "--scaling", "dstreams", "--periods", "4", "--seed", "3",
-                      "--format", "json")
+    result = simulate(
+        STEPS,
+        "--policy",
+        "flux",
+        "--scaling",
+        "dstreams",
+        "--periods",
+        "4",
+        "--seed",
+        "3",
+        "--format",
+        "json",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["policy"] == "flux" and data["scaling"] == "dstreams"
     assert len(data["periods"]) == 4
     for period in data["periods"]:
-        assert {"load_distance", "load_index", "collocation_factor", "migrations", "executors", "backlog"} <= set(period)
+        assert {
+            "load_distance",
+            "load_index",
+            "collocation_factor",
+            "migrations",
+            "executors",
+            "backlog",
+        } <= set(period)
     summary = data["summary"]
-    assert {"load_distance_mean", "load_distance_max", "migrations_total", "load_index_final",
-            "executor_changes"} <= set(summary)
+    assert {
+        "load_distance_mean",
+        "load_distance_max",
+        "migrations_total",
+        "load_index_final",
+        "executor_changes",
+    } <= set(summary)
     assert summary["migrations_total"] == sum(p["migrations"] for p in data["periods"])
     assert summary["load_distance_max"] == max(p["load_distance"] for p in data["periods"])
 
 
 @pytest.mark.parametrize("policy", ["albic", "milp", "flux", "potc", "cola", "cmr"])
 def test_every_policy_runs_without_safe_decisions(policy: str) -> None:
-    result = simulate(SPIKES, "--policy", policy, "--periods", "3", "--deterministic-time", "0.05",
-                      "--format", "json")
+    result = simulate(
+        SPIKES, "--policy", policy, "--periods", "3", "--deterministic-time", "0.05", "--format", "json"
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["policy"] == policy and data["summary"]["safe_decisions"] == 0
@@ -58,11 +82,14 @@ def test_table_and_plot(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--policy", "magic"], "--policy"),
-    (["--scaling", "fast"], "--scaling"),
-    (["--format", "xml"], "--format"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--policy", "magic"], "--policy"),
+        (["--scaling", "fast"], "--scaling"),
+        (["--format", "xml"], "--format"),
+    ],
+)
 def test_bad_options_exit_2(args: list[str], message: str) -> None:
     result = simulate(STEPS, *args)
     assert result.exit_code == 2 and message in result.output

@@ -28,7 +28,9 @@ def test_version_comes_from_the_package_metadata_everywhere():
 def test_dash_o_selects_the_output_format_like_kubectl(tmp_path):
     example = ROOT / "examples" / "wordcount.yaml"
     short = CliRunner().invoke(app, ["plan", str(example), "--hosts", "3", "--host-cpu", "2", "-o", "json"])
-    long = CliRunner().invoke(app, ["plan", str(example), "--hosts", "3", "--host-cpu", "2", "--format", "json"])
+    long = CliRunner().invoke(
+        app, ["plan", str(example), "--hosts", "3", "--host-cpu", "2", "--format", "json"]
+    )
     assert short.exit_code == 0 and short.output == long.output and short.output.lstrip().startswith("{")
 
 

@@ -58,5 +58,9 @@ def scripted_runtime() -> Iterator[Callable[..., ScriptedRuntime]]:
 @pytest.fixture
 def subprocess_env(kube: EmulatedKubernetes) -> dict[str, str]:
     """Environment of an operator process talking to the emulator."""
-    return {**os.environ, "KUBECONFIG": str(kube.kubeconfig), "STREAMTOPO_TICK_SECONDS": "0.3",
-            "STREAMTOPO_WATCH_SERVER_TIMEOUT": "30"}
+    return {
+        **os.environ,
+        "KUBECONFIG": str(kube.kubeconfig),
+        "STREAMTOPO_TICK_SECONDS": "0.3",
+        "STREAMTOPO_WATCH_SERVER_TIMEOUT": "30",
+    }

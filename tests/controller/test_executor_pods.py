@@ -20,15 +20,26 @@ OWNER = {"metadata": {"name": "wordcount", "uid": "0b5c2f3e-0000-4000-8000-00000
 
 EXECUTOR = {
     "resources": {"cpu": 1.5, "memory": "2Gi"},
-    "env": [{"name": "FEED_REGION", "value": "eu"},
-            {"name": "API_TOKEN", "valueFrom": {"secretKeyRef": {"name": "feed", "key": "token"}}}],
+    "env": [
+        {"name": "FEED_REGION", "value": "eu"},
+        {"name": "API_TOKEN", "valueFrom": {"secretKeyRef": {"name": "feed", "key": "token"}}},
+    ],
     "volumeMounts": [{"name": "reference", "mountPath": "/data/reference", "readOnly": True}],
     "podTemplate": {
         "metadata": {"labels": {"team": "markets"}, "annotations": {"example.com/owner": "markets"}},
         "spec": {
-            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "streaming", "effect": "NoSchedule"}],
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["streaming"]}]}]}}},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "streaming", "effect": "NoSchedule"}
+            ],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["streaming"]}]}
+                        ]
+                    }
+                }
+            },
             "imagePullSecrets": [{"name": "registry"}],
             "serviceAccountName": "feed-reader",
             "priorityClassName": "streaming-high",
@@ -47,9 +58,14 @@ def document(executor: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def mixed_cluster() -> Cluster:
     """Two streaming nodes among four."""
-    return Cluster(hosts=[Host(name="gp-1", cpu=8.0), Host(name="gp-2", cpu=8.0),
-                          Host(name="st-1", cpu=8.0, labels={"pool": "streaming"}),
-                          Host(name="st-2", cpu=8.0, labels={"pool": "streaming"})])
+    return Cluster(
+        hosts=[
+            Host(name="gp-1", cpu=8.0),
+            Host(name="gp-2", cpu=8.0),
+            Host(name="st-1", cpu=8.0, labels={"pool": "streaming"}),
+            Host(name="st-2", cpu=8.0, labels={"pool": "streaming"}),
+        ]
+    )
 
 
 def test_the_template_is_merged_into_every_pod_and_the_pods_are_valid_kubernetes():
@@ -65,23 +81,36 @@ def test_the_template_is_merged_into_every_pod_and_the_pods_are_valid_kubernetes
         host = outcome.desired.executors[pod["metadata"]["name"]].host
         assert host in ("st-1", "st-2")  # placed only where the template's affinity admits
         (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-            "nodeSelectorTerms"]
-        assert term["matchExpressions"] == [{"key": "pool", "operator": "In", "values": ["streaming"]},
-                                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}]
-        assert container["resources"] == {"requests": {"cpu": "1500m", "memory": "2Gi"}, "limits": {"memory": "2Gi"}}
+            "nodeSelectorTerms"
+        ]
+        assert term["matchExpressions"] == [
+            {"key": "pool", "operator": "In", "values": ["streaming"]},
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [host]},
+        ]
+        assert container["resources"] == {
+            "requests": {"cpu": "1500m", "memory": "2Gi"},
+            "limits": {"memory": "2Gi"},
+        }
         names = [e["name"] for e in container["env"]]
         assert names[0] == "STREAMTOPO_EXECUTOR" and names[-2:] == ["FEED_REGION", "API_TOKEN"]
         assert container["env"][-1]["valueFrom"] == {"secretKeyRef": {"name": "feed", "key": "token"}}
-        assert {"name": "reference", "mountPath": "/data/reference", "readOnly": True} in container["volumeMounts"]
+        assert {"name": "reference", "mountPath": "/data/reference", "readOnly": True} in container[
+            "volumeMounts"
+        ]
         assert {"name": "reference", "configMap": {"name": "reference-data"}} in spec["volumes"]
         assert spec["tolerations"] == EXECUTOR["podTemplate"]["spec"]["tolerations"]
-        assert spec["imagePullSecrets"] == [{"name": "registry"}] and spec["serviceAccountName"] == "feed-reader"
+        assert (
+            spec["imagePullSecrets"] == [{"name": "registry"}] and spec["serviceAccountName"] == "feed-reader"
+        )
         assert spec["priorityClassName"] == "streaming-high"
         assert pod["metadata"]["labels"]["team"] == "markets"
         assert pod["metadata"]["labels"]["streamtopo.dev/topology"] == "wordcount"
         assert pod["metadata"]["annotations"]["example.com/owner"] == "markets"
         # the operator's guarantees stay
-        assert container["securityContext"]["readOnlyRootFilesystem"] is True and spec["securityContext"]["runAsNonRoot"]
+        assert (
+            container["securityContext"]["readOnlyRootFilesystem"] is True
+            and spec["securityContext"]["runAsNonRoot"]
+        )
     assert {e.cpu for e in outcome.desired.executors.values()} == {1.5}
     assert adaptation_config(load_topology(document(EXECUTOR))).scaling_config.executor_capacity == 1.5
 
@@ -89,20 +118,40 @@ def test_the_template_is_merged_into_every_pod_and_the_pods_are_valid_kubernetes
 def test_a_template_change_replaces_the_pods_and_no_template_keeps_todays_pods():
     platform = MemoryPlatform(mixed_cluster())
     plain = reconcile(document(), platform).desired
-    shaped = reconcile(document({"env": [{"name": "FEED_REGION", "value": "eu"}]}), platform,
-                       previous=plain).desired
-    hashes = [{p["metadata"]["name"]: p["metadata"]["annotations"]["streamtopo.dev/pod-hash"]
-               for p in render(d, "ns", OWNER) if p["kind"] == "Pod"} for d in (plain, shaped)]
+    shaped = reconcile(
+        document({"env": [{"name": "FEED_REGION", "value": "eu"}]}), platform, previous=plain
+    ).desired
+    hashes = [
+        {
+            p["metadata"]["name"]: p["metadata"]["annotations"]["streamtopo.dev/pod-hash"]
+            for p in render(d, "ns", OWNER)
+            if p["kind"] == "Pod"
+        }
+        for d in (plain, shaped)
+    ]
     assert set(hashes[0]) == set(hashes[1]) and all(hashes[0][n] != hashes[1][n] for n in hashes[0])
     pod = next(p for p in render(plain, "ns", OWNER) if p["kind"] == "Pod")
     assert "tolerations" not in pod["spec"] and pod["spec"]["containers"][0]["resources"]["limits"] == {
-        "memory": "512Mi"}
+        "memory": "512Mi"
+    }
 
 
 def test_no_node_matching_the_affinity_is_refused_naming_the_field():
-    executor = {"podTemplate": {"spec": {"affinity": {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}}}}}
+    executor = {
+        "podTemplate": {
+            "spec": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}
+                            ]
+                        }
+                    }
+                }
+            }
+        }
+    }
     platform = MemoryPlatform(mixed_cluster())
     outcome = reconcile(document(executor), platform)
     assert platform.applied == [] and outcome.desired is None
@@ -110,27 +159,65 @@ def test_no_node_matching_the_affinity_is_refused_naming_the_field():
     assert planned.reason == "NoValidPlan" and "spec.executor.podTemplate.spec.affinity" in planned.message
 
 
-@pytest.mark.parametrize(("executor", "field", "words"), [
-    ({"podTemplate": {"metadata": {"labels": {"streamtopo.dev/topology": "other"}}}},
-     "spec.executor.podTemplate.metadata.labels", "operator's"),
-    ({"podTemplate": {"metadata": {"labels": {"bad key!": "x"}}}}, "spec.executor.podTemplate.metadata.labels",
-     "not a valid key"),
-    ({"env": [{"name": "STREAMTOPO_TRANSPORT_PASSWORD", "value": "x"}]}, "spec.executor.env[0].name", "operator's"),
-    ({"env": [{"name": "A", "value": "x", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
-     "spec.executor.env[0].valueFrom", "not both"),
-    ({"volumeMounts": [{"name": "v", "mountPath": "/tmp/x"}],
-      "podTemplate": {"spec": {"volumes": [{"name": "v", "emptyDir": {}}]}}},
-     "spec.executor.volumeMounts[0].mountPath", "executor's own"),
-    ({"volumeMounts": [{"name": "v", "mountPath": "/data"}]}, "spec.executor.volumeMounts", "no volume named v"),
-    ({"podTemplate": {"spec": {"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}}},
-     "spec.executor.podTemplate.spec.volumes[0].hostPath", ""),
-    ({"podTemplate": {"spec": {"volumes": [{"name": "v", "emptyDir": {}, "configMap": {"name": "c"}}]}}},
-     "spec.executor.podTemplate.spec.volumes[0].name", "exactly one"),
-    ({"podTemplate": {"spec": {"containers": [{"name": "sidecar", "image": "evil"}]}}},
-     "spec.executor.podTemplate.spec.containers", ""),
-    ({"resources": {"memory": "lots"}}, "spec.executor.resources.memory", ""),
-    ({"resources": {"cpu": 0}}, "spec.executor.resources.cpu", ""),
-])
+@pytest.mark.parametrize(
+    ("executor", "field", "words"),
+    [
+        (
+            {"podTemplate": {"metadata": {"labels": {"streamtopo.dev/topology": "other"}}}},
+            "spec.executor.podTemplate.metadata.labels",
+            "operator's",
+        ),
+        (
+            {"podTemplate": {"metadata": {"labels": {"bad key!": "x"}}}},
+            "spec.executor.podTemplate.metadata.labels",
+            "not a valid key",
+        ),
+        (
+            {"env": [{"name": "STREAMTOPO_TRANSPORT_PASSWORD", "value": "x"}]},
+            "spec.executor.env[0].name",
+            "operator's",
+        ),
+        (
+            {"env": [{"name": "A", "value": "x", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+            "spec.executor.env[0].valueFrom",
+            "not both",
+        ),
+        (
+            {
+                "volumeMounts": [{"name": "v", "mountPath": "/tmp/x"}],
+                "podTemplate": {"spec": {"volumes": [{"name": "v", "emptyDir": {}}]}},
+            },
+            "spec.executor.volumeMounts[0].mountPath",
+            "executor's own",
+        ),
+        (
+            {"volumeMounts": [{"name": "v", "mountPath": "/data"}]},
+            "spec.executor.volumeMounts",
+            "no volume named v",
+        ),
+        (
+            {"podTemplate": {"spec": {"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}}},
+            "spec.executor.podTemplate.spec.volumes[0].hostPath",
+            "",
+        ),
+        (
+            {
+                "podTemplate": {
+                    "spec": {"volumes": [{"name": "v", "emptyDir": {}, "configMap": {"name": "c"}}]}
+                }
+            },
+            "spec.executor.podTemplate.spec.volumes[0].name",
+            "exactly one",
+        ),
+        (
+            {"podTemplate": {"spec": {"containers": [{"name": "sidecar", "image": "evil"}]}}},
+            "spec.executor.podTemplate.spec.containers",
+            "",
+        ),
+        ({"resources": {"memory": "lots"}}, "spec.executor.resources.memory", ""),
+        ({"resources": {"cpu": 0}}, "spec.executor.resources.cpu", ""),
+    ],
+)
 def test_what_a_tenant_may_not_set_is_refused_by_field(executor: dict, field: str, words: str):
     with pytest.raises(TopologyError) as error:
         load_topology(document(executor))

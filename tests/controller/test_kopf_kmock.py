@@ -30,22 +30,49 @@ PODS = f"/api/v1/namespaces/{NS}/pods"
 def topology(name: str = "pipe", *, extra_ops: int = 0, exlocated: bool = True) -> dict[str, Any]:
     """Source -> map -> aggregate -> sink; 'enrich' needs an SSD node; src and agg on different nodes."""
     ops = [
-        {"name": "src", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": 1000},
-         "cost": {"cpu": 1.5}},
-        {"name": "enrich", "kind": "map", "inputs": ["src"], "select": ["seq", "key"], "cost": {"cpu": 1.5},
-         "requires": {"nodeSelector": {"disk": "ssd"}}},
-        {"name": "agg", "kind": "aggregate", "inputs": ["enrich"], "keyBy": ["key"], "window": {"size": "10s"},
-         "aggregations": ["count(*) AS n"], "cost": {"cpu": 1.5}},
+        {
+            "name": "src",
+            "kind": "source",
+            "source": {"generator": "sequence", "ratePerSecond": 1000},
+            "cost": {"cpu": 1.5},
+        },
+        {
+            "name": "enrich",
+            "kind": "map",
+            "inputs": ["src"],
+            "select": ["seq", "key"],
+            "cost": {"cpu": 1.5},
+            "requires": {"nodeSelector": {"disk": "ssd"}},
+        },
+        {
+            "name": "agg",
+            "kind": "aggregate",
+            "inputs": ["enrich"],
+            "keyBy": ["key"],
+            "window": {"size": "10s"},
+            "aggregations": ["count(*) AS n"],
+            "cost": {"cpu": 1.5},
+        },
         {"name": "out", "kind": "sink", "inputs": ["agg"], "sink": {"console": {}}, "cost": {"cpu": 0.1}},
     ]
     for i in range(extra_ops):
-        ops.append({"name": f"x{i}", "kind": "filter", "inputs": ["agg"], "expr": "n > 0", "cost": {"cpu": 0.2}})
-    spec: dict[str, Any] = {"keyGroups": 4, "operators": ops, "fusion": {"algorithm": "cola"},
-                            "autoscaling": {"interval": "2s"}}
+        ops.append(
+            {"name": f"x{i}", "kind": "filter", "inputs": ["agg"], "expr": "n > 0", "cost": {"cpu": 0.2}}
+        )
+    spec: dict[str, Any] = {
+        "keyGroups": 4,
+        "operators": ops,
+        "fusion": {"algorithm": "cola"},
+        "autoscaling": {"interval": "2s"},
+    }
     if exlocated:
         spec["constraints"] = {"hostExlocation": [["src", "agg"]]}
-    return {"apiVersion": "streamtopo.dev/v1alpha1", "kind": "StreamTopology",
-            "metadata": {"name": name, "namespace": NS}, "spec": spec}
+    return {
+        "apiVersion": "streamtopo.dev/v1alpha1",
+        "kind": "StreamTopology",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }
 
 
 def pods(kube: EmulatedKubernetes, name: str = "pipe") -> dict[str, dict[str, Any]]:
@@ -80,8 +107,10 @@ def operator(kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch) -> Itera
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
     monkeypatch.setenv("STREAMTOPO_TICK_SECONDS", "0.3")
     monkeypatch.setenv("STREAMTOPO_WATCH_SERVER_TIMEOUT", "30")
-    runner = KopfRunner(["run", "--standalone", "--namespace", NS, "--verbose", "-m",
-                         "streamtopo.controller.operator"], timeout=30)
+    runner = KopfRunner(
+        ["run", "--standalone", "--namespace", NS, "--verbose", "-m", "streamtopo.controller.operator"],
+        timeout=30,
+    )
     try:
         with runner:
             yield runner
@@ -100,7 +129,9 @@ def expected_units(doc: dict[str, Any]) -> set[str]:
     return {f"{op.name}/{kg}" for op in spec.operators for kg in range(spec.key_groups_of(op.name))}
 
 
-def test_create_renders_pods_configmap_service_and_status(kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch):
+def test_create_renders_pods_configmap_service_and_status(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
+):
     cluster(kube)
     doc = topology()
     with operator(kube, monkeypatch):
@@ -131,10 +162,16 @@ def test_create_renders_pods_configmap_service_and_status(kube: EmulatedKubernet
             assert host == "node-a"
         # Host exlocation: a pod with src refuses nodes running agg, and the other way round.
         anti = pod["spec"].get("affinity", {}).get("podAntiAffinity", {})
-        refused = {e["key"] for t in anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])
-                   for e in t["labelSelector"]["matchExpressions"]}
+        refused = {
+            e["key"]
+            for t in anti.get("requiredDuringSchedulingIgnoredDuringExecution", [])
+            for e in t["labelSelector"]["matchExpressions"]
+        }
         if "src" in ops_of[name]:
-            assert "op.streamtopo.dev/agg" in refused and pod["metadata"]["labels"]["op.streamtopo.dev/src"] == "true"
+            assert (
+                "op.streamtopo.dev/agg" in refused
+                and pod["metadata"]["labels"]["op.streamtopo.dev/src"] == "true"
+            )
         if "agg" in ops_of[name]:
             assert "op.streamtopo.dev/src" in refused
     hosts_src = {table["executors"][e]["host"] for e in created if "src" in ops_of[e]}
@@ -151,24 +188,38 @@ def test_create_renders_pods_configmap_service_and_status(kube: EmulatedKubernet
     assert events(kube, "Planned")
 
 
-def test_the_executor_template_reaches_the_pods_through_the_api(kube: EmulatedKubernetes,
-                                                                 monkeypatch: pytest.MonkeyPatch):
+def test_the_executor_template_reaches_the_pods_through_the_api(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
+):
     cluster(kube)
     doc = topology(exlocated=False)
     doc["spec"]["executor"] = {
-        "resources": {"memory": "1536Mi"}, "env": [{"name": "FEED_REGION", "value": "eu"}],
-        "podTemplate": {"metadata": {"labels": {"team": "markets"}},
-                        "spec": {"tolerations": [{"key": "dedicated", "operator": "Exists"}],
-                                 "priorityClassName": "streaming"}}}
+        "resources": {"memory": "1536Mi"},
+        "env": [{"name": "FEED_REGION", "value": "eu"}],
+        "podTemplate": {
+            "metadata": {"labels": {"team": "markets"}},
+            "spec": {
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                "priorityClassName": "streaming",
+            },
+        },
+    }
     with operator(kube, monkeypatch):
         kube.create(CR_PATH, doc)
         table = wait_for(lambda: routing(kube), what="plan")
         created = wait_for(lambda: (p := pods(kube)) and set(p) == set(table["executors"]) and p, what="pods")
         # leave only once kopf has recorded the handled spec: stopping amid its own patch can restart the
         # daemon after the stop flag, and the runner then times out on exit
-        wait_for(lambda: "streamtopo.dev/last-handled-configuration" in
-                 (kube.get(f"{CR_PATH}/pipe")["metadata"].get("annotations") or {}), what="handled")
-        wait_for(lambda: condition(kube, "Ready").get("reason") == "ExecutorsStarting", what="status after pods")
+        wait_for(
+            lambda: (
+                "streamtopo.dev/last-handled-configuration"
+                in (kube.get(f"{CR_PATH}/pipe")["metadata"].get("annotations") or {})
+            ),
+            what="handled",
+        )
+        wait_for(
+            lambda: condition(kube, "Ready").get("reason") == "ExecutorsStarting", what="status after pods"
+        )
     for pod in created.values():
         container = pod["spec"]["containers"][0]
         assert pod["metadata"]["labels"]["team"] == "markets"
@@ -178,8 +229,9 @@ def test_the_executor_template_reaches_the_pods_through_the_api(kube: EmulatedKu
         assert container["resources"]["limits"] == {"memory": "1536Mi"}
 
 
-def test_update_replans_and_invalid_update_keeps_last_good(kube: EmulatedKubernetes,
-                                                           monkeypatch: pytest.MonkeyPatch):
+def test_update_replans_and_invalid_update_keeps_last_good(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
+):
     cluster(kube)
     doc = topology()
     with operator(kube, monkeypatch):
@@ -189,17 +241,22 @@ def test_update_replans_and_invalid_update_keeps_last_good(kube: EmulatedKuberne
 
         bigger = topology(extra_ops=2)
         kube.patch(f"{CR_PATH}/pipe", {"spec": bigger["spec"]})
-        second = wait_for(lambda: (r := routing(kube)) and r["version"] > first["version"] and r, what="re-plan")
+        second = wait_for(
+            lambda: (r := routing(kube)) and r["version"] > first["version"] and r, what="re-plan"
+        )
         assert set(second["units"]) == expected_units(bigger)
         wait_for(lambda: status(kube).get("observedGeneration") == 2, what="observedGeneration 2")
-        good_pods = wait_for(lambda: (p := pods(kube)) and set(p) == set(second["executors"]) and p,
-                             what="pods of the re-plan")
+        good_pods = wait_for(
+            lambda: (p := pods(kube)) and set(p) == set(second["executors"]) and p, what="pods of the re-plan"
+        )
 
         broken = topology(extra_ops=2)
         broken["spec"]["operators"][1]["inputs"] = ["nosuch"]
         kube.patch(f"{CR_PATH}/pipe", {"spec": broken["spec"]})
-        refused = wait_for(lambda: condition(kube, "Planned").get("status") == "False" and condition(kube, "Planned"),
-                           what="Planned=False")
+        refused = wait_for(
+            lambda: condition(kube, "Planned").get("status") == "False" and condition(kube, "Planned"),
+            what="Planned=False",
+        )
         warning = wait_for(lambda: events(kube, "InvalidSpec"), what="InvalidSpec event")
         after_pods = pods(kube)
         after_routing = routing(kube)
@@ -207,12 +264,14 @@ def test_update_replans_and_invalid_update_keeps_last_good(kube: EmulatedKuberne
     assert refused["reason"] == "InvalidSpec" and "spec.operators[1].inputs[0]" in refused["message"]
     assert "nosuch" in warning[0]["message"] and warning[0]["type"] == "Warning"
     assert after_routing == second  # the last good deployment is untouched
-    assert {n: p["metadata"]["uid"] for n, p in after_pods.items()} == \
-        {n: p["metadata"]["uid"] for n, p in good_pods.items()}
+    assert {n: p["metadata"]["uid"] for n, p in after_pods.items()} == {
+        n: p["metadata"]["uid"] for n, p in good_pods.items()
+    }
 
 
-def test_suspend_deletes_the_pods_and_resume_recreates_them(kube: EmulatedKubernetes,
-                                                            monkeypatch: pytest.MonkeyPatch):
+def test_suspend_deletes_the_pods_and_resume_recreates_them(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
+):
     cluster(kube)
     with operator(kube, monkeypatch):
         kube.create(CR_PATH, topology())
@@ -220,14 +279,19 @@ def test_suspend_deletes_the_pods_and_resume_recreates_them(kube: EmulatedKubern
         wait_for(lambda: set(pods(kube)) == set(first["executors"]), what="pods")
         kube.patch(f"{CR_PATH}/pipe", {"spec": {"suspend": True}})
         wait_for(lambda: not pods(kube), what="every executor pod deleted")
-        suspended = wait_for(lambda: (s := status(kube)).get("phase") == "Suspended" and s,
-                             what="phase Suspended")
+        suspended = wait_for(
+            lambda: (s := status(kube)).get("phase") == "Suspended" and s, what="phase Suspended"
+        )
         paused_routing = routing(kube)
         kube.patch(f"{CR_PATH}/pipe", {"spec": {"suspend": False}})
-        back = wait_for(lambda: (p := pods(kube)) and set(p) == set(first["executors"]) and p,
-                        what="the same executors again")
-        resumed = wait_for(lambda: (s := status(kube)).get("phase") not in (None, "Suspended") and s,
-                           what="phase after resume")
+        back = wait_for(
+            lambda: (p := pods(kube)) and set(p) == set(first["executors"]) and p,
+            what="the same executors again",
+        )
+        resumed = wait_for(
+            lambda: (s := status(kube)).get("phase") not in (None, "Suspended") and s,
+            what="phase after resume",
+        )
     assert paused_routing == first and routing(kube) == first  # kept: same version, units and executors
     ready = next(c for c in suspended["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == "Suspended" and suspended["executors"] == 0
@@ -256,24 +320,50 @@ def test_the_loops_memory_is_stored_with_the_routing_table(kube: EmulatedKuberne
     version = kube.get(f"/api/v1/namespaces/{NS}/configmaps/pipe-routing")["metadata"]["resourceVersion"]
     again = reconcile(owner, platform, previous=back).desired  # same spec: kept, memory included
     assert again.memory == memory
-    assert kube.get(f"/api/v1/namespaces/{NS}/configmaps/pipe-routing")["metadata"]["resourceVersion"] == version
+    assert (
+        kube.get(f"/api/v1/namespaces/{NS}/configmaps/pipe-routing")["metadata"]["resourceVersion"] == version
+    )
 
 
 def crash_looping(reason: str) -> dict[str, Any]:
-    return {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
-                       "containerStatuses": [{"name": "executor", "ready": False, "restartCount": 3,
-                                              "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                                              "lastState": {"terminated": {"reason": reason, "exitCode": 137}}}]}}
+    return {
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {
+                    "name": "executor",
+                    "ready": False,
+                    "restartCount": 3,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"reason": reason, "exitCode": 137}},
+                }
+            ],
+        }
+    }
 
 
 def running_ready() -> dict[str, Any]:
-    return {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
-                       "containerStatuses": [{"name": "executor", "ready": True, "restartCount": 0,
-                                              "state": {"running": {}}, "lastState": {}}]}}
+    return {
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {
+                    "name": "executor",
+                    "ready": True,
+                    "restartCount": 0,
+                    "state": {"running": {}},
+                    "lastState": {},
+                }
+            ],
+        }
+    }
 
 
-def test_health_follows_readiness_and_a_crash_loop_is_named(kube: EmulatedKubernetes,
-                                                            monkeypatch: pytest.MonkeyPatch):
+def test_health_follows_readiness_and_a_crash_loop_is_named(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
+):
     """Ready counts pods whose readiness probe passes (not Running ones); an OOM-killed executor in a crash
     loop makes the topology Degraded naming the pod and reason, with one Warning Event; recovered, the
     topology is Ready and no longer Degraded for it."""
@@ -281,26 +371,37 @@ def test_health_follows_readiness_and_a_crash_loop_is_named(kube: EmulatedKubern
     with operator(kube, monkeypatch):
         kube.create(CR_PATH, topology())
         table = wait_for(lambda: routing(kube), what="plan")
-        names = sorted(wait_for(lambda: (p := pods(kube)) and set(p) == set(table["executors"]) and p,
-                                what="pods"))
+        names = sorted(
+            wait_for(lambda: (p := pods(kube)) and set(p) == set(table["executors"]) and p, what="pods")
+        )
         victim, others = names[0], names[1:]
         for name in others:
             kube.patch(f"{PODS}/{name}/status", running_ready())
         kube.patch(f"{PODS}/{victim}/status", crash_looping("OOMKilled"))
-        degraded = wait_for(lambda: (c := condition(kube, "Degraded")).get("reason") == "ExecutorFailing" and c,
-                            what="Degraded=ExecutorFailing")
+        degraded = wait_for(
+            lambda: (c := condition(kube, "Degraded")).get("reason") == "ExecutorFailing" and c,
+            what="Degraded=ExecutorFailing",
+        )
         warned = wait_for(lambda: events(kube, "ExecutorFailing"), what="a Warning Event")
         not_ready = condition(kube, "Ready")
         kube.patch(f"{PODS}/{victim}/status", running_ready())
-        ready = wait_for(lambda: (c := condition(kube, "Ready")).get("status") == "True" and c, what="Ready=True")
-        after = wait_for(lambda: (c := condition(kube, "Degraded")).get("reason") != "ExecutorFailing" and c,
-                         what="Degraded no longer ExecutorFailing")
+        ready = wait_for(
+            lambda: (c := condition(kube, "Ready")).get("status") == "True" and c, what="Ready=True"
+        )
+        after = wait_for(
+            lambda: (c := condition(kube, "Degraded")).get("reason") != "ExecutorFailing" and c,
+            what="Degraded no longer ExecutorFailing",
+        )
         warnings = events(kube, "ExecutorFailing")
     assert degraded["status"] == "True" and victim in degraded["message"]
     assert "CrashLoopBackOff (OOMKilled)" in degraded["message"] and "3 restarts" in degraded["message"]
     assert not_ready["status"] == "False" and not_ready["reason"] == "ExecutorsFailing"
     assert f"{len(others)} of {len(names)}" in not_ready["message"]
-    assert warned[0]["type"] == "Warning" and victim in warned[0]["message"] and "OOMKilled" in warned[0]["message"]
+    assert (
+        warned[0]["type"] == "Warning"
+        and victim in warned[0]["message"]
+        and "OOMKilled" in warned[0]["message"]
+    )
     assert len(warnings) == 1  # reported once, not every period
     assert ready["reason"] == "ExecutorsReady" and f"{len(names)} of {len(names)}" in ready["message"]
     assert after["reason"] != "ExecutorFailing"
@@ -315,15 +416,29 @@ def test_node_removed_and_added_replans(kube: EmulatedKubernetes, monkeypatch: p
         assert used, "the plan uses a node other than node-a"
         gone = used[0]
         kube.delete(f"/api/v1/nodes/{gone}")
-        second = wait_for(lambda: (r := routing(kube)) and r["version"] > first["version"] and r,
-                          what="re-plan after node removal")
+        second = wait_for(
+            lambda: (r := routing(kube)) and r["version"] > first["version"] and r,
+            what="re-plan after node removal",
+        )
         assert gone not in {e["host"] for e in second["executors"].values()}
-        wait_for(lambda: all(p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-                             ["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0] != gone
-                             for p in pods(kube).values()) and pods(kube), what="no pod pinned to the removed node")
+        wait_for(
+            lambda: (
+                all(
+                    p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                        "nodeSelectorTerms"
+                    ][0]["matchExpressions"][0]["values"][0]
+                    != gone
+                    for p in pods(kube).values()
+                )
+                and pods(kube)
+            ),
+            what="no pod pinned to the removed node",
+        )
         kube.add_node("node-d", "16")
-        third = wait_for(lambda: (r := routing(kube)) and r["version"] > second["version"] and r,
-                         what="re-plan after node addition")
+        third = wait_for(
+            lambda: (r := routing(kube)) and r["version"] > second["version"] and r,
+            what="re-plan after node addition",
+        )
         assert events(kube, "NodesChanged")
     assert set(third["units"]) == set(first["units"])
 
@@ -341,16 +456,31 @@ def test_delete_garbage_collects_owned_objects(kube: EmulatedKubernetes, monkeyp
 
 
 @pytest.mark.slow
-def test_killed_mid_reconcile_converges_without_duplicates(kube: EmulatedKubernetes, subprocess_env: dict[str, str]):
+def test_killed_mid_reconcile_converges_without_duplicates(
+    kube: EmulatedKubernetes, subprocess_env: dict[str, str]
+):
     """SIGKILL the operator process while it is creating pods; a new process finishes the same objects."""
     cluster(kube)
     kube.set_pod_create_delay(0.4)  # a slow API server makes "mid-reconcile" a wide window
     doc = topology(extra_ops=3, exlocated=False)
     health = f"http://127.0.0.1:{free_port()}/healthz"
-    command = [sys.executable, "-c", "from streamtopo.cli import main; main()", "operator", "--namespace", NS,
-               "--liveness", health]
-    first = subprocess.Popen(command, env=subprocess_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+    command = [
+        sys.executable,
+        "-c",
+        "from streamtopo.cli import main; main()",
+        "operator",
+        "--namespace",
+        NS,
+        "--liveness",
+        health,
+    ]
+    first = subprocess.Popen(
+        command,
+        env=subprocess_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         kube.create(CR_PATH, doc)
         table = wait_for(lambda: routing(kube), timeout=60, what="routing ConfigMap from the first operator")
@@ -365,11 +495,19 @@ def test_killed_mid_reconcile_converges_without_duplicates(kube: EmulatedKuberne
     assert 0 < len(partial) < len(table["executors"]), "the kill did not land mid-reconcile"
 
     kube.set_pod_create_delay(0.0)
-    second = subprocess.Popen(command, env=subprocess_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    second = subprocess.Popen(
+        command,
+        env=subprocess_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
-        done = wait_for(lambda: (p := pods(kube)) and len(p) == len(table["executors"]) and p, timeout=60,
-                        what="all pods after restart")
+        done = wait_for(
+            lambda: (p := pods(kube)) and len(p) == len(table["executors"]) and p,
+            timeout=60,
+            what="all pods after restart",
+        )
         final_routing = routing(kube)
         with urllib.request.urlopen(health, timeout=5) as probe:  # `streamtopo operator --liveness`
             assert probe.status == 200
@@ -403,7 +541,11 @@ class BasicAuthPrometheus:
             def do_GET(self) -> None:
                 seen.append(self.headers.get("Authorization"))
                 ok = self.headers.get("Authorization") == expected
-                body = b'{"status":"success","data":{"resultType":"vector","result":[]}}' if ok else b"Unauthorized"
+                body = (
+                    b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+                    if ok
+                    else b"Unauthorized"
+                )
                 self.send_response(200 if ok else 401)
                 self.send_header("Content-Type", "application/json" if ok else "text/plain")
                 self.send_header("Content-Length", str(len(body)))
@@ -426,8 +568,9 @@ class BasicAuthPrometheus:
         self.server.server_close()
 
 
-def test_prometheus_basic_auth_comes_from_the_secret_reference(kube: EmulatedKubernetes,
-                                                                 monkeypatch: pytest.MonkeyPatch):
+def test_prometheus_basic_auth_comes_from_the_secret_reference(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
+):
     """spec.metrics.prometheus.basicAuthSecret: absent Secret -> the SPL loop skips with a condition naming
     the field (NotFound) and sends nothing; once the Secret exists its `user:password` reaches Prometheus
     as basic auth, and the value appears nowhere in status or events."""
@@ -438,30 +581,50 @@ def test_prometheus_basic_auth_comes_from_the_secret_reference(kube: EmulatedKub
     prometheus = BasicAuthPrometheus(user, password)
     cluster(kube)
     doc = topology(exlocated=False)
-    doc["spec"]["metrics"] = {"prometheus": {"url": prometheus.url,
-                                             "basicAuthSecret": {"name": "prom-auth", "key": "auth"}}}
+    doc["spec"]["metrics"] = {
+        "prometheus": {"url": prometheus.url, "basicAuthSecret": {"name": "prom-auth", "key": "auth"}}
+    }
     try:
         with operator(kube, monkeypatch):
             kube.create(CR_PATH, doc)
-            missing = wait_for(lambda: (c := condition(kube, "Degraded")).get("reason") == "SecretNotFound" and c,
-                               what="Degraded=SecretNotFound")
+            missing = wait_for(
+                lambda: (c := condition(kube, "Degraded")).get("reason") == "SecretNotFound" and c,
+                what="Degraded=SecretNotFound",
+            )
             assert prometheus.authorizations == []  # no query goes out without the credentials
-            kube.create(f"/api/v1/namespaces/{NS}/secrets", {
-                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "prom-auth", "namespace": NS},
-                "data": {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}})
-            wait_for(lambda: prometheus.expected in prometheus.authorizations, what="basic auth sent to Prometheus")
+            kube.create(
+                f"/api/v1/namespaces/{NS}/secrets",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": "prom-auth", "namespace": NS},
+                    "data": {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()},
+                },
+            )
+            wait_for(
+                lambda: prometheus.expected in prometheus.authorizations, what="basic auth sent to Prometheus"
+            )
             # Authorised, Prometheus answers; it just has no series yet: the loop says so, not "unreachable".
-            after = wait_for(lambda: (c := condition(kube, "Degraded")).get("reason") == "MetricsIncomplete" and c,
-                             what="Degraded=MetricsIncomplete once the Secret is readable")
+            after = wait_for(
+                lambda: (c := condition(kube, "Degraded")).get("reason") == "MetricsIncomplete" and c,
+                what="Degraded=MetricsIncomplete once the Secret is readable",
+            )
             published = json.dumps([status(kube), kube.list(f"/api/v1/namespaces/{NS}/events")])
     finally:
         prometheus.close()
     assert missing["status"] == "True"
-    assert "spec.metrics.prometheus.basicAuthSecret" in missing["message"] and "NotFound" in missing["message"]
+    assert (
+        "spec.metrics.prometheus.basicAuthSecret" in missing["message"] and "NotFound" in missing["message"]
+    )
     assert "prom-auth" in missing["message"] and "no rebalancing or scaling" in missing["message"]
-    assert set(prometheus.authorizations) == {prometheus.expected}  # never a request without or with other auth
+    assert set(prometheus.authorizations) == {
+        prometheus.expected
+    }  # never a request without or with other auth
     assert after["status"] == "True"
-    assert password not in published and base64.b64encode(f"{user}:{password}".encode()).decode() not in published
+    assert (
+        password not in published
+        and base64.b64encode(f"{user}:{password}".encode()).decode() not in published
+    )
 
 
 WORKER_SCRIPT = """
@@ -502,13 +665,23 @@ def test_operator_process_never_imports_the_planning_stack():
     from streamtopo.planner.cluster import Cluster, Host
 
     doc = topology(exlocated=False)
-    run = subprocess.run([sys.executable, "-c", WORKER_SCRIPT, json.dumps(doc)], check=False, capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", WORKER_SCRIPT, json.dumps(doc)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["heavy"] == [] and result["heavy_after"] == []
-    cluster = Cluster(hosts=[Host(name="node-a", cpu=4.0, labels={"disk": "ssd"}), Host(name="node-b", cpu=4.0),
-                             Host(name="node-c", cpu=4.0)])
+    cluster = Cluster(
+        hosts=[
+            Host(name="node-a", cpu=4.0, labels={"disk": "ssd"}),
+            Host(name="node-b", cpu=4.0),
+            Host(name="node-c", cpu=4.0),
+        ]
+    )
     reference = IN_PROCESS.plan(load_topology(doc), cluster, None, 0)[0].routing.model_dump(mode="json")
     assert result["plans"] == [reference, reference]
     assert result["refused"] is not None and result["refused"][0] in ("ValueError", "TopologyError")

@@ -7,15 +7,35 @@ import pytest
 from streamtopo.controller.kubernetes import NoHosts, cluster_from_nodes, quantity
 
 
-def node(name: str, cpu: str, memory: str | None = None, *, ready: str = "True", unschedulable: bool = False,
-         labels: dict | None = None) -> dict:
+def node(
+    name: str,
+    cpu: str,
+    memory: str | None = None,
+    *,
+    ready: str = "True",
+    unschedulable: bool = False,
+    labels: dict | None = None,
+) -> dict:
     allocatable = {"cpu": cpu, **({"memory": memory} if memory else {})}
-    return {"metadata": {"name": name, "labels": labels or {}}, "spec": {"unschedulable": unschedulable},
-            "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": ready}]}}
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"unschedulable": unschedulable},
+        "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": ready}]},
+    }
 
 
-@pytest.mark.parametrize(("text", "value"), [("3500m", 3.5), ("4", 4.0), ("16Gi", 16 * 2**30), ("1e3", 1000.0),
-                                             ("100u", 1e-4), ("1.5k", 1500.0), ("512Mi", 512 * 2**20)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("3500m", 3.5),
+        ("4", 4.0),
+        ("16Gi", 16 * 2**30),
+        ("1e3", 1000.0),
+        ("100u", 1e-4),
+        ("1.5k", 1500.0),
+        ("512Mi", 512 * 2**20),
+    ],
+)
 def test_quantities_parse_as_kubernetes_writes_them(text: str, value: float):
     assert quantity(text) == pytest.approx(value)
 
@@ -27,9 +47,15 @@ def test_a_malformed_quantity_is_named(text: str):
 
 
 def test_only_ready_schedulable_nodes_with_cpu_become_hosts():
-    cluster = cluster_from_nodes([
-        node("b", "3900m", "15Gi", labels={"disk": "ssd"}), node("a", "2"), node("gone", "4", ready="False"),
-        node("cordoned", "4", unschedulable=True), node("empty", "0")])
+    cluster = cluster_from_nodes(
+        [
+            node("b", "3900m", "15Gi", labels={"disk": "ssd"}),
+            node("a", "2"),
+            node("gone", "4", ready="False"),
+            node("cordoned", "4", unschedulable=True),
+            node("empty", "0"),
+        ]
+    )
     assert [h.name for h in cluster.hosts] == ["a", "b"]
     b = cluster.hosts[1]
     assert b.cpu == pytest.approx(3.9) and b.memory == 15 * 2**30 and b.labels == {"disk": "ssd"}

@@ -34,8 +34,9 @@ def ready(source: PrometheusMetricsSource, routing_units: int) -> bool:
     return len(stats.units) == routing_units
 
 
-def test_prometheus_driven_loop_moves_key_groups_scales_and_survives_an_outage(prometheus_factory,
-                                                                              scripted_runtime):
+def test_prometheus_driven_loop_moves_key_groups_scales_and_survives_an_outage(
+    prometheus_factory, scripted_runtime
+):
     platform = MemoryPlatform(two_hosts())
     routing = initial_routing()
 
@@ -51,7 +52,9 @@ def test_prometheus_driven_loop_moves_key_groups_scales_and_survives_an_outage(p
     # and the target rule asks for ceil(2.74 / 0.7) one-core executors.
     busy = skewed(2.0)
     runtime.set_rates(busy, records_per_busy_second=10_000)
-    wait_for(lambda: ready(source, len(routing.units)), timeout=60, what="two samples of every unit in Prometheus")
+    wait_for(
+        lambda: ready(source, len(routing.units)), timeout=60, what="two samples of every unit in Prometheus"
+    )
     first = loop.step(time.time())
     assert first.skipped is None, first.outcome.conditions
     wanted = min(6, math.ceil(sum(busy.values()) / 0.7 - 1e-9))
@@ -60,8 +63,9 @@ def test_prometheus_driven_loop_moves_key_groups_scales_and_survives_an_outage(p
     moved = {u for u, e in applied.assignment().items() if e != routing.assignment()[u]}
     assert moved and moved == {m[0] for m in first.adaptation.rebalance.migrations}
     assert set(applied.assignment().values()) - {"hot-e0", "hot-e1"}, "new executors got key groups"
-    assert load_distance(busy, applied.assignment(), sorted(applied.executors)) < \
-        load_distance(busy, routing.assignment(), sorted(applied.executors))
+    assert load_distance(busy, applied.assignment(), sorted(applied.executors)) < load_distance(
+        busy, routing.assignment(), sorted(applied.executors)
+    )
     reasons = {e.reason for e in first.outcome.events}
     assert {"RebalanceReport", "ScalingReport"} <= reasons
 
@@ -83,8 +87,9 @@ def test_prometheus_driven_loop_moves_key_groups_scales_and_survives_an_outage(p
 
 
 @pytest.mark.kube
-def test_operator_daemon_moves_key_groups_in_the_routing_configmap(kube, prometheus_factory, scripted_runtime,
-                                                                   monkeypatch):
+def test_operator_daemon_moves_key_groups_in_the_routing_configmap(
+    kube, prometheus_factory, scripted_runtime, monkeypatch
+):
     """The kopf operator end to end: its SPL daemon reads Prometheus and writes ALBIC's moves into the
     routing ConfigMap; with Prometheus down it says why and leaves the routing alone."""
     import json
@@ -102,7 +107,9 @@ def test_operator_daemon_moves_key_groups_in_the_routing_configmap(kube, prometh
     current: dict = {}
 
     def owner() -> dict:
-        return {(u.rpartition("/")[0], int(u.rpartition("/")[2])): e for u, e in current.get("units", {}).items()}
+        return {
+            (u.rpartition("/")[0], int(u.rpartition("/")[2])): e for u, e in current.get("units", {}).items()
+        }
 
     runtime = scripted_runtime("pipe", ["pipe-e0", "pipe-e1", "pipe-e2"], owner)
     prometheus = prometheus_factory(runtime.targets())
@@ -113,10 +120,18 @@ def test_operator_daemon_moves_key_groups_in_the_routing_configmap(kube, prometh
         assert len(first["executors"]) >= 2
         current.update(first)
         hot = min(first["executors"])
-        runtime.set_rates({(u.rpartition("/")[0], int(u.rpartition("/")[2])): 0.3 if e == hot else 0.01
-                           for u, e in first["units"].items()}, records_per_busy_second=10_000)
-        moved = wait_for(lambda: (t := table()) and t["version"] > first["version"] and t, timeout=90,
-                         what="a routing version written by the SPL daemon")
+        runtime.set_rates(
+            {
+                (u.rpartition("/")[0], int(u.rpartition("/")[2])): 0.3 if e == hot else 0.01
+                for u, e in first["units"].items()
+            },
+            records_per_busy_second=10_000,
+        )
+        moved = wait_for(
+            lambda: (t := table()) and t["version"] > first["version"] and t,
+            timeout=90,
+            what="a routing version written by the SPL daemon",
+        )
         current.clear()
         current.update(moved)
         report = wait_for(lambda: events(kube, "RebalanceReport"), what="a RebalanceReport event")
@@ -125,8 +140,14 @@ def test_operator_daemon_moves_key_groups_in_the_routing_configmap(kube, prometh
         assert "key groups moved" in report[0]["message"]
 
         prometheus.stop()
-        down = wait_for(lambda: condition(kube, "Degraded").get("reason") == "PrometheusUnreachable"
-                        and condition(kube, "Degraded"), timeout=60, what="Degraded=PrometheusUnreachable")
+        down = wait_for(
+            lambda: (
+                condition(kube, "Degraded").get("reason") == "PrometheusUnreachable"
+                and condition(kube, "Degraded")
+            ),
+            timeout=60,
+            what="Degraded=PrometheusUnreachable",
+        )
         during = table()
     assert down["status"] == "True" and "no rebalancing or scaling" in down["message"]
     assert during["version"] == table()["version"]  # nothing applied while Prometheus was away

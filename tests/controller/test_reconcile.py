@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from controller_testkit import MemoryPlatform, ScriptedRuntime, wait_for
 
+from streamtopo.contracts import ExecutorEntry, RoutingTable
 from streamtopo.controller.planner_worker import WorkerPlanner
 from streamtopo.controller.platform import MetricsUnavailable, RuntimeStats, UnitRates
 from streamtopo.controller.reconcile import (
@@ -32,7 +33,6 @@ from streamtopo.controller.reconcile import (
 from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.model import load_topology
-from streamtopo.planner.routing import ExecutorEntry, RoutingTable
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount.yaml"
 
@@ -59,7 +59,9 @@ def test_initial_plan_routes_every_unit_once_on_the_planned_hosts():
     assert set(routing.units) == units_of(doc)
     # One executor per PE, on the PE's host; a PE's units are exactly its operators' key groups.
     assert len(routing.executors) == len(outcome.plan.pes)
-    for executor, pe in zip(sorted(routing.executors, key=lambda n: int(n.rpartition("-e")[2])), outcome.plan.pes):
+    for executor, pe in zip(
+        sorted(routing.executors, key=lambda n: int(n.rpartition("-e")[2])), outcome.plan.pes
+    ):
         assert routing.executors[executor].host == pe.host
         assert {u.split("/")[0] for u in routing.units if routing.units[u] == executor} == set(pe.operators)
         assert routing.executors[executor].cpu >= pe.size - 1e-9
@@ -110,8 +112,9 @@ def test_pinned_replicas_set_the_executor_count_and_albic_balances_within_it(pin
     """spec.replicas (the scale subresource) overrides the target rule, whose own count here is 2
     (0.81 cores at 70 % of one core each): 3 starts an executor that receives key groups; 1 drains one."""
     loop, _ = albic_loop({}, stabilization="1h")
-    loop.topology = loop.topology.model_copy(update={"spec": loop.topology.spec.model_copy(
-        update={"replicas": pinned})})
+    loop.topology = loop.topology.model_copy(
+        update={"spec": loop.topology.spec.model_copy(update={"replicas": pinned})}
+    )
     step = loop.step(0.0)
     assert step.adaptation is not None, step.outcome.conditions
     routing = loop.routing
@@ -155,17 +158,22 @@ def test_udfs_come_only_from_the_platforms_modules():
     """The operator passes the chart's executor.udfModules to the one validator: a UDF from another module is
     refused naming the field and nothing is applied; listed modules (and submodules) plan."""
     doc = wordcount()
-    doc["spec"]["operators"].insert(3, {"name": "enrich", "kind": "udf", "inputs": ["nonempty"],
-                                        "function": "team_udfs.words:enrich"})
+    doc["spec"]["operators"].insert(
+        3, {"name": "enrich", "kind": "udf", "inputs": ["nonempty"], "function": "team_udfs.words:enrich"}
+    )
     doc["spec"]["operators"][4]["inputs"] = ["enrich"]
     refused = MemoryPlatform(Cluster.uniform(3, 1.5))
-    planned = next(c for c in reconcile(doc, refused, udf_modules=("other",)).conditions if c.type == "Planned")
+    planned = next(
+        c for c in reconcile(doc, refused, udf_modules=("other",)).conditions if c.type == "Planned"
+    )
     assert refused.applied == [] and planned.reason == "InvalidSpec"
     assert "spec.operators[3].function" in planned.message and "team_udfs.words" in planned.message
     allowed = MemoryPlatform(Cluster.uniform(3, 1.5))
     assert reconcile(doc, allowed, udf_modules=("team_udfs",)).desired is not None
     doc["spec"]["operators"][3]["function"] = "subprocess:run"
-    planned = next(c for c in reconcile(doc, allowed, udf_modules=("subprocess",)).conditions if c.type == "Planned")
+    planned = next(
+        c for c in reconcile(doc, allowed, udf_modules=("subprocess",)).conditions if c.type == "Planned"
+    )
     assert planned.reason == "InvalidSpec" and "standard library" in planned.message
 
 
@@ -190,8 +198,9 @@ def test_lost_host_triggers_a_replan_off_that_host():
     first = reconcile(wordcount(), platform)
     used = sorted({e.host for e in first.desired.executors.values()})
     lost = used[0]
-    platform.cluster = Cluster(hosts=[h for h in platform.cluster.hosts if h.name != lost]
-                               + [Host(name="host-9", cpu=1.5)])
+    platform.cluster = Cluster(
+        hosts=[h for h in platform.cluster.hosts if h.name != lost] + [Host(name="host-9", cpu=1.5)]
+    )
     second = reconcile(wordcount(), platform, previous=first.desired)
     assert second.plan is not None and second.desired.routing.version == 2
     assert lost not in {e.host for e in second.desired.executors.values()}
@@ -199,7 +208,9 @@ def test_lost_host_triggers_a_replan_off_that_host():
 
 def test_condition_transition_time_moves_only_when_the_status_flips():
     first = merge_conditions([], [ConditionChange("Ready", "False", "Pending")], now="t1", generation=1)
-    same = merge_conditions(first, [ConditionChange("Ready", "False", "StillPending")], now="t2", generation=1)
+    same = merge_conditions(
+        first, [ConditionChange("Ready", "False", "StillPending")], now="t2", generation=1
+    )
     flipped = merge_conditions(same, [ConditionChange("Ready", "True", "Running")], now="t3", generation=2)
     assert same[0]["lastTransitionTime"] == "t1" and same[0]["reason"] == "StillPending"
     assert flipped[0]["lastTransitionTime"] == "t3" and flipped[0]["observedGeneration"] == 2
@@ -208,9 +219,14 @@ def test_condition_transition_time_moves_only_when_the_status_flips():
 def test_allocation_state_uses_busy_time_and_refuses_partial_windows():
     topology = load_topology(scenario_topology())
     routing = initial_routing()
-    stats = RuntimeStats(topology="hot", window_seconds=60.0,
-                         units={u: UnitRates(busy=0.05 * (i + 1), records_in=100.0, state_bytes=2048.0)
-                                for i, u in enumerate(sorted(routing.assignment()))})
+    stats = RuntimeStats(
+        topology="hot",
+        window_seconds=60.0,
+        units={
+            u: UnitRates(busy=0.05 * (i + 1), records_in=100.0, state_bytes=2048.0)
+            for i, u in enumerate(sorted(routing.assignment()))
+        },
+    )
     state = allocation_state(stats, routing, topology.spec, two_hosts())
     by_id = {kg.id: kg for kg in state.key_groups}
     for i, unit in enumerate(sorted(routing.assignment())):
@@ -228,15 +244,32 @@ def test_allocation_state_uses_busy_time_and_refuses_partial_windows():
 def scenario_topology(max_migrations: int = 4) -> dict:
     """Two keyed operators of 8 key groups; the SPL is 5 minutes so one period fills the scaling rule's
     metric window (the test calls ``step`` itself, seconds apart: the rates are scripted constants)."""
-    return {"metadata": {"name": "hot"}, "spec": {
-        "keyGroups": 8,
-        "operators": [
-            {"name": "src", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": 1000}},
-            {"name": "agg", "kind": "aggregate", "inputs": ["src"], "keyBy": ["key"], "window": {"size": "10s"},
-             "aggregations": ["count(*) AS n"]},
-            {"name": "out", "kind": "sink", "inputs": ["agg"], "sink": {"console": {}}, "keyGroups": 1}],
-        "autoscaling": {"interval": "5m", "stabilization": "0s", "scaleDownDelay": "1h",
-                        "maxMigrationsPerRound": max_migrations, "targetUtilization": 0.7, "maxExecutors": 6}}}
+    return {
+        "metadata": {"name": "hot"},
+        "spec": {
+            "keyGroups": 8,
+            "operators": [
+                {"name": "src", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": 1000}},
+                {
+                    "name": "agg",
+                    "kind": "aggregate",
+                    "inputs": ["src"],
+                    "keyBy": ["key"],
+                    "window": {"size": "10s"},
+                    "aggregations": ["count(*) AS n"],
+                },
+                {"name": "out", "kind": "sink", "inputs": ["agg"], "sink": {"console": {}}, "keyGroups": 1},
+            ],
+            "autoscaling": {
+                "interval": "5m",
+                "stabilization": "0s",
+                "scaleDownDelay": "1h",
+                "maxMigrationsPerRound": max_migrations,
+                "targetUtilization": 0.7,
+                "maxExecutors": 6,
+            },
+        },
+    }
 
 
 def two_hosts() -> Cluster:
@@ -247,9 +280,15 @@ def initial_routing() -> RoutingTable:
     """hot-e0 on node-a holds src and out, hot-e1 on node-b holds agg."""
     units = {f"src/{kg}": "hot-e0" for kg in range(8)} | {f"agg/{kg}": "hot-e1" for kg in range(8)}
     units["out/0"] = "hot-e0"
-    return RoutingTable(topology="hot", version=1, units=units,
-                        executors={"hot-e0": ExecutorEntry(host="node-a", cpu=1.0),
-                                   "hot-e1": ExecutorEntry(host="node-b", cpu=1.0)})
+    return RoutingTable(
+        topology="hot",
+        version=1,
+        units=units,
+        executors={
+            "hot-e0": ExecutorEntry(host="node-a", cpu=1.0),
+            "hot-e1": ExecutorEntry(host="node-b", cpu=1.0),
+        },
+    )
 
 
 def load_distance(busy: dict, assignment: dict, executors: list[str]) -> float:
@@ -265,7 +304,10 @@ def make_loop(scripted_runtime, source_factory=None):
     topology = load_topology(scenario_topology())
     platform = MemoryPlatform(two_hosts())
     routing = initial_routing()
-    owner = lambda: (platform.applied[-1].routing if platform.applied else routing).assignment()
+
+    def owner():
+        return (platform.applied[-1].routing if platform.applied else routing).assignment()
+
     runtime: ScriptedRuntime = scripted_runtime("hot", sorted(routing.executors), owner)
     source = source_factory(runtime) if source_factory else ScrapeMetricsSource(runtime.endpoints)
     return AdaptationLoop(platform, source, topology, routing=routing), platform, runtime
@@ -287,7 +329,9 @@ def settled_step(loop: AdaptationLoop, runtime: ScriptedRuntime, warm: float = 1
 
 
 def test_loop_rebalances_skew_within_the_migration_budget(scripted_runtime):
-    pytest.importorskip("streamtopo.planner.rebalancers", reason="the REBALANCERS registry has not landed")
+    pytest.importorskip(
+        "streamtopo.planner.rebalance.registry", reason="the REBALANCERS registry has not landed"
+    )
     loop, platform, runtime = make_loop(scripted_runtime)
     busy = skewed(0.5)  # 0.62 cores in total: the rule keeps two executors
     runtime.set_rates(busy, records_per_busy_second=10_000)
@@ -307,7 +351,9 @@ def test_loop_rebalances_skew_within_the_migration_budget(scripted_runtime):
 
 
 def test_loop_scales_out_to_the_count_the_target_rule_needs(scripted_runtime):
-    pytest.importorskip("streamtopo.planner.rebalancers", reason="the REBALANCERS registry has not landed")
+    pytest.importorskip(
+        "streamtopo.planner.rebalance.registry", reason="the REBALANCERS registry has not landed"
+    )
     loop, platform, runtime = make_loop(scripted_runtime)
     busy = skewed(2.0)  # 2.74 cores of work on 2 one-core executors
     runtime.set_rates(busy, records_per_busy_second=10_000)
@@ -357,13 +403,15 @@ def hot_pair_stats(hot: float, busy: float = 0.05) -> RuntimeStats:
     return RuntimeStats(topology="hot", window_seconds=300.0, units=units, traffic=traffic)
 
 
-def albic_loop(albic: dict, planner: Planner = IN_PROCESS,
-               **autoscaling: str) -> tuple[AdaptationLoop, StatsSource]:
+def albic_loop(
+    albic: dict, planner: Planner = IN_PROCESS, **autoscaling: str
+) -> tuple[AdaptationLoop, StatsSource]:
     doc = scenario_topology()
     doc["spec"]["autoscaling"] |= {"albic": albic, **autoscaling}
     source = StatsSource(hot_pair_stats(1000.0))
-    return AdaptationLoop(MemoryPlatform(two_hosts()), source, load_topology(doc), routing=initial_routing(),
-                          planner=planner), source
+    return AdaptationLoop(
+        MemoryPlatform(two_hosts()), source, load_topology(doc), routing=initial_routing(), planner=planner
+    ), source
 
 
 @pytest.fixture(params=["in-process", "worker"])
@@ -415,7 +463,9 @@ def test_albic_collocations_persist_across_rounds(planner: Planner):
 def restarted(loop: AdaptationLoop, stats: RuntimeStats) -> AdaptationLoop:
     """A new loop (an operator restart) from what ``loop`` last applied: routing table and memory."""
     written = loop.platform.applied[-1]
-    fresh = AdaptationLoop(MemoryPlatform(two_hosts()), StatsSource(stats), loop.topology, routing=written.routing)
+    fresh = AdaptationLoop(
+        MemoryPlatform(two_hosts()), StatsSource(stats), loop.topology, routing=written.routing
+    )
     fresh.restore(written.memory)
     return fresh
 
@@ -430,15 +480,17 @@ def test_a_restarted_loop_keeps_the_stabilisation_window_and_the_decisions():
     assert written.routing == first.routing and written.memory is not None
     memory = LoopMemory.from_json(written.memory)
     assert memory == first.memory and memory.scaling.last_change == 0.0
-    assert [(d["kind"], d["executorsBefore"], d["executorsAfter"]) for d in memory.decisions] == \
-        [("rebalance+scale-up", 2, 5)]
+    assert [(d["kind"], d["executorsBefore"], d["executorsAfter"]) for d in memory.decisions] == [
+        ("rebalance+scale-up", 2, 5)
+    ]
     hotter = hot_pair_stats(1000.0, busy=0.3)  # 4.81 cores: 7 wanted, 6 at most
     again = restarted(first, hotter)
     assert again.memory == memory
     held = again.step(300.0)
     assert held.executors_after == 5 and "stabilising" in held.adaptation.decision.reason
-    forgetful = AdaptationLoop(MemoryPlatform(two_hosts()), StatsSource(hotter), first.topology,
-                               routing=written.routing)
+    forgetful = AdaptationLoop(
+        MemoryPlatform(two_hosts()), StatsSource(hotter), first.topology, routing=written.routing
+    )
     assert forgetful.step(300.0).executors_after == 6
 
 
@@ -516,14 +568,22 @@ def test_rendered_objects_are_valid_kubernetes_and_keep_ha_replicas_apart():
     assert {p["metadata"]["labels"].get("ha.streamtopo.dev/g0") for p in pods} >= {"0", "1"}
     for pod in pods:
         name = pod["metadata"]["name"]
-        replicas = {u.split("/")[0].partition("~r")[2] or "0" for u, e in routing.units.items()
-                    if e == name and u.split("/")[0].split("~r")[0] in {"valid", "vwap", "price"}}
+        replicas = {
+            u.split("/")[0].partition("~r")[2] or "0"
+            for u, e in routing.units.items()
+            if e == name and u.split("/")[0].split("~r")[0] in {"valid", "vwap", "price"}
+        }
         label = pod["metadata"]["labels"].get("ha.streamtopo.dev/g0")
         if len(replicas) == 1:
             assert label == replicas.pop()
-            terms = pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            assert any({"key": "ha.streamtopo.dev/g0", "operator": "NotIn", "values": [label]}
-                       in t["labelSelector"]["matchExpressions"] for t in terms)
+            terms = pod["spec"]["affinity"]["podAntiAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]
+            assert any(
+                {"key": "ha.streamtopo.dev/g0", "operator": "NotIn", "values": [label]}
+                in t["labelSelector"]["matchExpressions"]
+                for t in terms
+            )
         host = routing.executors[name].host
         selector = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert selector["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [host]
@@ -539,9 +599,9 @@ def yaml_doc(path: Path) -> dict:
 def test_local_run_and_operator_route_alike(rate):
     """The same topology and cluster: `streamtopo run`'s routing v1 and the operator's name the same
     executors (``<topology>-e<i>``), give them the same units, and cut streams into the same entry sizes
-    (one batching rule, planner.aeolus.entry_batch_sizes), at a rate where Aeolus alone would say 1."""
+    (one batching rule, planner.scaling.aeolus.entry_batch_sizes), at a rate where Aeolus alone would say 1."""
+    from streamtopo.local.runner import initial_routing
     from streamtopo.planner.model import StreamTopology
-    from streamtopo.runtime.runner import initial_routing
 
     doc = wordcount()
     for op in doc["spec"]["operators"]:

@@ -10,23 +10,36 @@ import pytest
 from controller_testkit import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamtopo.contracts import ExecutorEntry, RoutingTable
 from streamtopo.controller.platform import MetricsUnavailable
 from streamtopo.controller.prometheus import PrometheusMetricsSource
 from streamtopo.controller.reconcile import allocation_state
 from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.model import load_topology
-from streamtopo.planner.routing import ExecutorEntry, RoutingTable
-from streamtopo.planner.scaling import observe
+from streamtopo.planner.scaling.policy import observe
 from streamtopo.runtime.metrics import ExecutorMetrics, Probe, SourcePace, serve
 
 RATE = 1000.0
 
 
 def topology():
-    return load_topology({"metadata": {"name": "gen"}, "spec": {"keyGroups": 2, "operators": [
-        {"name": "src", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": RATE}},
-        {"name": "out", "kind": "sink", "inputs": ["src"], "sink": {"console": {}}}]}})
+    return load_topology(
+        {
+            "metadata": {"name": "gen"},
+            "spec": {
+                "keyGroups": 2,
+                "operators": [
+                    {
+                        "name": "src",
+                        "kind": "source",
+                        "source": {"generator": "sequence", "ratePerSecond": RATE},
+                    },
+                    {"name": "out", "kind": "sink", "inputs": ["src"], "sink": {"console": {}}},
+                ],
+            },
+        }
+    )
 
 
 @pytest.fixture
@@ -44,8 +57,12 @@ def exporter():
 def gauges(url: str) -> dict[tuple[str, str], float]:
     with urllib.request.urlopen(url, timeout=5) as reply:
         text = reply.read().decode()
-    return {(s.name, s.labels.get("kg", "")): s.value for f in text_string_to_metric_families(text)
-            for s in f.samples if s.labels.get("operator") == "src"}
+    return {
+        (s.name, s.labels.get("kg", "")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels.get("operator") == "src"
+    }
 
 
 def test_a_generator_units_lag_is_what_is_due_when_scraped(exporter):
@@ -58,7 +75,10 @@ def test_a_generator_units_lag_is_what_is_due_when_scraped(exporter):
     assert first[("streamtopo_unit_backlog_records", "0")] >= 1000 * 2.0 + 1 - 500
     assert first[("streamtopo_unit_oldest_record_age_seconds", "0")] >= 2.0 - 0.5
     time.sleep(0.3)  # no step in between: the lag still grows with the clock
-    assert gauges(url)[("streamtopo_unit_backlog_records", "0")] > first[("streamtopo_unit_backlog_records", "0")]
+    assert (
+        gauges(url)[("streamtopo_unit_backlog_records", "0")]
+        > first[("streamtopo_unit_backlog_records", "0")]
+    )
     metrics.source_progress("src", 0, pace, emitted=pace.due(time.time() + 60))  # caught up (and ahead)
     caught_up = gauges(url)
     assert caught_up[("streamtopo_unit_backlog_records", "0")] == 0
@@ -79,7 +99,9 @@ def test_the_scaling_input_rate_of_generator_sources_is_their_due_rate(exporter)
     metrics, url = exporter
     now = time.time()
     for kg in (0, 1):
-        metrics.source_progress("src", kg, SourcePace(t0=now - 100.0, rate=RATE, kg=kg, key_groups=2), emitted=0)
+        metrics.source_progress(
+            "src", kg, SourcePace(t0=now - 100.0, rate=RATE, kg=kg, key_groups=2), emitted=0
+        )
     for unit in (("src", 0), ("src", 1), ("out", 0), ("out", 1)):
         metrics.unit(metrics.busy, *unit).inc(0.5)
     source = ScrapeMetricsSource({"ex-0": url})
@@ -104,7 +126,9 @@ def test_the_scaling_input_rate_of_generator_sources_is_their_due_rate(exporter)
 def test_prometheus_reports_a_generators_due_rate_as_its_records_in(exporter, prometheus_factory):
     """The same through a real Prometheus scraping the exporter every second."""
     metrics, url = exporter
-    metrics.source_progress("src", 0, SourcePace(t0=time.time() - 10.0, rate=RATE, kg=0, key_groups=1), emitted=0)
+    metrics.source_progress(
+        "src", 0, SourcePace(t0=time.time() - 10.0, rate=RATE, kg=0, key_groups=1), emitted=0
+    )
     metrics.unit(metrics.busy, "src", 0).inc(0.1)
     prometheus = prometheus_factory([url.removeprefix("http://").removesuffix("/metrics")])
     source = PrometheusMetricsSource(prometheus.url, timeout=2.0)

@@ -1,7 +1,7 @@
 """Brute-force references for the COLA tests: every partition, every host assignment.
 
-Written independently of streamtopo.planner.cola: sizes and cuts are recomputed here from the graph,
-validity is judged by the shared checker (streamtopo.planner.constraints.violations).
+Written independently of streamtopo.planner.placement.cola: sizes and cuts are recomputed here from the graph,
+validity is judged by the shared checker (streamtopo.planner.placement.constraints.violations).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def set_partitions(items: Sequence) -> Iterator[list[list]]:
     first, rest = items[0], items[1:]
     for smaller in set_partitions(rest):
         for i in range(len(smaller)):
-            yield smaller[:i] + [[first, *smaller[i]]] + smaller[i + 1:]
+            yield smaller[:i] + [[first, *smaller[i]]] + smaller[i + 1 :]
         yield [[first], *smaller]
 
 
@@ -28,7 +28,8 @@ def size(graph: nx.DiGraph, block) -> float:
     """SIZE(S) = w(S) + weight of arcs with exactly one end in S."""
     inside = set(block)
     return sum(graph.nodes[n]["w"] for n in inside) + sum(
-        d["w"] for u, v, d in graph.edges(data=True) if (u in inside) != (v in inside))
+        d["w"] for u, v, d in graph.edges(data=True) if (u in inside) != (v in inside)
+    )
 
 
 def cut(graph: nx.DiGraph, blocks) -> float:
@@ -36,8 +37,9 @@ def cut(graph: nx.DiGraph, blocks) -> float:
     return sum(d["w"] for u, v, d in graph.edges(data=True) if where[u] != where[v])
 
 
-def min_max_utilization(sizes: Sequence[float], capacity: dict[str, float], allowed=None,
-                        colocated=(), exlocated=()) -> float | None:
+def min_max_utilization(
+    sizes: Sequence[float], capacity: dict[str, float], allowed=None, colocated=(), exlocated=()
+) -> float | None:
     """Exact optimum of IP (3)-(8) by enumerating all assignments; None if no valid one."""
     hosts = list(capacity)
     best = None

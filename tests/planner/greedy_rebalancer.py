@@ -7,7 +7,9 @@ from __future__ import annotations
 from streamtopo.planner.allocation import AllocationState, Rebalance
 
 
-def greedy_rebalance(state: AllocationState, *, max_migrations, max_migration_cost, config, seed=0) -> Rebalance:
+def greedy_rebalance(
+    state: AllocationState, *, max_migrations, max_migration_cost, config, seed=0
+) -> Rebalance:
     cap = {e.name: e.capacity for e in state.executors}
     marked = {e.name for e in state.executors if e.marked_for_removal}
     active = [n for n in cap if n not in marked]
@@ -37,5 +39,10 @@ def greedy_rebalance(state: AllocationState, *, max_migrations, max_migration_co
         moves.append((kg, donor, receiver))
     total = sum(load_of.values()) / sum(cap[n] for n in active)
     distance = max(abs(loads[n] - total) for n in active)
-    return Rebalance(assignment=assignment, migrations=moves, load_distance=distance, collocation_factor=0.0,
-                     reason="greedy")
+    return Rebalance(
+        assignment=assignment,
+        migrations=moves,
+        load_distance=distance,
+        collocation_factor=0.0,
+        reason="greedy",
+    )

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from streamtopo.planner.adaptation import AdaptationConfig, adapt
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
-from streamtopo.planner.scaling import ScalingConfig, ScalingState
+from streamtopo.planner.scaling.policy import ScalingConfig, ScalingState
 
 FAST = ScalingConfig(min_executors=1, max_executors=10, metric_window=60, stabilization=0, scale_down_delay=0)
 
@@ -29,12 +29,20 @@ def state_with(loads: dict[str, list[float]], marked: tuple[str, ...] = ()) -> A
 
 
 def config(scaling: str = "target", max_migrations: int = 10) -> AdaptationConfig:
-    return AdaptationConfig(policy="test", scaling=scaling, scaling_config=FAST, max_migrations=max_migrations)
+    return AdaptationConfig(
+        policy="test", scaling=scaling, scaling_config=FAST, max_migrations=max_migrations
+    )
 
 
 def run(state: AllocationState, scaling: str = "target", max_migrations: int = 10, time: float = 60.0):
-    return adapt(state, ScalingState(), time=time, window=60, config=config(scaling, max_migrations),
-                 rebalance=greedy_rebalance)
+    return adapt(
+        state,
+        ScalingState(),
+        time=time,
+        window=60,
+        config=config(scaling, max_migrations),
+        rebalance=greedy_rebalance,
+    )
 
 
 def test_terminates_only_empty_marked_executors() -> None:
@@ -66,7 +74,7 @@ def test_scale_down_marks_the_lightest_and_never_feeds_it() -> None:
     assert result.marked == ["c", "b"]  # plan loads: a 20, b 15, c 10, d 15 -> c, then b (tie with d: name)
     marked = {e.name for e in result.executors if e.marked_for_removal}
     assert marked == {"b", "c"}
-    for kg, _, to in result.rebalance.migrations:  # Lemma 1: nothing moves onto set B
+    for _kg, _, to in result.rebalance.migrations:  # Lemma 1: nothing moves onto set B
         assert to not in marked
 
 
@@ -74,8 +82,14 @@ def test_marked_executors_drain_over_rounds_then_terminate() -> None:
     state = state_with({"a": [10], "b": [10, 10, 10, 10, 10, 10]}, marked=("b",))
     scaling_state, seen_terminated, time = ScalingState(), [], 60.0
     for _ in range(5):
-        result = adapt(state, scaling_state, time=time, window=60, config=config("off", max_migrations=2),
-                       rebalance=greedy_rebalance)
+        result = adapt(
+            state,
+            scaling_state,
+            time=time,
+            window=60,
+            config=config("off", max_migrations=2),
+            rebalance=greedy_rebalance,
+        )
         assert len(result.migrations) <= 2
         seen_terminated += result.terminated
         state = replace(state, executors=result.executors, assignment=result.assignment)
@@ -85,7 +99,9 @@ def test_marked_executors_drain_over_rounds_then_terminate() -> None:
 
 
 def test_scale_up_takes_back_draining_executors_first() -> None:
-    state = state_with({"executor-0": [70, 70], "executor-1": [70, 70], "executor-2": [35]}, marked=("executor-2",))
+    state = state_with(
+        {"executor-0": [70, 70], "executor-1": [70, 70], "executor-2": [35]}, marked=("executor-2",)
+    )
     result = run(state)
     # 3.15 cores -> ceil(3.15 / 0.7) = 5 active; 2 active now: +3 = executor-2 taken back + 2 new.
     assert result.decision.executors == 5
@@ -93,11 +109,20 @@ def test_scale_up_takes_back_draining_executors_first() -> None:
     assert not any(e.marked_for_removal for e in result.executors)
 
 
-@pytest.mark.parametrize("broken, field", [
-    (lambda s: replace(s, key_groups=[replace(s.key_groups[0], load=float("nan")), *s.key_groups[1:]]), "load"),
-    (lambda s: replace(s, key_groups=s.key_groups[1:]), "no statistics"),
-    (lambda s: replace(s, executors=[replace(s.executors[0], capacity=0.0), *s.executors[1:]]), "capacity"),
-])
+@pytest.mark.parametrize(
+    "broken, field",
+    [
+        (
+            lambda s: replace(s, key_groups=[replace(s.key_groups[0], load=float("nan")), *s.key_groups[1:]]),
+            "load",
+        ),
+        (lambda s: replace(s, key_groups=s.key_groups[1:]), "no statistics"),
+        (
+            lambda s: replace(s, executors=[replace(s.executors[0], capacity=0.0), *s.executors[1:]]),
+            "capacity",
+        ),
+    ],
+)
 def test_bad_statistics_keep_the_current_allocation(broken, field) -> None:
     state = broken(state_with({"a": [90, 90], "b": [10]}))
     result = run(state)
@@ -113,8 +138,11 @@ def test_unknown_policy_is_a_safe_decision() -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(loads=st.lists(st.lists(st.floats(0, 60), max_size=6), min_size=2, max_size=6),
-       marked=st.sets(st.integers(0, 5), max_size=2), rule=st.sampled_from(["target", "dstreams", "off"]))
+@given(
+    loads=st.lists(st.lists(st.floats(0, 60), max_size=6), min_size=2, max_size=6),
+    marked=st.sets(st.integers(0, 5), max_size=2),
+    rule=st.sampled_from(["target", "dstreams", "off"]),
+)
 def test_round_invariants(loads: list[list[float]], marked: set[int], rule: str) -> None:
     names = [f"executor-{i}" for i in range(len(loads))]
     marked_names = tuple(names[i] for i in marked if i < len(names) - 1)  # keep one executor active
@@ -133,7 +161,7 @@ def test_round_invariants(loads: list[list[float]], marked: set[int], rule: str)
 
 
 def test_albic_collocations_carry_over_to_the_next_round() -> None:
-    from streamtopo.planner.albic.collocation import AlbicConfig
+    from streamtopo.planner.rebalance.albic.collocation import AlbicConfig
 
     pair = (("op", 0), ("op", 1))
 
@@ -156,8 +184,13 @@ def test_every_registered_policy_drains_set_b_and_fills_new_executors(policy: st
     scaling_state, time, terminated = ScalingState(), 60.0, []
     bound = None if policy == "cola" else 2  # COLA re-optimisation ignores migration bounds by design
     for _ in range(6):
-        result = adapt(state, scaling_state, time=time, window=60,
-                       config=AdaptationConfig(policy=policy, scaling="off", scaling_config=FAST, max_migrations=2))
+        result = adapt(
+            state,
+            scaling_state,
+            time=time,
+            window=60,
+            config=AdaptationConfig(policy=policy, scaling="off", scaling_config=FAST, max_migrations=2),
+        )
         assert not result.safe, result.reason
         marked = {e.name for e in result.executors if e.marked_for_removal}
         assert not [m for m in result.migrations if m[2] in marked]
@@ -168,9 +201,16 @@ def test_every_registered_policy_drains_set_b_and_fills_new_executors(policy: st
     assert terminated == ["b"] and set(state.assignment.values()) == {"a", "c"}
 
     hot = state_with({"executor-0": [70, 70, 70, 70], "executor-1": [70, 70, 70, 70]})  # 5.6 cores -> 8
-    result = adapt(hot, ScalingState(), time=60, window=60,
-                   config=AdaptationConfig(policy=policy, scaling="target", scaling_config=FAST, max_migrations=6))
+    result = adapt(
+        hot,
+        ScalingState(),
+        time=60,
+        window=60,
+        config=AdaptationConfig(policy=policy, scaling="target", scaling_config=FAST, max_migrations=6),
+    )
     assert result.added == [f"executor-{i}" for i in range(2, 8)]
     receivers = {to for _, _, to in result.rebalance.migrations}
-    receivers |= {e for split in result.rebalance.details.get("shares", {}).values() for e in split}  # PoTC routes
+    receivers |= {
+        e for split in result.rebalance.details.get("shares", {}).values() for e in split
+    }  # PoTC routes
     assert receivers & set(result.added)

@@ -8,25 +8,46 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtopo.planner.aeolus import aeolus_plan, initial_executors, optimal_batch, optimal_dop, output_rate
 from streamtopo.planner.model import StreamTopologySpec
-from streamtopo.planner.scaling import ScalingConfig
+from streamtopo.planner.scaling.aeolus import (
+    aeolus_plan,
+    initial_executors,
+    optimal_batch,
+    optimal_dop,
+    output_rate,
+)
+from streamtopo.planner.scaling.policy import ScalingConfig
 
 N, S, T = 1e-4, 1e-8, 100  # 100 us per message, 10 ns per byte, 100-byte records: t*s = 1e-6 s
 
 
-def chain(rate: float = 100_000, max_bytes: int = 65536, size: int | None = None, **extra) -> StreamTopologySpec:
-    return StreamTopologySpec.model_validate({
-        "keyGroups": 8,
-        "batching": {"maxBytes": max_bytes, **({"size": size} if size else {})},
-        "operators": [
-            {"name": "src", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": rate},
-             "recordBytes": T},
-            {"name": "m", "kind": "map", "inputs": ["src"], "select": ["x"], "recordBytes": T, "selectivity": 1.0,
-             **extra},
-            {"name": "out", "kind": "sink", "inputs": ["m"], "sink": {"console": {}}},
-        ],
-    })
+def chain(
+    rate: float = 100_000, max_bytes: int = 65536, size: int | None = None, **extra
+) -> StreamTopologySpec:
+    return StreamTopologySpec.model_validate(
+        {
+            "keyGroups": 8,
+            "batching": {"maxBytes": max_bytes, **({"size": size} if size else {})},
+            "operators": [
+                {
+                    "name": "src",
+                    "kind": "source",
+                    "source": {"generator": "sequence", "ratePerSecond": rate},
+                    "recordBytes": T,
+                },
+                {
+                    "name": "m",
+                    "kind": "map",
+                    "inputs": ["src"],
+                    "select": ["x"],
+                    "recordBytes": T,
+                    "selectivity": 1.0,
+                    **extra,
+                },
+                {"name": "out", "kind": "sink", "inputs": ["m"], "sink": {"console": {}}},
+            ],
+        }
+    )
 
 
 PPT = {"src": 2e-6, "m": 50e-6, "out": 1e-6}

@@ -7,16 +7,16 @@ from dataclasses import replace
 
 import pytest
 
-from streamtopo.planner.albic import AlbicConfig, MilpConfig, albic_rebalance
-from streamtopo.planner.albic.collocation import (
+from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
+from streamtopo.planner.rebalance.albic import AlbicConfig, MilpConfig, albic_rebalance
+from streamtopo.planner.rebalance.albic.collocation import (
     Scores,
     calc_scores,
     calc_sets,
     graph_part,
     improve_collocation,
 )
-from streamtopo.planner.albic.state import index_state
-from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
+from streamtopo.planner.rebalance.albic.state import index_state
 
 MILP = MilpConfig(deterministic_time=5.0, mean_rounding="exact")
 
@@ -40,7 +40,9 @@ def test_scores_follow_lines_2_to_12():
     scores = calc_scores(chain_state(loads, where, traffic), score_factor=1.5)
     assert scores.col_grps == [] and scores.to_be_col_grps == [((a0, b0), 90.0)]
     # sF = 1 admits a pair that sends exactly... more than the average only.
-    assert calc_scores(chain_state(loads, where, traffic), score_factor=1.0).to_be_col_grps == [((a0, b0), 90.0)]
+    assert calc_scores(chain_state(loads, where, traffic), score_factor=1.0).to_be_col_grps == [
+        ((a0, b0), 90.0)
+    ]
 
 
 def test_sets_are_merged_into_minimal_sets():
@@ -58,7 +60,7 @@ def test_partitions_respect_max_partition_load_and_the_migration_limit():
     assert all(sum(load[m] for m in p) <= 25 for p in parts)
     light = dict.fromkeys(members, 1.0)
     parts = graph_part(members, light, mc, chain, max_pl=25, max_cost=2)
-    assert all(len(p) <= 2 for p in parts)                     # Pmc <= maxMigrCost (count bound 2)
+    assert all(len(p) <= 2 for p in parts)  # Pmc <= maxMigrCost (count bound 2)
     assert graph_part(members, light, mc, chain, max_pl=0, max_cost=20) == [[m] for m in members]
 
 
@@ -81,12 +83,16 @@ def test_case_1_collocates_on_the_less_loaded_node(three_case_state):
 def test_case_2_collocates_where_the_set_member_is(three_case_state):
     ix = index_state(three_case_state)
     pair = (("a", 0), ("b", 0))
-    part = [("a", 0), ("a", 1)]                     # a0 belongs to a collocated set on e1 (the busier node)
-    new = improve_collocation(three_case_state, ix, Scores([], [(pair, 100.0)]), [part], set(part), 20, None, 0)
+    part = [("a", 0), ("a", 1)]  # a0 belongs to a collocated set on e1 (the busier node)
+    new = improve_collocation(
+        three_case_state, ix, Scores([], [(pair, 100.0)]), [part], set(part), 20, None, 0
+    )
     assert new.case == 2 and ix.names[new.node] == "e1"
     assert new.members == sorted([*part, ("b", 0)])
-    part_b = [("b", 0), ("b", 1)]                   # b0 in a set on e0
-    new = improve_collocation(three_case_state, ix, Scores([], [(pair, 100.0)]), [part_b], set(part_b), 20, None, 0)
+    part_b = [("b", 0), ("b", 1)]  # b0 in a set on e0
+    new = improve_collocation(
+        three_case_state, ix, Scores([], [(pair, 100.0)]), [part_b], set(part_b), 20, None, 0
+    )
     assert new.case == 2 and ix.names[new.node] == "e0"
 
 
@@ -96,7 +102,7 @@ def test_case_3_moves_both_partitions_to_the_less_loaded_node(three_case_state):
     parts = [[("a", 0), ("a", 1)], [("b", 0), ("b", 1)]]
     sets = {m for p in parts for m in p}
     new = improve_collocation(three_case_state, ix, Scores([], [(pair, 100.0)]), parts, sets, 20, None, 0)
-    assert new.case == 3 and ix.names[new.node] == "e0"      # e0 holds 20 < e1's 30
+    assert new.case == 3 and ix.names[new.node] == "e0"  # e0 holds 20 < e1's 30
     assert new.members == sorted(sets)
 
 
@@ -105,7 +111,10 @@ def test_a_pair_beyond_the_migration_limit_is_skipped(three_case_state):
     parts = [[("a", 0), ("a", 1)], [("b", 0), ("b", 1)]]
     sets = {m for p in parts for m in p}
     pair = (("a", 0), ("b", 0))
-    assert improve_collocation(three_case_state, ix, Scores([], [(pair, 100.0)]), parts, sets, 1, None, 0) is None
+    assert (
+        improve_collocation(three_case_state, ix, Scores([], [(pair, 100.0)]), parts, sets, 1, None, 0)
+        is None
+    )
 
 
 def test_round_collocates_the_best_pair(three_case_state):
@@ -140,13 +149,15 @@ def test_backoff_lowers_max_partition_load_by_step_while_distance_too_large(max_
 
 
 def test_backoff_reaches_the_plain_milp_when_nothing_else_works():
-    result = albic_rebalance(backoff_state(), max_migrations=8, config=AlbicConfig(max_load_distance=0.0, milp=MILP))
+    result = albic_rebalance(
+        backoff_state(), max_migrations=8, config=AlbicConfig(max_load_distance=0.0, milp=MILP)
+    )
     assert result.details["max_partition_load"] <= 0
     assert result.details["new_constraint"] is None
 
 
 def test_collocation_constraints_are_carried_across_rounds():
-    from streamtopo.planner.workloads import SyntheticSetting, drift, synthetic_state
+    from streamtopo.planner.simulation.workloads import SyntheticSetting, drift, synthetic_state
 
     state = synthetic_state(SyntheticSetting(6, 48, 4, varies=0, one_to_one=0.5), seed=4)
     config = AlbicConfig(milp=MilpConfig(deterministic_time=1.0))
@@ -157,5 +168,7 @@ def test_collocation_constraints_are_carried_across_rounds():
     second = albic_rebalance(nxt, max_migrations=6, config=replace(config, collocations=tuple(kept)), seed=1)
     pair = first.details["new_constraint"]["pair"]
     assert pair in second.details["collocation_constraints"]
-    assert all(second.assignment[a] == second.assignment[b] for a, b in second.details["collocation_constraints"])
+    assert all(
+        second.assignment[a] == second.assignment[b] for a, b in second.details["collocation_constraints"]
+    )
     assert len(second.migrations) <= 6

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamtopo.planner.albic import AlbicConfig, MilpConfig, albic_rebalance
 from streamtopo.planner.allocation import Rebalance
-from streamtopo.planner.scenario import load_scenario
-from streamtopo.planner.simulator import simulate
-from streamtopo.planner.workloads import SyntheticSetting, synthetic_state
+from streamtopo.planner.rebalance.albic import AlbicConfig, MilpConfig, albic_rebalance
+from streamtopo.planner.simulation.scenario import load_scenario
+from streamtopo.planner.simulation.simulator import simulate
+from streamtopo.planner.simulation.workloads import SyntheticSetting, synthetic_state
 
 SCENARIOS = Path(__file__).parents[2] / "examples" / "scenarios"
 
@@ -26,7 +26,7 @@ SCENARIOS = Path(__file__).parents[2] / "examples" / "scenarios"
 def _burn(stop: threading.Event) -> None:
     block = bytes(1 << 20)
     while not stop.is_set():
-        hashlib.sha256(block).digest()   # hashlib releases the GIL on large inputs: real CPU contention
+        hashlib.sha256(block).digest()  # hashlib releases the GIL on large inputs: real CPU contention
 
 
 @contextmanager
@@ -47,14 +47,25 @@ def busy_machine() -> Iterator[None]:
 def decision(result: Rebalance) -> tuple:
     """Everything ALBIC decided (not the wall seconds it took)."""
     d = result.details
-    return (result.assignment, result.migrations, d["solver_status"], d["rounds"], d["deterministic_time"],
-            d["new_constraint"], d["collocation_constraints"], d["trace"])
+    return (
+        result.assignment,
+        result.migrations,
+        d["solver_status"],
+        d["rounds"],
+        d["deterministic_time"],
+        d["new_constraint"],
+        d["collocation_constraints"],
+        d["trace"],
+    )
 
 
-@pytest.mark.parametrize("setting, budget", [
-    (SyntheticSetting(6, 72, 3, varies=20, one_to_one=0.5), 0.2),      # whole model, stops on its budget
-    (SyntheticSetting(20, 400, 10, varies=20, one_to_one=0.5), 0.5),   # neighbourhood rounds
-])
+@pytest.mark.parametrize(
+    "setting, budget",
+    [
+        (SyntheticSetting(6, 72, 3, varies=20, one_to_one=0.5), 0.2),  # whole model, stops on its budget
+        (SyntheticSetting(20, 400, 10, varies=20, one_to_one=0.5), 0.5),  # neighbourhood rounds
+    ],
+)
 def test_same_problem_same_decision_twice_and_under_load(setting: SyntheticSetting, budget: float) -> None:
     state = synthetic_state(setting, seed=2)
     config = AlbicConfig(milp=MilpConfig(deterministic_time=budget))

@@ -11,26 +11,44 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtopo.planner.albic import AllocationError, MilpConfig, milp_rebalance
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats, PlacementRules
+from streamtopo.planner.rebalance.albic import AllocationError, MilpConfig, milp_rebalance
 
 FAST = MilpConfig(deterministic_time=5.0, mean_rounding="exact")
 
 
-def make_state(loads, where, caps=None, marked=(), memory=None, mem_caps=None, hosts=None, rules=None,
-               ops=None, mc=None):
+def make_state(
+    loads, where, caps=None, marked=(), memory=None, mem_caps=None, hosts=None, rules=None, ops=None, mc=None
+):
     n_ex = len(caps) if caps else max(where) + 1
     caps = caps or [1.0] * n_ex
-    executors = [ExecutorInfo(name=f"e{i}", capacity=caps[i], marked_for_removal=i in marked,
-                              memory_capacity=None if mem_caps is None else mem_caps[i],
-                              host=None if hosts is None else hosts[i]) for i in range(n_ex)]
+    executors = [
+        ExecutorInfo(
+            name=f"e{i}",
+            capacity=caps[i],
+            marked_for_removal=i in marked,
+            memory_capacity=None if mem_caps is None else mem_caps[i],
+            host=None if hosts is None else hosts[i],
+        )
+        for i in range(n_ex)
+    ]
     ops = ops or ["op"] * len(loads)
     ids = [(ops[k], k) for k in range(len(loads))]
-    kgs = [KeyGroupStats(id=ids[k], load=loads[k], memory=0.0 if memory is None else memory[k],
-                         migration_cost=1.0 if mc is None else mc[k]) for k in range(len(loads))]
-    return AllocationState(executors=executors, key_groups=kgs,
-                           assignment={ids[k]: f"e{where[k]}" for k in range(len(loads))},
-                           rules=rules or PlacementRules())
+    kgs = [
+        KeyGroupStats(
+            id=ids[k],
+            load=loads[k],
+            memory=0.0 if memory is None else memory[k],
+            migration_cost=1.0 if mc is None else mc[k],
+        )
+        for k in range(len(loads))
+    ]
+    return AllocationState(
+        executors=executors,
+        key_groups=kgs,
+        assignment={ids[k]: f"e{where[k]}" for k in range(len(loads))},
+        rules=rules or PlacementRules(),
+    )
 
 
 def check(state: AllocationState, result, max_migrations=None, max_cost=None) -> None:
@@ -74,8 +92,9 @@ def instances(draw):
     marked = draw(st.sets(st.integers(0, n_ex - 1), max_size=n_ex - 1))
     memory = draw(st.lists(st.floats(0.0, 10.0), min_size=n_kg, max_size=n_kg))
     budget = draw(st.integers(0, 4))
-    return make_state(loads, where, caps, marked, memory=memory,
-                      mem_caps=[max(40.0, sum(memory))] * n_ex), budget
+    return make_state(
+        loads, where, caps, marked, memory=memory, mem_caps=[max(40.0, sum(memory))] * n_ex
+    ), budget
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -129,7 +148,7 @@ def test_marked_executors_drain_and_never_receive():
     for _ in range(4):
         result = milp_rebalance(state, max_migrations=2, config=FAST)
         check(state, result, max_migrations=2)
-        for kg, src, dst in result.migrations:
+        for _kg, _src, dst in result.migrations:
             assert dst != "e2"
         state = AllocationState(state.executors, state.key_groups, result.assignment)
     assert "e2" not in set(state.assignment.values())
@@ -143,14 +162,14 @@ def test_neighbourhood_rounds_drain_set_b_while_relieving_the_hot_node():
     """
     loads, where = [], []
     for node in range(8):
-        size = 20.0 if node == 2 else 6.0            # e2 is the overloaded executor (60 % against 31 %)
+        size = 20.0 if node == 2 else 6.0  # e2 is the overloaded executor (60 % against 31 %)
         loads += [size + 0.1 * (k % 3) for k in range(3)]
         where += [node] * 3
     state = make_state(loads, where, marked={0, 1})
     config = MilpConfig(deterministic_time=1.0, candidate_nodes=3)
     active = [f"e{i}" for i in range(2, 8)]
     mean = sum(loads) / len(active)
-    d_start = max(abs(sum(l for l, w in zip(loads, where) if f"e{w}" == n) - mean) for n in active)
+    d_start = max(abs(sum(load for load, w in zip(loads, where) if f"e{w}" == n) - mean) for n in active)
     history = [d_start]
     for _ in range(4):
         result = milp_rebalance(state, max_migrations=3, config=config)
@@ -174,9 +193,12 @@ def test_memory_is_capped_and_can_be_the_balanced_resource():
     state = make_state([10, 10, 10, 10], [0, 0, 0, 0], caps=[1, 1], memory=[6, 6, 1, 1], mem_caps=[20, 8])
     result = milp_rebalance(state, config=FAST)
     check(state, result)
-    mem_state = make_state([1, 1, 1, 1], [0, 0, 0, 0], caps=[1, 1], memory=[30, 30, 10, 10], mem_caps=[100, 100])
-    balanced = milp_rebalance(mem_state, config=MilpConfig(deterministic_time=5, resource="memory",
-                                                           mean_rounding="exact"))
+    mem_state = make_state(
+        [1, 1, 1, 1], [0, 0, 0, 0], caps=[1, 1], memory=[30, 30, 10, 10], mem_caps=[100, 100]
+    )
+    balanced = milp_rebalance(
+        mem_state, config=MilpConfig(deterministic_time=5, resource="memory", mean_rounding="exact")
+    )
     on_e1 = sum(kg.memory for kg in mem_state.key_groups if balanced.assignment[kg.id] == "e1")
     assert on_e1 == pytest.approx(40)
     assert balanced.details["resource"] == "memory"
@@ -215,13 +237,18 @@ def test_placement_rules_are_kept():
     ids_index = [0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1]
     loads = [30, 5, 30, 5, 4, 4, 3, 3, 6, 6, 6, 6]
     where = [0, 0, 0, 0, 2, 2, 3, 3, 1, 1, 3, 3]
-    rules = PlacementRules(pe_colocation=[("a", "b")], pe_exlocation=[("c", "d")],
-                           host_exlocation=[("c", "r1")], allowed_hosts={"d": frozenset({"h1"})},
-                           ha_groups=[[["r1"], ["r2"]]])
+    rules = PlacementRules(
+        pe_colocation=[("a", "b")],
+        pe_exlocation=[("c", "d")],
+        host_exlocation=[("c", "r1")],
+        allowed_hosts={"d": frozenset({"h1"})},
+        ha_groups=[[["r1"], ["r2"]]],
+    )
     executors = [ExecutorInfo(name=f"e{i}", host=h) for i, h in enumerate(["h0", "h0", "h1", "h1"])]
     kgs = [KeyGroupStats(id=(ops[k], ids_index[k]), load=loads[k]) for k in range(len(ops))]
-    state = AllocationState(executors, kgs, {(ops[k], ids_index[k]): f"e{where[k]}" for k in range(len(ops))},
-                            rules=rules)
+    state = AllocationState(
+        executors, kgs, {(ops[k], ids_index[k]): f"e{where[k]}" for k in range(len(ops))}, rules=rules
+    )
     assert rule_problems(state, state.assignment) == []
     result = milp_rebalance(state, max_migrations=8, config=FAST)
     assert rule_problems(state, result.assignment) == []
@@ -237,7 +264,7 @@ def test_balanced_allocation_stays():
 
 
 def test_no_budget_to_solve_still_gives_a_valid_answer():
-    from streamtopo.planner.workloads import SyntheticSetting, synthetic_state
+    from streamtopo.planner.simulation.workloads import SyntheticSetting, synthetic_state
 
     state = synthetic_state(SyntheticSetting(20, 400, 10), seed=3)
     result = milp_rebalance(state, max_migrations=20, config=MilpConfig(deterministic_time=0.001))
@@ -256,17 +283,40 @@ def test_worker_counts_agree_on_a_small_optimum(workers):
     assert result.load_distance == pytest.approx(brute_force_d(state, 6), abs=0.02)
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda s: AllocationState(s.executors, s.key_groups, {k: v for k, v in list(s.assignment.items())[1:]}),
-     "assignment[('op', 0)]"),
-    (lambda s: AllocationState(s.executors, [KeyGroupStats(id=s.key_groups[0].id, load=float("nan")),
-                                             *s.key_groups[1:]], s.assignment), ".load"),
-    (lambda s: AllocationState([ExecutorInfo(name="e0", capacity=0.0), *s.executors[1:]], s.key_groups,
-                               s.assignment), "executors[e0].capacity"),
-    (lambda s: AllocationState(s.executors, s.key_groups, {**s.assignment, ("op", 0): "ghost"}), "ghost"),
-    (lambda s: AllocationState([ExecutorInfo(name=e.name, marked_for_removal=True) for e in s.executors],
-                               s.key_groups, s.assignment), "marked for removal"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (
+            lambda s: AllocationState(
+                s.executors, s.key_groups, {k: v for k, v in list(s.assignment.items())[1:]}
+            ),
+            "assignment[('op', 0)]",
+        ),
+        (
+            lambda s: AllocationState(
+                s.executors,
+                [KeyGroupStats(id=s.key_groups[0].id, load=float("nan")), *s.key_groups[1:]],
+                s.assignment,
+            ),
+            ".load",
+        ),
+        (
+            lambda s: AllocationState(
+                [ExecutorInfo(name="e0", capacity=0.0), *s.executors[1:]], s.key_groups, s.assignment
+            ),
+            "executors[e0].capacity",
+        ),
+        (lambda s: AllocationState(s.executors, s.key_groups, {**s.assignment, ("op", 0): "ghost"}), "ghost"),
+        (
+            lambda s: AllocationState(
+                [ExecutorInfo(name=e.name, marked_for_removal=True) for e in s.executors],
+                s.key_groups,
+                s.assignment,
+            ),
+            "marked for removal",
+        ),
+    ],
+)
 def test_bad_input_is_a_clear_value_error(mutate, field):
     state = mutate(make_state([5, 6, 7], [0, 1, 1]))
     with pytest.raises(ValueError, match=None) as info:

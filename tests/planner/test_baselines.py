@@ -9,13 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from streamtopo.planner.baselines import BASELINES, fint_plan, metis_plan, none_plan, single_plan
 from streamtopo.planner.cluster import Cluster, Host
-from streamtopo.planner.cola import ColaOptions
-from streamtopo.planner.constraints import GraphConstraints, HAGroup, violations
-from streamtopo.planner.exact import NoFeasiblePlan, exact_plan
-from streamtopo.planner.fusion import plan_topology
 from streamtopo.planner.model import load_topology
+from streamtopo.planner.placement.baselines import BASELINES, fint_plan, metis_plan, none_plan, single_plan
+from streamtopo.planner.placement.cola import ColaOptions
+from streamtopo.planner.placement.constraints import GraphConstraints, HAGroup, violations
+from streamtopo.planner.placement.exact import NoFeasiblePlan, exact_plan
+from streamtopo.planner.placement.fusion import plan_topology
 
 
 @st.composite
@@ -53,7 +53,8 @@ def check_scores(graph: nx.DiGraph, cluster: Cluster, plan) -> None:
     assert sorted(members) == sorted(graph.nodes), "every node in exactly one PE"
     pe_of = {m: pe.name for pe in plan.pes for m in pe.members}
     assert plan.communication_cost == pytest.approx(
-        sum(w for u, v, w in graph.edges(data="w") if pe_of[u] != pe_of[v]), abs=1e-9)
+        sum(w for u, v, w in graph.edges(data="w") if pe_of[u] != pe_of[v]), abs=1e-9
+    )
     load = dict.fromkeys(cluster.capacity, 0.0)
     for pe in plan.pes:
         assert pe.host in cluster.capacity
@@ -117,7 +118,9 @@ def test_metis_picks_the_smallest_feasible_k():
     graph = nx.DiGraph(name="logical")
     for side in "xy":
         graph.add_nodes_from((f"{side}{i}" for i in range(3)), w=0.3)
-        graph.add_edges_from(((f"{side}{i}", f"{side}{j}") for i in range(3) for j in range(3) if i < j), w=0.2)
+        graph.add_edges_from(
+            ((f"{side}{i}", f"{side}{j}") for i in range(3) for j in range(3) if i < j), w=0.2
+        )
     graph.add_edge("x2", "y0", w=0.01)
     plan = metis_plan(graph, Cluster.uniform(2, 1.0))
     assert plan.details["k"] == 2 and plan.feasible
@@ -168,12 +171,37 @@ def test_fint_respects_pe_level_constraints():
 
 
 def heavy_spec(cpu: float):
-    return load_topology({"metadata": {"name": "t"}, "spec": {"keyGroups": 4, "operators": [
-        {"name": "src", "kind": "source", "source": {"generator": "trades"}, "cost": {"cpu": 0.5}},
-        {"name": "agg", "kind": "aggregate", "inputs": ["src"], "keyBy": ["symbol"],
-         "aggregations": ["count(*) AS n"], "cost": {"cpu": cpu}},
-        {"name": "out", "kind": "sink", "inputs": ["agg"], "sink": {"console": {}}, "cost": {"cpu": 0.1}},
-    ]}}).spec
+    return load_topology(
+        {
+            "metadata": {"name": "t"},
+            "spec": {
+                "keyGroups": 4,
+                "operators": [
+                    {
+                        "name": "src",
+                        "kind": "source",
+                        "source": {"generator": "trades"},
+                        "cost": {"cpu": 0.5},
+                    },
+                    {
+                        "name": "agg",
+                        "kind": "aggregate",
+                        "inputs": ["src"],
+                        "keyBy": ["symbol"],
+                        "aggregations": ["count(*) AS n"],
+                        "cost": {"cpu": cpu},
+                    },
+                    {
+                        "name": "out",
+                        "kind": "sink",
+                        "inputs": ["agg"],
+                        "sink": {"console": {}},
+                        "cost": {"cpu": 0.1},
+                    },
+                ],
+            },
+        }
+    ).spec
 
 
 def test_auto_graph_is_logical_while_every_operator_fits_the_smallest_host():
@@ -201,12 +229,13 @@ def set_partitions(items: list):
     first, rest = items[0], items[1:]
     for partition in set_partitions(rest):
         for i in range(len(partition)):
-            yield [*partition[:i], [first, *partition[i]], *partition[i + 1:]]
+            yield [*partition[:i], [first, *partition[i]], *partition[i + 1 :]]
         yield [[first], *partition]
 
 
-def brute_force(graph: nx.DiGraph, cluster: Cluster, constraints: GraphConstraints,
-                options: ColaOptions) -> float | None:
+def brute_force(
+    graph: nx.DiGraph, cluster: Cluster, constraints: GraphConstraints, options: ColaOptions
+) -> float | None:
     """min f(U, C) over every partition and every host assignment, U <= 1 and no violation."""
     best = None
     hosts = list(cluster.capacity)
@@ -245,16 +274,25 @@ def test_exact_agrees_with_brute_force(instance, weights):
         return
     plan = exact_plan(graph, cluster, options=options, time_limit=20)
     assert plan.feasible and plan.details["optimal"]
-    assert options.objective(plan.max_utilization, plan.communication_cost, cluster.capacity) == pytest.approx(
-        expected, abs=1e-4)
+    assert options.objective(
+        plan.max_utilization, plan.communication_cost, cluster.capacity
+    ) == pytest.approx(expected, abs=1e-4)
 
 
 def test_exact_with_pe_and_host_constraints_agrees_with_brute_force():
     graph = nx.DiGraph(name="logical")
     for name, w in zip("abcdef", [0.3, 0.2, 0.25, 0.2, 0.3, 0.1]):
         graph.add_node(name, w=w)
-    graph.add_edges_from([("a", "b", {"w": 0.2}), ("b", "c", {"w": 0.15}), ("a", "d", {"w": 0.1}),
-                          ("d", "e", {"w": 0.2}), ("c", "f", {"w": 0.05}), ("e", "f", {"w": 0.1})])
+    graph.add_edges_from(
+        [
+            ("a", "b", {"w": 0.2}),
+            ("b", "c", {"w": 0.15}),
+            ("a", "d", {"w": 0.1}),
+            ("d", "e", {"w": 0.2}),
+            ("c", "f", {"w": 0.05}),
+            ("e", "f", {"w": 0.1}),
+        ]
+    )
     cluster = Cluster(hosts=[Host(name="h1", cpu=1.2), Host(name="h2", cpu=1.0)])
     constraints = GraphConstraints(
         pe_exlocation=[("peExlocation[0]", (frozenset({"a"}), frozenset({"b"})))],
@@ -268,8 +306,9 @@ def test_exact_with_pe_and_host_constraints_agrees_with_brute_force():
     assert expected is not None
     plan = exact_plan(graph, cluster, constraints)
     assert plan.valid, plan.violations
-    assert options.objective(plan.max_utilization, plan.communication_cost, cluster.capacity) == pytest.approx(
-        expected, abs=1e-4)
+    assert options.objective(
+        plan.max_utilization, plan.communication_cost, cluster.capacity
+    ) == pytest.approx(expected, abs=1e-4)
 
 
 def test_exact_with_isomorphic_replicas_and_dedication_agrees_with_brute_force():
@@ -277,12 +316,21 @@ def test_exact_with_isomorphic_replicas_and_dedication_agrees_with_brute_force()
     graph = nx.DiGraph(name="logical")
     for name, w in [("src", 0.3), ("a", 0.2), ("b", 0.3), ("a~r1", 0.2), ("b~r1", 0.3), ("sink", 0.1)]:
         graph.add_node(name, w=w)
-    graph.add_edges_from([("src", "a", {"w": 0.1}), ("src", "a~r1", {"w": 0.1}), ("a", "b", {"w": 0.25}),
-                          ("a~r1", "b~r1", {"w": 0.25}), ("b", "sink", {"w": 0.05}), ("b~r1", "sink", {"w": 0.05})])
+    graph.add_edges_from(
+        [
+            ("src", "a", {"w": 0.1}),
+            ("src", "a~r1", {"w": 0.1}),
+            ("a", "b", {"w": 0.25}),
+            ("a~r1", "b~r1", {"w": 0.25}),
+            ("b", "sink", {"w": 0.05}),
+            ("b~r1", "sink", {"w": 0.05}),
+        ]
+    )
     cluster = Cluster(hosts=[Host(name="h1", cpu=1.0), Host(name="h2", cpu=1.0)])
     constraints = GraphConstraints(
-        high_availability=[HAGroup(replicas=(("a", "b"), ("a~r1", "b~r1")), isomorphic=True,
-                                   name="highAvailability[0]")],
+        high_availability=[
+            HAGroup(replicas=(("a", "b"), ("a~r1", "b~r1")), isomorphic=True, name="highAvailability[0]")
+        ],
         pe_dedication=[("peDedication[0]", frozenset({"sink"}))],
     )
     options = ColaOptions(utilization_weight=1.0, communication_weight=2.0)
@@ -290,5 +338,6 @@ def test_exact_with_isomorphic_replicas_and_dedication_agrees_with_brute_force()
     assert expected is not None
     plan = exact_plan(graph, cluster, constraints, options)
     assert plan.valid, plan.violations
-    assert options.objective(plan.max_utilization, plan.communication_cost, cluster.capacity) == pytest.approx(
-        expected, abs=1e-4)
+    assert options.objective(
+        plan.max_utilization, plan.communication_cost, cluster.capacity
+    ) == pytest.approx(expected, abs=1e-4)

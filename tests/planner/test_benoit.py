@@ -27,23 +27,44 @@ def _two_apps(shared_rate: float = 2.0) -> Problem:
     app1: r1(a(b)), rho 1; app2: r2(a(b)), rho ``shared_rate``. ob1 (10 MB) is held by P1 only;
     ob2 (4 MB) by nobody (external), read by r2.
     """
-    ops = {"a": Operator("a", work=100.0, output=3.0), "b": Operator("b", work=50.0, output=5.0),
-           "r1": Operator("r1", work=10.0, output=0.0), "r2": Operator("r2", work=20.0, output=0.0)}
+    ops = {
+        "a": Operator("a", work=100.0, output=3.0),
+        "b": Operator("b", work=50.0, output=5.0),
+        "r1": Operator("r1", work=10.0, output=0.0),
+        "r2": Operator("r2", work=20.0, output=0.0),
+    }
     objects = {"ob1": BasicObject("ob1", 10 * MB, frozenset({"P1"})), "ob2": BasicObject("ob2", 4 * MB)}
-    app1 = Application("app1", (Node("root", "r1", ("x",)), Node("x", "a", ("y",)), Node("y", "b", (), ("ob1",))),
-                       rho=1.0)
-    app2 = Application("app2", (Node("root", "r2", ("x",), ("ob2",)), Node("x", "a", ("y",)),
-                                Node("y", "b", (), ("ob1",))), rho=shared_rate)
-    platform = Platform((Processor("P1", 1000.0, 100 * MB), Processor("P2", 500.0, 100 * MB),
-                         Processor("P3", 500.0, 100 * MB)), link=100 * MB, links={frozenset(("P1", "P2")): 8.0})
+    app1 = Application(
+        "app1", (Node("root", "r1", ("x",)), Node("x", "a", ("y",)), Node("y", "b", (), ("ob1",))), rho=1.0
+    )
+    app2 = Application(
+        "app2",
+        (Node("root", "r2", ("x",), ("ob2",)), Node("x", "a", ("y",)), Node("y", "b", (), ("ob1",))),
+        rho=shared_rate,
+    )
+    platform = Platform(
+        (
+            Processor("P1", 1000.0, 100 * MB),
+            Processor("P2", 500.0, 100 * MB),
+            Processor("P3", 500.0, 100 * MB),
+        ),
+        link=100 * MB,
+        links={frozenset(("P1", "P2")): 8.0},
+    )
     return Problem((app1, app2), ops, objects, platform)
 
 
 def test_shared_operators_are_computed_once_at_the_highest_rate_and_results_cross_once() -> None:
     problem = _two_apps(shared_rate=2.0)
     assert problem.check() == []
-    placement = {("app1", "root"): "P2", ("app1", "x"): "P1", ("app1", "y"): "P1",
-                 ("app2", "root"): "P2", ("app2", "x"): "P1", ("app2", "y"): "P1"}
+    placement = {
+        ("app1", "root"): "P2",
+        ("app1", "x"): "P1",
+        ("app1", "y"): "P1",
+        ("app2", "root"): "P2",
+        ("app2", "x"): "P1",
+        ("app2", "y"): "P1",
+    }
     usage = evaluate(problem, placement)
     # (1) P1 computes a and b once, at app2's rate 2: (2 * 100 + 2 * 50) / 1000
     assert usage.cpu["P1"] == pytest.approx(0.3)
@@ -72,12 +93,33 @@ def test_without_sharing_each_application_computes_its_own_copy() -> None:
 def test_every_broken_constraint_is_named() -> None:
     problem = _two_apps(shared_rate=2.0)
     # a on P2 and b on P1: b's result (2 * 5 bytes/s) crosses the 8 bytes/s link P1-P2; P3 cannot compute a
-    over_link = evaluate(problem, {("app1", "root"): "P2", ("app1", "x"): "P2", ("app1", "y"): "P1",
-                                   ("app2", "root"): "P2", ("app2", "x"): "P2", ("app2", "y"): "P1"})
+    over_link = evaluate(
+        problem,
+        {
+            ("app1", "root"): "P2",
+            ("app1", "x"): "P2",
+            ("app1", "y"): "P1",
+            ("app2", "root"): "P2",
+            ("app2", "x"): "P2",
+            ("app2", "y"): "P1",
+        },
+    )
     assert over_link.violations() == ["link (4) P1-P2: 10 > bw=8 bytes/s"]
     heavy = _two_apps(shared_rate=10.0)
-    on_p3 = evaluate(heavy, {ref: "P3" for ref in [("app1", "root"), ("app1", "x"), ("app1", "y"),
-                                                   ("app2", "root"), ("app2", "x"), ("app2", "y")]})
+    on_p3 = evaluate(
+        heavy,
+        {
+            ref: "P3"
+            for ref in [
+                ("app1", "root"),
+                ("app1", "x"),
+                ("app1", "y"),
+                ("app2", "root"),
+                ("app2", "x"),
+                ("app2", "y"),
+            ]
+        },
+    )
     problems = on_p3.violations()
     assert any(p.startswith("compute (1) on P3") for p in problems)
     assert any(p.startswith("network card (3) of P3") for p in problems)  # 10 MB x 10/s of ob1 + 40 MB/s ob2
@@ -94,8 +136,15 @@ def test_heuristics_place_every_node_once_and_respect_every_constraint() -> None
                 result = place_heuristic(problem, heuristic, strategy, seed)
                 if result.feasible:
                     assert set(result.usage.placement) == nodes
-                    assert evaluate(problem, result.usage.placement, share=result.usage.share,
-                                    servers=result.usage.servers).violations() == []
+                    assert (
+                        evaluate(
+                            problem,
+                            result.usage.placement,
+                            share=result.usage.share,
+                            servers=result.usage.servers,
+                        ).violations()
+                        == []
+                    )
                 else:
                     assert result.failure and ":" in result.failure
 
@@ -127,12 +176,20 @@ def test_the_ilp_is_never_worse_than_any_heuristic_on_instances_it_solves(object
     solved = 0
     for seed in range(4):
         problem = similar_pair(params, differ=2, seed=seed)
-        results = [place_heuristic(problem, h, s, seed) for h in HEURISTICS if h != "random-no-reuse"
-                   for s in (1, 2, 3, 4)]
+        results = [
+            place_heuristic(problem, h, s, seed)
+            for h in HEURISTICS
+            if h != "random-no-reuse"
+            for s in (1, 2, 3, 4)
+        ]
         feasible = [r for r in results if r.feasible]
         best = min(feasible, key=lambda r: r.cost(objective), default=None)  # type: ignore[arg-type]
-        ilp = solve_ilp(problem, objective, deterministic_time=10.0,  # type: ignore[arg-type]
-                        hint=best.usage.placement if best else None)
+        ilp = solve_ilp(
+            problem,
+            objective,
+            deterministic_time=10.0,  # type: ignore[arg-type]
+            hint=best.usage.placement if best else None,
+        )
         if ilp.status != "optimal":
             continue
         solved += 1
@@ -153,7 +210,10 @@ def test_sharing_saves_the_processors_the_hand_computation_says() -> None:
     problem = Problem((app1, app2), ops, {}, Platform(procs))
     ilp = solve_ilp(problem, "proc-nb", deterministic_time=10.0)
     assert ilp.status == "optimal" and ilp.cost() == 4.0
-    assert solve_ilp(Problem((app1,), ops, {}, Platform(procs)), "proc-nb", deterministic_time=10.0).cost() == 3.0
+    assert (
+        solve_ilp(Problem((app1,), ops, {}, Platform(procs)), "proc-nb", deterministic_time=10.0).cost()
+        == 3.0
+    )
     assert place_heuristic(problem, "topdown-bfs", 3).cost("proc-nb") == 4.0
     no_reuse = place_heuristic(problem, "random-no-reuse", 3)
     assert not no_reuse.feasible and "compute (1)" in (no_reuse.failure or "")
@@ -161,7 +221,13 @@ def test_sharing_saves_the_processors_the_hand_computation_says() -> None:
 
 def test_structural_problems_are_reported() -> None:
     problem = _two_apps()
-    broken = Problem((problem.applications[0], Application("app3", (Node("r", "a", ("q",)), Node("q", "r1")))),
-                     problem.operators, problem.objects, problem.platform)
-    assert broken.check() == ["app3/r: operator 'a' appears with different inputs",
-                              "app3/q: operator 'r1' appears with different inputs"]
+    broken = Problem(
+        (problem.applications[0], Application("app3", (Node("r", "a", ("q",)), Node("q", "r1")))),
+        problem.operators,
+        problem.objects,
+        problem.platform,
+    )
+    assert broken.check() == [
+        "app3/r: operator 'a' appears with different inputs",
+        "app3/q: operator 'r1' appears with different inputs",
+    ]

@@ -21,11 +21,27 @@ from streamtopo.planner.cmr_scheduling import (
 )
 
 
-def q(unit: str, records: int = 10, front_ts: float = 0.0, in_bytes: float = 100.0, out_bytes: float = 100.0,
-      selectivity: float = 1.0, seconds_per_record: float = 0.001, bfs_order: int = 0) -> UnitQueue:
-    return UnitQueue(unit=unit, records=records, bytes=int(records * in_bytes), front_ts=front_ts,
-                     in_bytes=in_bytes, out_bytes=out_bytes, selectivity=selectivity,
-                     seconds_per_record=seconds_per_record, bfs_order=bfs_order)
+def q(
+    unit: str,
+    records: int = 10,
+    front_ts: float = 0.0,
+    in_bytes: float = 100.0,
+    out_bytes: float = 100.0,
+    selectivity: float = 1.0,
+    seconds_per_record: float = 0.001,
+    bfs_order: int = 0,
+) -> UnitQueue:
+    return UnitQueue(
+        unit=unit,
+        records=records,
+        bytes=int(records * in_bytes),
+        front_ts=front_ts,
+        in_bytes=in_bytes,
+        out_bytes=out_bytes,
+        selectivity=selectivity,
+        seconds_per_record=seconds_per_record,
+        bfs_order=bfs_order,
+    )
 
 
 def by_rank(queues, policy) -> list[str]:
@@ -43,8 +59,13 @@ def test_odf_serves_the_oldest_front_and_ydf_the_youngest():
 def test_cto_order_is_a_bfs_from_the_sinks():
     # src -> parse -> {enrich -> score -> out1, agg -> out2}. BFS from the sinks (out1, out2 by name) against
     # the arcs visits out1, out2, then score (above out1), agg (above out2), enrich (above score), parse, src.
-    downstream = {"src": ["parse"], "parse": ["enrich", "agg"], "enrich": ["score"], "score": ["out1"],
-                  "agg": ["out2"]}
+    downstream = {
+        "src": ["parse"],
+        "parse": ["enrich", "agg"],
+        "enrich": ["score"],
+        "score": ["out1"],
+        "agg": ["out2"],
+    }
     order = cto_order(downstream)
     assert order == {"out1": 0, "out2": 1, "score": 2, "agg": 3, "enrich": 4, "parse": 5, "src": 6}
     queues = [q(f"{op}/0", bfs_order=order[op]) for op in ("parse", "score", "agg", "enrich")]
@@ -94,8 +115,11 @@ def test_choose_policy_is_reproducible_under_a_seed():
 
 
 def test_allot_serves_in_rank_order_up_to_the_budget():
-    queues = [q("a/0", records=30, front_ts=3.0), q("b/0", records=50, front_ts=1.0),
-              q("c/0", records=40, front_ts=2.0)]
+    queues = [
+        q("a/0", records=30, front_ts=3.0),
+        q("b/0", records=50, front_ts=1.0),
+        q("c/0", records=40, front_ts=2.0),
+    ]
     # ODF: b (oldest) fully, then c up to what is left, a gets nothing.
     assert allot(queues, 70, "odf") == {"b/0": 50, "c/0": 20, "a/0": 0}
     assert allot(queues, 70, "ydf") == {"a/0": 30, "c/0": 40, "b/0": 0}
@@ -109,8 +133,10 @@ def test_allot_gives_everything_when_the_budget_covers_all_queues():
 
 
 def test_allot_in_seconds_charges_each_record_its_processing_time():
-    queues = [q("slow/0", records=10, front_ts=0.0, seconds_per_record=0.1),
-              q("fast/0", records=100, front_ts=1.0, seconds_per_record=0.001)]
+    queues = [
+        q("slow/0", records=10, front_ts=0.0, seconds_per_record=0.1),
+        q("fast/0", records=100, front_ts=1.0, seconds_per_record=0.001),
+    ]
     # ODF serves slow first: 0.25 s buys 2 of its records (0.2 s); the 0.05 s left buys 50 fast ones.
     assert allot(queues, 0.25, "odf", budget_unit="seconds") == {"slow/0": 2, "fast/0": 50}
 
@@ -121,10 +147,19 @@ def test_allot_never_exceeds_the_budget_and_respects_the_ranking(policy, budget_
     rng = np.random.default_rng(5)
     for trial in range(200):
         n = int(rng.integers(1, 8))
-        queues = [q(f"op{i}/{trial}", records=int(rng.integers(0, 50)), front_ts=float(rng.uniform(0, 10)),
-                    in_bytes=float(rng.uniform(10, 500)), out_bytes=float(rng.uniform(10, 500)),
-                    selectivity=float(rng.uniform(0, 2)), seconds_per_record=float(rng.uniform(1e-4, 1e-2)),
-                    bfs_order=int(rng.integers(0, 5))) for i in range(n)]
+        queues = [
+            q(
+                f"op{i}/{trial}",
+                records=int(rng.integers(0, 50)),
+                front_ts=float(rng.uniform(0, 10)),
+                in_bytes=float(rng.uniform(10, 500)),
+                out_bytes=float(rng.uniform(10, 500)),
+                selectivity=float(rng.uniform(0, 2)),
+                seconds_per_record=float(rng.uniform(1e-4, 1e-2)),
+                bfs_order=int(rng.integers(0, 5)),
+            )
+            for i in range(n)
+        ]
         budget = float(rng.uniform(0, 0.3)) if budget_unit == "seconds" else int(rng.integers(0, 150))
         got = allot(queues, budget, policy, budget_unit)
         cost = {x.unit: (1.0 if budget_unit == "records" else x.seconds_per_record) for x in queues}
@@ -139,12 +174,14 @@ def test_allot_never_exceeds_the_budget_and_respects_the_ranking(policy, budget_
                 assert budget - used < cost[x.unit] + 1e-8 * budget
                 if budget_unit == "records":
                     # ... and with a record budget no lower-ranked queue got anything.
-                    assert all(got[y.unit] == 0 for y in ordered[i + 1:] if r[y.unit] < r[x.unit])
+                    assert all(got[y.unit] == 0 for y in ordered[i + 1 :] if r[y.unit] < r[x.unit])
 
 
 def test_memory_fraction_counts_queues_and_state():
     queues = [q("a/0", records=10, in_bytes=100), q("b/0", records=5, in_bytes=40)]
-    assert memory_fraction(queues, limit_bytes=4000, state_bytes=800) == pytest.approx((1000 + 200 + 800) / 4000)
+    assert memory_fraction(queues, limit_bytes=4000, state_bytes=800) == pytest.approx(
+        (1000 + 200 + 800) / 4000
+    )
 
 
 def test_bad_input_names_the_argument():

@@ -8,10 +8,10 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtopo.planner.cola.exact_cut import exact_sparsest_cut
-from streamtopo.planner.cola.multicommodity import concurrent_flow_metric
-from streamtopo.planner.cola.options import ColaOptions
-from streamtopo.planner.cola.ratio_cut import min_ratio_cut, sparsity
+from streamtopo.planner.placement.cola.exact_cut import exact_sparsest_cut
+from streamtopo.planner.placement.cola.multicommodity import concurrent_flow_metric
+from streamtopo.planner.placement.cola.options import ColaOptions
+from streamtopo.planner.placement.cola.ratio_cut import min_ratio_cut, sparsity
 
 
 @st.composite

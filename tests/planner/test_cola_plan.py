@@ -11,11 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamtopo.planner.cluster import Cluster, Host
-from streamtopo.planner.cola import ColaOptions, NoValidPlan, cola_plan, gamma_schedule, profile_iterations
-from streamtopo.planner.cola.profiling import MeasuredCosts
-from streamtopo.planner.constraints import GraphConstraints, HAGroup, expand_constraints, violations
 from streamtopo.planner.graph import logical_graph, operator_of, unit_graph
 from streamtopo.planner.model import load_topology
+from streamtopo.planner.placement.cola import (
+    ColaOptions,
+    NoValidPlan,
+    cola_plan,
+    gamma_schedule,
+    profile_iterations,
+)
+from streamtopo.planner.placement.cola.profiling import MeasuredCosts
+from streamtopo.planner.placement.constraints import GraphConstraints, HAGroup, expand_constraints, violations
 
 NAMES = ["a", "b", "c", "d", "e"]
 
@@ -32,8 +38,16 @@ def instances(draw, max_nodes: int = 5):
         for j in draw(st.sets(st.integers(0, i - 1), min_size=1, max_size=2)):
             graph.add_edge(nodes[j], nodes[i], w=draw(st.floats(0.0, 0.5)))
     hosts = draw(st.integers(1, 3))
-    cluster = Cluster(hosts=[Host(name=f"h{k}", cpu=draw(st.sampled_from([1.0, 2.0, 4.0])),
-                                  labels={"zone": draw(st.sampled_from(["x", "y"]))}) for k in range(hosts)])
+    cluster = Cluster(
+        hosts=[
+            Host(
+                name=f"h{k}",
+                cpu=draw(st.sampled_from([1.0, 2.0, 4.0])),
+                labels={"zone": draw(st.sampled_from(["x", "y"]))},
+            )
+            for k in range(hosts)
+        ]
+    )
     host_names = [h.name for h in cluster.hosts]
 
     def pairs(label: str) -> list:
@@ -51,16 +65,25 @@ def instances(draw, max_nodes: int = 5):
     if n >= 2 and draw(st.booleans()):
         k = draw(st.integers(1, n // 2))
         chosen = draw(st.permutations(nodes))[: 2 * k]
-        ha.append(HAGroup(replicas=(tuple(sorted(chosen[:k])), tuple(sorted(chosen[k:]))),
-                          isomorphic=draw(st.booleans()), name="highAvailability[0]"))
+        ha.append(
+            HAGroup(
+                replicas=(tuple(sorted(chosen[:k])), tuple(sorted(chosen[k:]))),
+                isomorphic=draw(st.booleans()),
+                name="highAvailability[0]",
+            )
+        )
         free = [v for v in nodes if v not in chosen]
     constraints = GraphConstraints(
         pe_colocation=[(label, frozenset({u, v})) for label, u, v in pairs("peColocation")],
         host_colocation=[(label, frozenset({u, v})) for label, u, v in pairs("hostColocation")],
         pe_exlocation=[(label, (frozenset({u}), frozenset({v}))) for label, u, v in pairs("peExlocation")],
-        host_exlocation=[(label, (frozenset({u}), frozenset({v}))) for label, u, v in pairs("hostExlocation")],
-        allowed_hosts={v: frozenset(draw(st.sets(st.sampled_from(host_names), max_size=len(host_names))))
-                       for v in draw(st.sets(st.sampled_from(nodes), max_size=2))},
+        host_exlocation=[
+            (label, (frozenset({u}), frozenset({v}))) for label, u, v in pairs("hostExlocation")
+        ],
+        allowed_hosts={
+            v: frozenset(draw(st.sets(st.sampled_from(host_names), max_size=len(host_names))))
+            for v in draw(st.sets(st.sampled_from(nodes), max_size=2))
+        },
         high_availability=ha,
         pe_dedication=[("peDedication[0]", frozenset({v})) for v in dedicated(free)],
         host_dedication=[("hostDedication[0]", frozenset({v})) for v in dedicated(free)],
@@ -114,7 +137,7 @@ def test_basic_cola_covers_and_fits_when_singletons_fit(instance):
     assert_covers_once(plan, graph)
     # Basic COLA stops at the first LPT-feasible partition; if even LPT on singletons fails it may
     # be infeasible, otherwise it must be feasible (it splits down to singletons at worst).
-    from streamtopo.planner.lpt import lpt_schedule
+    from streamtopo.planner.placement.lpt import lpt_schedule
     from streamtopo.planner.plan import pe_size
 
     sizes = [pe_size(graph, [v]) for v in graph.nodes]
@@ -132,12 +155,18 @@ HA_TOPOLOGY = {
             {"name": "src", "kind": "source", "source": {"generator": "trades", "ratePerSecond": 40000}},
             {"name": "clean", "kind": "filter", "inputs": ["src"], "expr": "price > 0"},
             {"name": "score", "kind": "map", "inputs": ["clean"], "keyBy": ["symbol"], "select": ["symbol"]},
-            {"name": "total", "kind": "aggregate", "inputs": ["score"], "keyBy": ["symbol"],
-             "aggregations": ["count(*) AS n"]},
+            {
+                "name": "total",
+                "kind": "aggregate",
+                "inputs": ["score"],
+                "keyBy": ["symbol"],
+                "aggregations": ["count(*) AS n"],
+            },
             {"name": "out", "kind": "sink", "inputs": ["total"], "sink": {"console": {}}},
         ],
-        "constraints": {"highAvailability": [{"operators": ["score", "total"], "replicas": 3,
-                                              "isomorphic": True}]},
+        "constraints": {
+            "highAvailability": [{"operators": ["score", "total"], "replicas": 3, "isomorphic": True}]
+        },
     },
 }
 
@@ -172,11 +201,15 @@ def test_no_valid_plan_names_the_constraint():
     graph = nx.DiGraph(name="logical")
     graph.add_nodes_from("abc", w=0.1)
     graph.add_edges_from([("a", "b"), ("b", "c")], w=0.01)
-    constraints = GraphConstraints(host_exlocation=[("hostExlocation[0]", tuple(frozenset(x) for x in "abc"))])
+    constraints = GraphConstraints(
+        host_exlocation=[("hostExlocation[0]", tuple(frozenset(x) for x in "abc"))]
+    )
     with pytest.raises(NoValidPlan, match=r"hostExlocation\[0\] needs 3 hosts, the cluster has 2"):
         cola_plan(graph, Cluster.uniform(2, cpu=1.0), constraints)
-    selectors = GraphConstraints(allowed_hosts={"a": frozenset({"host-1"}), "b": frozenset({"host-1"})},
-                                 host_exlocation=[("hostExlocation[0]", (frozenset("a"), frozenset("b")))])
+    selectors = GraphConstraints(
+        allowed_hosts={"a": frozenset({"host-1"}), "b": frozenset({"host-1"})},
+        host_exlocation=[("hostExlocation[0]", (frozenset("a"), frozenset("b")))],
+    )
     with pytest.raises(NoValidPlan, match=r"hostExlocation\[0\].*requires\.nodeSelector"):
         cola_plan(graph, Cluster.uniform(3, cpu=1.0), selectors)
 
@@ -197,9 +230,20 @@ SYMMETRIC_TOPOLOGY = {
         "keyGroups": 40,
         "operators": [
             {"name": "src", "kind": "source", "source": {"generator": "trades", "ratePerSecond": 80000}},
-            {"name": "by-symbol", "kind": "map", "inputs": ["src"], "keyBy": ["symbol"], "select": ["symbol"]},
-            {"name": "total", "kind": "aggregate", "inputs": ["by-symbol"], "keyBy": ["symbol"],
-             "aggregations": ["count(*) AS n"]},
+            {
+                "name": "by-symbol",
+                "kind": "map",
+                "inputs": ["src"],
+                "keyBy": ["symbol"],
+                "select": ["symbol"],
+            },
+            {
+                "name": "total",
+                "kind": "aggregate",
+                "inputs": ["by-symbol"],
+                "keyBy": ["symbol"],
+                "aggregations": ["count(*) AS n"],
+            },
             {"name": "by-venue", "kind": "map", "inputs": ["total"], "keyBy": ["venue"], "select": ["venue"]},
             {"name": "out", "kind": "sink", "inputs": ["by-venue"], "sink": {"console": {}}},
         ],
@@ -265,8 +309,14 @@ CONSTRAINED_TOPOLOGY = {
             {"name": "src", "kind": "source", "source": {"generator": "trades", "ratePerSecond": 20000}},
             {"name": "clean", "kind": "filter", "inputs": ["src"], "expr": "price > 0"},
             {"name": "score", "kind": "map", "inputs": ["clean"], "keyBy": ["symbol"], "select": ["symbol"]},
-            {"name": "total", "kind": "aggregate", "inputs": ["score"], "keyBy": ["symbol"],
-             "aggregations": ["count(*) AS n"], "requires": {"nodeSelector": {"disk": "ssd"}}},
+            {
+                "name": "total",
+                "kind": "aggregate",
+                "inputs": ["score"],
+                "keyBy": ["symbol"],
+                "aggregations": ["count(*) AS n"],
+                "requires": {"nodeSelector": {"disk": "ssd"}},
+            },
             {"name": "side", "kind": "map", "inputs": ["clean"], "select": ["price"]},
             {"name": "out", "kind": "sink", "inputs": ["total"], "sink": {"console": {}}},
             {"name": "out2", "kind": "sink", "inputs": ["side"], "sink": {"console": {}}},
@@ -289,14 +339,18 @@ def test_every_constraint_kind_of_a_spec_holds(build):
     """All six kinds plus dedication, through the spec path (expand_constraints), on both graphs."""
     spec = load_topology(CONSTRAINED_TOPOLOGY).spec
     graph = build(spec)
-    cluster = Cluster(hosts=[Host(name=f"h{i}", cpu=0.5, labels={"disk": "ssd"} if i < 3 else {})
-                             for i in range(5)])
+    cluster = Cluster(
+        hosts=[Host(name=f"h{i}", cpu=0.5, labels={"disk": "ssd"} if i < 3 else {}) for i in range(5)]
+    )
     plan = cola_plan(graph, cluster, expand_constraints(spec, graph, cluster))
     assert_covers_once(plan, graph)
     assert plan.valid, plan.violations
     pe_of, host_of = plan.pe_of(), plan.host_of()
-    nodes = {op: [n for n in graph.nodes if operator_of(n) == op and graph.nodes[n]["replica"] == 0]
-             for op in ("src", "clean", "side", "out", "out2", "total")}
+    nodes = {
+        op: [n for n in graph.nodes if operator_of(n) == op and graph.nodes[n]["replica"] == 0]
+        for op in ("src", "clean", "side", "out", "out2", "total")
+    }
+
     def kg(node) -> int:
         return node[1] if isinstance(node, tuple) else 0
 
@@ -307,6 +361,8 @@ def test_every_constraint_kind_of_a_spec_holds(build):
     assert not {host_of[n] for n in nodes["side"]} & {host_of[n] for n in nodes["total"]}
     total_all = [n for n in graph.nodes if operator_of(n) == "total"]
     assert all(host_of[n] in {"h0", "h1", "h2"} for n in total_all)
-    assert all(operator_of(m) == "total" for pe in plan.pes if set(pe.members) & set(total_all) for m in pe.members)
+    assert all(
+        operator_of(m) == "total" for pe in plan.pes if set(pe.members) & set(total_all) for m in pe.members
+    )
     out_hosts = {host_of[n] for n in nodes["out"]}
     assert all(operator_of(m) == "out" for pe in plan.pes if pe.host in out_hosts for m in pe.members)

@@ -14,8 +14,8 @@ from cola_reference import cut, min_max_utilization, set_partitions, size
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtopo.planner.cola.preprocess import preprocess
-from streamtopo.planner.constraints import GraphConstraints
+from streamtopo.planner.placement.cola.preprocess import preprocess
+from streamtopo.planner.placement.constraints import GraphConstraints
 
 CAPACITY = {"h1": 2.0, "h2": 2.0}
 

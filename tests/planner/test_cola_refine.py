@@ -1,4 +1,4 @@
-"""COLA's refinement (streamtopo/planner/cola/refine.py): single-operator FM moves between PEs."""
+"""COLA's refinement (streamtopo/planner/placement/cola/refine.py): single-operator FM moves between PEs."""
 
 from __future__ import annotations
 
@@ -8,16 +8,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamtopo.planner.cluster import Cluster
-from streamtopo.planner.cola import ColaOptions, cola_plan
-from streamtopo.planner.cola.partition import Partition, restate
-from streamtopo.planner.cola.placement import Schedule
-from streamtopo.planner.cola.preprocess import preprocess
-from streamtopo.planner.cola.refine import refine_moves
-from streamtopo.planner.constraints import GraphConstraints
+from streamtopo.planner.placement.cola import ColaOptions, cola_plan
+from streamtopo.planner.placement.cola.partition import Partition, restate
+from streamtopo.planner.placement.cola.placement import Schedule
+from streamtopo.planner.placement.cola.preprocess import preprocess
+from streamtopo.planner.placement.cola.refine import refine_moves
+from streamtopo.planner.placement.constraints import GraphConstraints
 
 
-def score_from_scratch(graph: nx.DiGraph, groups: list[list], hosts: list[str], capacity: dict[str, float],
-                       weights: tuple[float, float]) -> tuple[float, float, float]:
+def score_from_scratch(
+    graph: nx.DiGraph,
+    groups: list[list],
+    hosts: list[str],
+    capacity: dict[str, float],
+    weights: tuple[float, float],
+) -> tuple[float, float, float]:
     """(objective, U, C) by equation (1) on the node graph, independent of COLA's atom arrays."""
     pe = {v: i for i, g in enumerate(groups) for v in g}
     load = dict.fromkeys(capacity, 0.0)

@@ -6,10 +6,10 @@ from cola_reference import min_max_utilization
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtopo.planner.cola.ip_scheduler import ip_schedule
-from streamtopo.planner.cola.placement import PlacementProblem
-from streamtopo.planner.cola.scheduler import constrained_lpt, schedule
-from streamtopo.planner.lpt import lpt_schedule
+from streamtopo.planner.placement.cola.ip_scheduler import ip_schedule
+from streamtopo.planner.placement.cola.placement import PlacementProblem
+from streamtopo.planner.placement.cola.scheduler import constrained_lpt, schedule
+from streamtopo.planner.placement.lpt import lpt_schedule
 
 sizes_st = st.lists(st.floats(0.05, 3.0), min_size=1, max_size=6)
 
@@ -22,8 +22,9 @@ def problems(draw, constrained: bool):
     names = sorted(capacity)
     allowed, colocated, exlocated = [None] * len(sizes), [], []
     if constrained:
-        allowed = [draw(st.one_of(st.none(), st.frozensets(st.sampled_from(names), min_size=1)))
-                   for _ in sizes]
+        allowed = [
+            draw(st.one_of(st.none(), st.frozensets(st.sampled_from(names), min_size=1))) for _ in sizes
+        ]
         pes = list(range(len(sizes)))
         if len(sizes) >= 2 and draw(st.booleans()):
             colocated = [sorted(draw(st.sets(st.sampled_from(pes), min_size=2, max_size=3)))]
@@ -31,16 +32,22 @@ def problems(draw, constrained: bool):
             p, q = draw(st.sampled_from(pes)), draw(st.sampled_from(pes))
             if p != q:
                 exlocated.append((frozenset({p}), frozenset({q})))
-    return PlacementProblem(sizes=sizes, capacity=capacity, allowed=allowed, colocated=colocated,
-                            exlocated=exlocated)
+    return PlacementProblem(
+        sizes=sizes, capacity=capacity, allowed=allowed, colocated=colocated, exlocated=exlocated
+    )
 
 
 @settings(max_examples=40, deadline=None)
 @given(problems(constrained=True))
 def test_ip_equals_brute_force_optimum(problem):
     hosts, proven = ip_schedule(problem, time_limit=10.0, gap=0.0)
-    best = min_max_utilization(problem.sizes, dict(problem.capacity), problem.allowed,
-                               problem.colocated, [(tuple(a), tuple(b)) for a, b in problem.exlocated])
+    best = min_max_utilization(
+        problem.sizes,
+        dict(problem.capacity),
+        problem.allowed,
+        problem.colocated,
+        [(tuple(a), tuple(b)) for a, b in problem.exlocated],
+    )
     if best is None:
         assert hosts is None and proven
         return
@@ -89,8 +96,13 @@ def test_constrained_lpt_answers_are_valid(problem):
 @given(problems(constrained=True))
 def test_auto_scheduler_finds_a_schedule_whenever_one_exists(problem):
     found = schedule(problem, "auto", ip_max_pes=48, time_limit=10.0)
-    best = min_max_utilization(problem.sizes, dict(problem.capacity), problem.allowed,
-                               problem.colocated, [(tuple(a), tuple(b)) for a, b in problem.exlocated])
+    best = min_max_utilization(
+        problem.sizes,
+        dict(problem.capacity),
+        problem.allowed,
+        problem.colocated,
+        [(tuple(a), tuple(b)) for a, b in problem.exlocated],
+    )
     assert (found is None) == (best is None)
     if found is not None:
         assert found.utilization >= best - 1e-9

@@ -93,15 +93,26 @@ def generated_cases() -> list[tuple[str, dict, str]]:
             for i, wrong in enumerate(wrong_values(value)):
                 cases.append((f"{base}:{path}:{i}", set_at(document, path, wrong), path))
             if isinstance(value, dict):
-                cases.append((f"{base}:{path}:extra", set_at(document, path, {**value, "bogusField": 1}),
-                              f"{path}.bogusField"))
+                cases.append(
+                    (
+                        f"{base}:{path}:extra",
+                        set_at(document, path, {**value, "bogusField": 1}),
+                        f"{path}.bogusField",
+                    )
+                )
     return cases[::3]  # every third keeps each field's kinds of mistakes while the suite stays quick
 
 
 GENERATED = generated_cases()
-MINIMAL = {"metadata": {"name": "t"}, "spec": {"operators": [
-    {"name": "s", "kind": "source", "source": {"generator": "sequence"}},
-    {"name": "out", "kind": "sink", "inputs": ["s"], "sink": {"file": {}}}]}}
+MINIMAL = {
+    "metadata": {"name": "t"},
+    "spec": {
+        "operators": [
+            {"name": "s", "kind": "source", "source": {"generator": "sequence"}},
+            {"name": "out", "kind": "sink", "inputs": ["s"], "sink": {"file": {}}},
+        ]
+    },
+}
 
 
 def with_operator(op: dict) -> dict:
@@ -112,51 +123,163 @@ def with_operator(op: dict) -> dict:
 
 
 HAND_WRITTEN: list[tuple[str, Any, str]] = [
-    ("reflect", with_operator({"name": "f", "kind": "filter", "inputs": ["s"],
-                               "expr": "reflect('java.lang.Runtime', 'getRuntime') IS NOT NULL"}), "spec.operators[1].expr"),
-    ("java_method", with_operator({"name": "m", "kind": "map", "inputs": ["s"],
-                                   "select": ["key", "java_method('java.lang.System', 'getenv', 'HOME') AS h"]}),
-     "spec.operators[1].select"),
-    ("try_reflect backquoted", with_operator({"name": "f", "kind": "filter", "inputs": ["s"],
-                                              "expr": "`try_reflect`('a', 'b') = 'x'"}), "spec.operators[1].expr"),
-    ("xpath", with_operator({"name": "m", "kind": "map", "inputs": ["s"],
-                             "select": ["xpath('<a/>', '/a') AS x"]}), "spec.operators[1].select"),
-    ("raise_error", with_operator({"name": "f", "kind": "filter", "inputs": ["s"],
-                                   "expr": "raise_error('boom') IS NULL"}), "spec.operators[1].expr"),
-    ("qualified function", with_operator({"name": "a", "kind": "aggregate", "inputs": ["s"], "keyBy": ["key"],
-                                          "aggregations": ["default.steal(value) AS x"]}),
-     "spec.operators[1].aggregations"),
-    ("sink path escapes", {**MINIMAL, "spec": {"operators": [MINIMAL["spec"]["operators"][0], {
-        "name": "out", "kind": "sink", "inputs": ["s"], "sink": {"file": {"path": "../../etc/cron.d/x"}}}]}},
-     "spec.operators[1].sink.file.path"),
-    ("sink path absolute", {**MINIMAL, "spec": {"operators": [MINIMAL["spec"]["operators"][0], {
-        "name": "out", "kind": "sink", "inputs": ["s"], "sink": {"file": {"path": "/etc/passwd"}}}]}},
-     "spec.operators[1].sink.file.path"),
-    ("NaN rate", set_at(MINIMAL, "spec.operators[0].source", {"generator": "sequence", "ratePerSecond": math.nan}),
-     "spec.operators[0].source.ratePerSecond"),
-    ("infinite cost", set_at(MINIMAL, "spec.operators[0].cost", {"cpu": math.inf}), "spec.operators[0].cost.cpu"),
+    (
+        "reflect",
+        with_operator(
+            {
+                "name": "f",
+                "kind": "filter",
+                "inputs": ["s"],
+                "expr": "reflect('java.lang.Runtime', 'getRuntime') IS NOT NULL",
+            }
+        ),
+        "spec.operators[1].expr",
+    ),
+    (
+        "java_method",
+        with_operator(
+            {
+                "name": "m",
+                "kind": "map",
+                "inputs": ["s"],
+                "select": ["key", "java_method('java.lang.System', 'getenv', 'HOME') AS h"],
+            }
+        ),
+        "spec.operators[1].select",
+    ),
+    (
+        "try_reflect backquoted",
+        with_operator(
+            {"name": "f", "kind": "filter", "inputs": ["s"], "expr": "`try_reflect`('a', 'b') = 'x'"}
+        ),
+        "spec.operators[1].expr",
+    ),
+    (
+        "xpath",
+        with_operator({"name": "m", "kind": "map", "inputs": ["s"], "select": ["xpath('<a/>', '/a') AS x"]}),
+        "spec.operators[1].select",
+    ),
+    (
+        "raise_error",
+        with_operator(
+            {"name": "f", "kind": "filter", "inputs": ["s"], "expr": "raise_error('boom') IS NULL"}
+        ),
+        "spec.operators[1].expr",
+    ),
+    (
+        "qualified function",
+        with_operator(
+            {
+                "name": "a",
+                "kind": "aggregate",
+                "inputs": ["s"],
+                "keyBy": ["key"],
+                "aggregations": ["default.steal(value) AS x"],
+            }
+        ),
+        "spec.operators[1].aggregations",
+    ),
+    (
+        "sink path escapes",
+        {
+            **MINIMAL,
+            "spec": {
+                "operators": [
+                    MINIMAL["spec"]["operators"][0],
+                    {
+                        "name": "out",
+                        "kind": "sink",
+                        "inputs": ["s"],
+                        "sink": {"file": {"path": "../../etc/cron.d/x"}},
+                    },
+                ]
+            },
+        },
+        "spec.operators[1].sink.file.path",
+    ),
+    (
+        "sink path absolute",
+        {
+            **MINIMAL,
+            "spec": {
+                "operators": [
+                    MINIMAL["spec"]["operators"][0],
+                    {
+                        "name": "out",
+                        "kind": "sink",
+                        "inputs": ["s"],
+                        "sink": {"file": {"path": "/etc/passwd"}},
+                    },
+                ]
+            },
+        },
+        "spec.operators[1].sink.file.path",
+    ),
+    (
+        "NaN rate",
+        set_at(MINIMAL, "spec.operators[0].source", {"generator": "sequence", "ratePerSecond": math.nan}),
+        "spec.operators[0].source.ratePerSecond",
+    ),
+    (
+        "infinite cost",
+        set_at(MINIMAL, "spec.operators[0].cost", {"cpu": math.inf}),
+        "spec.operators[0].cost.cpu",
+    ),
     ("interval 0s", set_at(MINIMAL, "spec.autoscaling", {"interval": "0s"}), "spec.autoscaling.interval"),
-    ("interval 500ms", set_at(MINIMAL, "spec.autoscaling", {"interval": "500ms"}), "spec.autoscaling.interval"),
+    (
+        "interval 500ms",
+        set_at(MINIMAL, "spec.autoscaling", {"interval": "500ms"}),
+        "spec.autoscaling.interval",
+    ),
     ("keyGroups true", set_at(MINIMAL, "spec.keyGroups", True), "spec.keyGroups"),
-    ("maxExecutors 1e12", set_at(MINIMAL, "spec.autoscaling", {"maxExecutors": 10**12}),
-     "spec.autoscaling.maxExecutors"),
-    ("huge generator keys", set_at(MINIMAL, "spec.operators[0].source", {"generator": "sequence", "keys": 10**15}),
-     "spec.operators[0].source.keys"),
-    ("huge seed", set_at(MINIMAL, "spec.operators[0].source", {"generator": "sequence", "seed": 10**40}),
-     "spec.operators[0].source.seed"),
-    ("file:// prometheus", set_at(MINIMAL, "spec.metrics", {"prometheus": {"url": "file:///etc/passwd"}}),
-     "spec.metrics.prometheus.url"),
-    ("stream name with spaces", set_at(MINIMAL, "spec.operators[0].source", {"stream": "a b"}),
-     "spec.operators[0].source.stream"),
-    ("too many operators", set_at(MINIMAL, "spec.operators", [
-        {"name": f"s{i}", "kind": "source", "source": {"generator": "sequence"}} for i in range(600)]),
-     "spec.operators"),
+    (
+        "maxExecutors 1e12",
+        set_at(MINIMAL, "spec.autoscaling", {"maxExecutors": 10**12}),
+        "spec.autoscaling.maxExecutors",
+    ),
+    (
+        "huge generator keys",
+        set_at(MINIMAL, "spec.operators[0].source", {"generator": "sequence", "keys": 10**15}),
+        "spec.operators[0].source.keys",
+    ),
+    (
+        "huge seed",
+        set_at(MINIMAL, "spec.operators[0].source", {"generator": "sequence", "seed": 10**40}),
+        "spec.operators[0].source.seed",
+    ),
+    (
+        "file:// prometheus",
+        set_at(MINIMAL, "spec.metrics", {"prometheus": {"url": "file:///etc/passwd"}}),
+        "spec.metrics.prometheus.url",
+    ),
+    (
+        "stream name with spaces",
+        set_at(MINIMAL, "spec.operators[0].source", {"stream": "a b"}),
+        "spec.operators[0].source.stream",
+    ),
+    (
+        "too many operators",
+        set_at(
+            MINIMAL,
+            "spec.operators",
+            [{"name": f"s{i}", "kind": "source", "source": {"generator": "sequence"}} for i in range(600)],
+        ),
+        "spec.operators",
+    ),
 ]
 TEXTS: list[tuple[str, bytes, str]] = [
-    ("duplicate key", b"metadata: {name: t}\nspec:\n  keyGroups: 4\n  keyGroups: 8\n  operators: []\n", "given twice"),
+    (
+        "duplicate key",
+        b"metadata: {name: t}\nspec:\n  keyGroups: 4\n  keyGroups: 8\n  operators: []\n",
+        "given twice",
+    ),
     ("non-UTF-8", b"metadata: {name: \xff\xfe}\nspec: {}\n", "not UTF-8"),
     ("deeply nested", b"metadata: {name: t}\nspec: " + b"[" * 20000 + b"]" * 20000 + b"\n", "nested deeper"),
-    ("nested mappings", b"metadata: {name: t}\nspec: " + b"{a: " * 100 + b"1" + b"}" * 100 + b"\n", "nested deeper"),
+    (
+        "nested mappings",
+        b"metadata: {name: t}\nspec: " + b"{a: " * 100 + b"1" + b"}" * 100 + b"\n",
+        "nested deeper",
+    ),
     ("not YAML", b"metadata: {name: t\nspec: [\n", "not valid YAML"),
     ("a list", b"- 1\n- 2\n", "expected a StreamTopology mapping"),
     ("huge file", b"metadata: {name: t}\n# " + b"x" * (2**21) + b"\nspec: {}\n", "larger than"),
@@ -176,18 +299,23 @@ def test_the_suite_has_at_least_300_cases() -> None:
     assert len(GENERATED) + len(HAND_WRITTEN) + len(TEXTS) >= 300
 
 
-@pytest.mark.parametrize("case,document,field", GENERATED + HAND_WRITTEN, ids=[c[0] for c in GENERATED + HAND_WRITTEN])
+@pytest.mark.parametrize(
+    "case,document,field", GENERATED + HAND_WRITTEN, ids=[c[0] for c in GENERATED + HAND_WRITTEN]
+)
 def test_malformed_topologies_are_refused_naming_the_field(case: str, document: dict, field: str) -> None:
     problems = refusal(document)
     assert problems, f"{case}: accepted"
     camel = re.sub(r"(?<=\.)[a-z]+(?:_[a-z]+)+", lambda m: to_camel(m.group(0)), field)
-    assert any(path.startswith(camel) or (camel.startswith(path) and path.count(".") >= 2)
-               for path, _ in problems), (case, problems)
+    assert any(
+        path.startswith(camel) or (camel.startswith(path) and path.count(".") >= 2) for path, _ in problems
+    ), (case, problems)
     assert not any("nan" == m.strip().lower() for _, m in problems)
 
 
 @pytest.mark.parametrize("case,text,message", TEXTS, ids=[t[0] for t in TEXTS])
-def test_malformed_files_are_refused_with_a_message(tmp_path: Path, case: str, text: bytes, message: str) -> None:
+def test_malformed_files_are_refused_with_a_message(
+    tmp_path: Path, case: str, text: bytes, message: str
+) -> None:
     path = tmp_path / "topology.yaml"
     path.write_bytes(text)
     problems = refusal(path)
@@ -197,8 +325,9 @@ def test_malformed_files_are_refused_with_a_message(tmp_path: Path, case: str, t
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("case,document,field", GENERATED[::10] + HAND_WRITTEN,
-                         ids=[c[0] for c in GENERATED[::10] + HAND_WRITTEN])
+@pytest.mark.parametrize(
+    "case,document,field", GENERATED[::10] + HAND_WRITTEN, ids=[c[0] for c in GENERATED[::10] + HAND_WRITTEN]
+)
 def test_the_cli_exits_2_naming_the_field(tmp_path: Path, case: str, document: dict, field: str) -> None:
     path = tmp_path / "topology.yaml"
     path.write_text(yaml.safe_dump(document, allow_unicode=True))

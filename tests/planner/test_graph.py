@@ -9,10 +9,24 @@ from streamtopo.planner.model import load_topology
 
 COMM = CommCostModel(per_record=1e-6, per_byte=1e-8)
 OPS = OperatorCostModel(
-    per_record={"source": 1e-6, "map": 2e-6, "filter": 3e-6, "aggregate": 4e-6, "join": 5e-6,
-                "udf": 6e-6, "sink": 7e-6},
-    selectivity={"source": 1.0, "map": 1.0, "filter": 0.5, "aggregate": 0.1, "join": 0.5,
-                 "udf": 1.0, "sink": 0.0},
+    per_record={
+        "source": 1e-6,
+        "map": 2e-6,
+        "filter": 3e-6,
+        "aggregate": 4e-6,
+        "join": 5e-6,
+        "udf": 6e-6,
+        "sink": 7e-6,
+    },
+    selectivity={
+        "source": 1.0,
+        "map": 1.0,
+        "filter": 0.5,
+        "aggregate": 0.1,
+        "join": 0.5,
+        "udf": 1.0,
+        "sink": 0.0,
+    },
 )
 
 
@@ -25,13 +39,23 @@ QUOTES = {"name": "q", "kind": "source", "source": {"generator": "quotes", "rate
 
 
 def chain_spec(**extra):
-    return spec_of([
-        SRC, QUOTES,
-        {"name": "f", "kind": "filter", "inputs": ["src"], "expr": "price > 0", "selectivity": 0.4},
-        {"name": "m", "kind": "map", "inputs": ["f"], "select": ["symbol"], "recordBytes": 100},
-        {"name": "j", "kind": "join", "inputs": ["m", "q"], "keyBy": ["symbol"], "window": {"size": "5s"}},
-        {"name": "out", "kind": "sink", "inputs": ["j"], "sink": {"console": {}}, "cost": {"cpu": 0.25}},
-    ], **extra)
+    return spec_of(
+        [
+            SRC,
+            QUOTES,
+            {"name": "f", "kind": "filter", "inputs": ["src"], "expr": "price > 0", "selectivity": 0.4},
+            {"name": "m", "kind": "map", "inputs": ["f"], "select": ["symbol"], "recordBytes": 100},
+            {
+                "name": "j",
+                "kind": "join",
+                "inputs": ["m", "q"],
+                "keyBy": ["symbol"],
+                "window": {"size": "5s"},
+            },
+            {"name": "out", "kind": "sink", "inputs": ["j"], "sink": {"console": {}}, "cost": {"cpu": 0.25}},
+        ],
+        **extra,
+    )
 
 
 def test_rates_propagate_through_selectivities():
@@ -70,13 +94,21 @@ def unit_spec(k_src: int, k_a: int, k_b: int, key_b: list[str] | None):
     b = {"name": "b", "kind": "map", "inputs": ["a"], "select": ["symbol"], "keyGroups": k_b}
     if key_b is not None:
         b["keyBy"] = key_b
-    return spec_of([
-        {**SRC, "keyGroups": k_src},
-        {"name": "a", "kind": "aggregate", "inputs": ["src"], "keyBy": ["symbol"], "keyGroups": k_a,
-         "aggregations": ["count(*) AS n"]},
-        b,
-        {"name": "out", "kind": "sink", "inputs": ["b"], "sink": {"console": {}}, "keyGroups": 2},
-    ])
+    return spec_of(
+        [
+            {**SRC, "keyGroups": k_src},
+            {
+                "name": "a",
+                "kind": "aggregate",
+                "inputs": ["src"],
+                "keyBy": ["symbol"],
+                "keyGroups": k_a,
+                "aggregations": ["count(*) AS n"],
+            },
+            b,
+            {"name": "out", "kind": "sink", "inputs": ["b"], "sink": {"console": {}}, "keyGroups": 2},
+        ]
+    )
 
 
 def edges_between(graph, u: str, v: str) -> set[tuple[int, int]]:
@@ -102,11 +134,13 @@ def test_unit_edges_one_to_one_forward_and_all_to_all():
 
 
 def test_unit_edges_forward_into_unkeyed_operator():
-    spec = spec_of([
-        {**SRC, "keyGroups": 4},
-        {"name": "m", "kind": "map", "inputs": ["src"], "select": ["symbol"], "keyGroups": 2},
-        {"name": "out", "kind": "sink", "inputs": ["m"], "sink": {"console": {}}, "keyGroups": 2},
-    ])
+    spec = spec_of(
+        [
+            {**SRC, "keyGroups": 4},
+            {"name": "m", "kind": "map", "inputs": ["src"], "select": ["symbol"], "keyGroups": 2},
+            {"name": "out", "kind": "sink", "inputs": ["m"], "sink": {"console": {}}, "keyGroups": 2},
+        ]
+    )
     graph = unit_graph(spec, COMM, OPS)
     # a map fed by a source has no partition key: kg i goes to kg i mod 2
     assert edges_between(graph, "src", "m") == {(0, 0), (1, 1), (2, 0), (3, 1)}
@@ -120,21 +154,30 @@ def test_unit_graph_preserves_logical_weights():
     for node, w in logical.nodes(data="w"):
         assert sum(d["w"] for n, d in units.nodes(data=True) if n[0] == node) == pytest.approx(w)
     for u, v, w in logical.edges(data="w"):
-        assert sum(d["w"] for x, y, d in units.edges(data=True) if x[0] == u and y[0] == v) == pytest.approx(w)
+        assert sum(d["w"] for x, y, d in units.edges(data=True) if x[0] == u and y[0] == v) == pytest.approx(
+            w
+        )
 
 
 def test_high_availability_replicas_are_expanded():
-    spec = spec_of([
-        SRC,
-        {"name": "f", "kind": "filter", "inputs": ["src"], "expr": "price > 0"},
-        {"name": "m", "kind": "map", "inputs": ["f"], "select": ["symbol"]},
-        {"name": "out", "kind": "sink", "inputs": ["m"], "sink": {"console": {}}},
-    ], constraints={"highAvailability": [{"operators": ["f", "m"], "replicas": 3}]})
+    spec = spec_of(
+        [
+            SRC,
+            {"name": "f", "kind": "filter", "inputs": ["src"], "expr": "price > 0"},
+            {"name": "m", "kind": "map", "inputs": ["f"], "select": ["symbol"]},
+            {"name": "out", "kind": "sink", "inputs": ["m"], "sink": {"console": {}}},
+        ],
+        constraints={"highAvailability": [{"operators": ["f", "m"], "replicas": 3}]},
+    )
     graph = logical_graph(spec, COMM, OPS)
     replicated = {"f", "f~r1", "f~r2", "m", "m~r1", "m~r2"}
     assert set(graph.nodes) == replicated | {"src", "out"}
     # inside the replicated sub-graph replica r feeds replica r; entering and leaving connects all
-    assert {(u, v) for u, v in graph.edges if u.startswith("f")} == {("f", "m"), ("f~r1", "m~r1"), ("f~r2", "m~r2")}
+    assert {(u, v) for u, v in graph.edges if u.startswith("f")} == {
+        ("f", "m"),
+        ("f~r1", "m~r1"),
+        ("f~r2", "m~r2"),
+    }
     assert {v for u, v in graph.edges if u == "src"} == {"f", "f~r1", "f~r2"}
     assert {u for u, v in graph.edges if v == "out"} == {"m", "m~r1", "m~r2"}
     assert {graph.nodes[n]["replica"] for n in replicated} == {0, 1, 2}

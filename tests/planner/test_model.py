@@ -34,8 +34,18 @@ def test_examples_load_and_round_trip(path: Path):
 
 
 def test_camel_and_snake_case_are_the_same_field():
-    camel = {"name": "src", "kind": "source", "source": {"generator": "trades", "ratePerSecond": 50}, "keyGroups": 3}
-    snake = {"name": "src", "kind": "source", "source": {"generator": "trades", "rate_per_second": 50}, "key_groups": 3}
+    camel = {
+        "name": "src",
+        "kind": "source",
+        "source": {"generator": "trades", "ratePerSecond": 50},
+        "keyGroups": 3,
+    }
+    snake = {
+        "name": "src",
+        "kind": "source",
+        "source": {"generator": "trades", "rate_per_second": 50},
+        "key_groups": 3,
+    }
     a = load_topology({"metadata": {"name": "t"}, "spec": {"operators": [camel, SINK]}})
     b = load_topology({"metadata": {"name": "t"}, "spec": {"operators": [snake, SINK]}})
     assert a == b
@@ -50,8 +60,19 @@ def test_bare_spec_is_accepted():
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("250ms", 0.25), ("90s", 90), ("5m", 300), ("1.5h", 5400), ("2d", 172800), (12, 12), ("7", 7),
-     ("1m30s", 90), ("2h45m", 9900), ("1h0m0.5s", 3600.5), ("1m500ms", 60.5)],
+    [
+        ("250ms", 0.25),
+        ("90s", 90),
+        ("5m", 300),
+        ("1.5h", 5400),
+        ("2d", 172800),
+        (12, 12),
+        ("7", 7),
+        ("1m30s", 90),
+        ("2h45m", 9900),
+        ("1h0m0.5s", 3600.5),
+        ("1m500ms", 60.5),
+    ],
 )
 def test_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
@@ -65,12 +86,16 @@ def test_bad_durations_are_refused(bad):
 
 
 def test_every_problem_is_reported_at_once():
-    found = problems({"operators": [
-        SRC,
-        {"name": "a", "kind": "filter", "inputs": ["nope"], "expr": "x > 0"},
-        {"name": "b", "kind": "join", "inputs": ["src"], "keyBy": ["k"], "window": {"size": 5}},
-        {"name": "out", "kind": "sink", "inputs": ["a", "also-nope"], "sink": {"console": {}}},
-    ]})
+    found = problems(
+        {
+            "operators": [
+                SRC,
+                {"name": "a", "kind": "filter", "inputs": ["nope"], "expr": "x > 0"},
+                {"name": "b", "kind": "join", "inputs": ["src"], "keyBy": ["k"], "window": {"size": 5}},
+                {"name": "out", "kind": "sink", "inputs": ["a", "also-nope"], "sink": {"console": {}}},
+            ]
+        }
+    )
     paths = [path for path, _ in found]
     assert "spec.operators[1].inputs[0]" in paths
     assert "spec.operators[2].inputs" in paths
@@ -78,33 +103,47 @@ def test_every_problem_is_reported_at_once():
 
 
 def test_a_cycle_is_reported_once_with_its_path():
-    found = problems({"operators": [
-        SRC,
-        {"name": "a", "kind": "map", "inputs": ["src", "b"], "select": ["x"]},
-        {"name": "b", "kind": "map", "inputs": ["a"], "select": ["x"]},
-        {"name": "out", "kind": "sink", "inputs": ["b"], "sink": {"console": {}}},
-    ]})
+    found = problems(
+        {
+            "operators": [
+                SRC,
+                {"name": "a", "kind": "map", "inputs": ["src", "b"], "select": ["x"]},
+                {"name": "b", "kind": "map", "inputs": ["a"], "select": ["x"]},
+                {"name": "out", "kind": "sink", "inputs": ["b"], "sink": {"console": {}}},
+            ]
+        }
+    )
     cycles = [message for _, message in found if message.startswith("cycle")]
     assert len(cycles) == 1 and "a" in cycles[0] and "b" in cycles[0]
 
 
 def test_host_level_contradiction_through_pe_colocation():
-    found = problems({
-        "operators": [SRC, {"name": "f", "kind": "filter", "inputs": ["src"], "expr": "x > 0"},
-                      {**SINK, "inputs": ["f"]}],
-        # PE colocation implies host colocation, so host exlocation of the same pair contradicts it
-        "constraints": {"peColocation": [["src", "f"]], "hostExlocation": [["f", "src"]]},
-    })
+    found = problems(
+        {
+            "operators": [
+                SRC,
+                {"name": "f", "kind": "filter", "inputs": ["src"], "expr": "x > 0"},
+                {**SINK, "inputs": ["f"]},
+            ],
+            # PE colocation implies host colocation, so host exlocation of the same pair contradicts it
+            "constraints": {"peColocation": [["src", "f"]], "hostExlocation": [["f", "src"]]},
+        }
+    )
     assert [path for path, _ in found] == ["spec.constraints.hostExlocation[0]"]
 
 
 def test_an_operator_in_two_high_availability_groups():
-    found = problems({
-        "operators": [SRC, {"name": "f", "kind": "filter", "inputs": ["src"], "expr": "x > 0"},
-                      {**SINK, "inputs": ["f"]}],
-        "constraints": {"highAvailability": [{"operators": ["f"]}, {"operators": ["f"], "replicas": 3}]},
-    })
-    assert ("spec.constraints.highAvailability[1].operators" in [path for path, _ in found])
+    found = problems(
+        {
+            "operators": [
+                SRC,
+                {"name": "f", "kind": "filter", "inputs": ["src"], "expr": "x > 0"},
+                {**SINK, "inputs": ["f"]},
+            ],
+            "constraints": {"highAvailability": [{"operators": ["f"]}, {"operators": ["f"], "replicas": 3}]},
+        }
+    )
+    assert "spec.constraints.highAvailability[1].operators" in [path for path, _ in found]
 
 
 def test_wrong_kind_and_api_version_name_their_field():

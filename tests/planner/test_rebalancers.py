@@ -7,22 +7,27 @@ import math
 
 import pytest
 
-from streamtopo.planner.albic import AlbicConfig, MilpConfig
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
-from streamtopo.planner.cmr_rebalancer import cmr_rebalance
-from streamtopo.planner.cola_reoptimise import cola_rebalance
-from streamtopo.planner.flux import flux_rebalance
-from streamtopo.planner.potc import PotcConfig, potc_rebalance
-from streamtopo.planner.rebalancers import CONFIGS, REBALANCERS, rebalance
-from streamtopo.planner.workloads import SyntheticSetting, synthetic_state
+from streamtopo.planner.rebalance.albic import AlbicConfig, MilpConfig
+from streamtopo.planner.rebalance.cmr import cmr_rebalance
+from streamtopo.planner.rebalance.cola_reoptimise import cola_rebalance
+from streamtopo.planner.rebalance.flux import flux_rebalance
+from streamtopo.planner.rebalance.potc import PotcConfig, potc_rebalance
+from streamtopo.planner.rebalance.registry import CONFIGS, REBALANCERS, rebalance
+from streamtopo.planner.simulation.workloads import SyntheticSetting, synthetic_state
 
-QUICK = {"albic": AlbicConfig(milp=MilpConfig(deterministic_time=1.0)),
-         "milp": MilpConfig(deterministic_time=1.0)}
+QUICK = {
+    "albic": AlbicConfig(milp=MilpConfig(deterministic_time=1.0)),
+    "milp": MilpConfig(deterministic_time=1.0),
+}
 
 
 def simple(loads: list[float], where: list[int], n_ex: int, rates=None, caps=None) -> AllocationState:
     ids = [("a", k) for k in range(len(loads))]
-    kgs = [KeyGroupStats(id=ids[k], load=loads[k], rate=0.0 if rates is None else rates[k]) for k in range(len(loads))]
+    kgs = [
+        KeyGroupStats(id=ids[k], load=loads[k], rate=0.0 if rates is None else rates[k])
+        for k in range(len(loads))
+    ]
     executors = [ExecutorInfo(name=f"e{i}", capacity=1.0 if caps is None else caps[i]) for i in range(n_ex)]
     return AllocationState(executors, kgs, {ids[k]: f"e{where[k]}" for k in range(len(loads))})
 
@@ -44,7 +49,7 @@ def test_every_policy_keeps_the_contract(policy):
     assert set(result.assignment) == {kg.id for kg in state.key_groups}
     moved = [kg for kg in result.assignment if result.assignment[kg] != state.assignment[kg]]
     assert sorted(moved) == sorted(m[0] for m in result.migrations)
-    assert all(result.assignment[kg] != "n5" for kg in moved)            # set B never receives
+    assert all(result.assignment[kg] != "n5" for kg in moved)  # set B never receives
     if policy == "cola":
         assert result.details["bound_exceeded"] == (len(moved) > 5)
     else:
@@ -58,8 +63,9 @@ def test_every_policy_rejects_bad_statistics(policy):
     state = simple([1.0, float("nan")], [0, 1], 2)
     with pytest.raises(ValueError, match=r"key_groups\[\('a', 1\)\]\.load"):
         rebalance(policy, state, max_migrations=1, config=QUICK.get(policy))
-    zero = AllocationState([ExecutorInfo(name="e0", capacity=0.0)], [KeyGroupStats(id=("a", 0), load=1.0)],
-                           {("a", 0): "e0"})
+    zero = AllocationState(
+        [ExecutorInfo(name="e0", capacity=0.0)], [KeyGroupStats(id=("a", 0), load=1.0)], {("a", 0): "e0"}
+    )
     with pytest.raises(ValueError, match="capacity"):
         rebalance(policy, zero, config=QUICK.get(policy))
 
@@ -90,20 +96,20 @@ def test_potc_splits_and_pays_the_merge_overhead():
 def test_cmr_follows_equation_4_5():
     # One operator, e0 holds a0 (40 %, 400 rec/s) and a1 (20 %, 200 rec/s); e1 holds a2 (10 %, 100 rec/s).
     state = simple([40, 20, 10], [0, 0, 1], 2, rates=[400, 200, 100])
-    P = 0.7 / 700                                                  # CPU seconds per record
+    P = 0.7 / 700  # CPU seconds per record
     D0, D1 = 600.0, 100.0
 
-    def W(D):                                                      # derived M/M/1 wait per record
+    def W(D):  # derived M/M/1 wait per record
         rho = D * P
         return rho * P / ((1 - rho) * D)
 
     W0, W1 = W(D0), W(D1)
 
-    def total(d0, d1):                                             # Eq. 4.2 weighted by volume, W fixed
+    def total(d0, d1):  # Eq. 4.2 weighted by volume, W fixed
         return (P + W0 * d0) * d0 + (P + W1 * d1) * d1
 
-    assert total(D0, D1) > total(D0 - 400, D1 + 400)                # Eq. 4.5 holds for a0: it moves
-    assert not total(D0 - 400, D1 + 400) > total(0, D1 + 600)      # and then fails for a1: it stays
+    assert total(D0, D1) > total(D0 - 400, D1 + 400)  # Eq. 4.5 holds for a0: it moves
+    assert not total(D0 - 400, D1 + 400) > total(0, D1 + 600)  # and then fails for a1: it stays
     result = cmr_rebalance(state, max_migrations=5)
     assert [m[:3] for m in result.migrations] == [(("a", 0), "e0", "e1")]
 
@@ -115,6 +121,6 @@ def test_cola_reoptimisation_finds_the_perfect_collocation_and_ignores_the_bound
     traffic = {(("x", j), ("y", j)): 100.0 for j in range(4)}
     state = AllocationState([ExecutorInfo(name=f"e{i}") for i in range(4)], kgs, where, traffic)
     result = cola_rebalance(state, max_migrations=1)
-    assert result.collocation_factor == pytest.approx(1.0)       # every x_j with its y_j
+    assert result.collocation_factor == pytest.approx(1.0)  # every x_j with its y_j
     assert result.load_distance == pytest.approx(0.0)
     assert len(result.migrations) == 4 and result.details["bound_exceeded"]

@@ -10,29 +10,56 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats, Rebalance
-from streamtopo.planner.dstreams import decide_dstreams
 from streamtopo.planner.model import AutoscalingSpec
-from streamtopo.planner.scaling import (
+from streamtopo.planner.scaling.dstreams import decide_dstreams
+from streamtopo.planner.scaling.policy import (
     ScalingConfig,
     ScalingObservation,
     ScalingState,
     decide_target,
     observe,
-    scaler,
+)
+from streamtopo.planner.scaling.rules import scaler
+
+CFG = ScalingConfig(
+    min_executors=1,
+    max_executors=20,
+    target_utilization=0.7,
+    utilization_band=0.1,
+    stabilization=300,
+    metric_window=120,
+    scale_down_delay=600,
+    catch_up=300,
+    backlog_seconds=30,
 )
 
-CFG = ScalingConfig(min_executors=1, max_executors=20, target_utilization=0.7, utilization_band=0.1,
-                    stabilization=300, metric_window=120, scale_down_delay=600, catch_up=300, backlog_seconds=30)
+
+def obs(
+    time: float,
+    executors: int,
+    demand: float,
+    *,
+    backlog: float = 0.0,
+    backlog_work: float = 0.0,
+    input_rate: float = 10_000.0,
+    load_distance: float | None = None,
+) -> ScalingObservation:
+    return ScalingObservation(
+        time=time,
+        window=60,
+        executors=executors,
+        capacity=float(executors),
+        input_rate=input_rate,
+        demand=demand,
+        backlog=backlog,
+        backlog_work=backlog_work,
+        load_distance=load_distance,
+    )
 
 
-def obs(time: float, executors: int, demand: float, *, backlog: float = 0.0, backlog_work: float = 0.0,
-        input_rate: float = 10_000.0, load_distance: float | None = None) -> ScalingObservation:
-    return ScalingObservation(time=time, window=60, executors=executors, capacity=float(executors),
-                              input_rate=input_rate, demand=demand, backlog=backlog, backlog_work=backlog_work,
-                              load_distance=load_distance)
-
-
-def run(observations: list[ScalingObservation], config: ScalingConfig = CFG, state: ScalingState | None = None):
+def run(
+    observations: list[ScalingObservation], config: ScalingConfig = CFG, state: ScalingState | None = None
+):
     state = state or ScalingState()
     decisions = []
     for o in observations:
@@ -51,7 +78,11 @@ def test_scale_up_to_the_target_count() -> None:
     decisions, state = run([obs(60, 2, 3.5), obs(120, 2, 3.5)])
     d = decisions[1]
     assert (d.direction, d.previous, d.executors) == ("up", 2, 5)
-    assert d.reason.startswith("scale up 2 -> 5:") and "utilisation 1.75" in d.reason and "target 0.7" in d.reason
+    assert (
+        d.reason.startswith("scale up 2 -> 5:")
+        and "utilisation 1.75" in d.reason
+        and "target 0.7" in d.reason
+    )
     assert state.last_change == 120 and state.history == ()
 
 
@@ -80,7 +111,9 @@ def test_stabilisation_after_a_change() -> None:
 def test_scale_down_is_delayed_and_takes_the_largest_requirement() -> None:
     # 10 executors, demand drops to 3.5 (utilisation 0.35): ceil(3.5 / 0.7) = 5 wanted from t = 120.
     # During the 600 s delay demand rises briefly to 4.2 -> 6; the scale-down goes to 6, not 5.
-    series = [obs(60, 10, 3.5), obs(120, 10, 3.5)] + [obs(t, 10, 4.2 if t == 300 else 3.5) for t in range(180, 780, 60)]
+    series = [obs(60, 10, 3.5), obs(120, 10, 3.5)] + [
+        obs(t, 10, 4.2 if t == 300 else 3.5) for t in range(180, 780, 60)
+    ]
     decisions, _ = run(series)
     first_down = next(i for i, d in enumerate(decisions) if d.direction == "down")
     assert series[first_down].time == 720  # 120 + 600
@@ -127,7 +160,9 @@ def test_backlog_mode_blocks_scale_down_and_catches_up() -> None:
     assert "backlog mode" in decisions[-1].reason
     # Demand 1.4 on 2 executors is 0.7 (in band), but 600 busy seconds of backlog in 300 s need 2 more
     # cores at full utilisation: ceil((1.4 + 600 / 300) / 1) = 4.
-    decisions, _ = run([obs(60, 2, 1.4, backlog=10**6, backlog_work=600), obs(120, 2, 1.4, backlog=10**6, backlog_work=600)])
+    decisions, _ = run(
+        [obs(60, 2, 1.4, backlog=10**6, backlog_work=600), obs(120, 2, 1.4, backlog=10**6, backlog_work=600)]
+    )
     assert (decisions[1].direction, decisions[1].executors) == ("up", 4)
     assert "catch up" in decisions[1].reason
 
@@ -152,8 +187,14 @@ def test_bad_observation_is_named() -> None:
 
 
 def test_config_from_spec_and_validation() -> None:
-    spec = AutoscalingSpec(min_executors=2, max_executors=9, target_utilization=0.6, stabilization=120,
-                           scale_down_delay=900, interval=600)
+    spec = AutoscalingSpec(
+        min_executors=2,
+        max_executors=9,
+        target_utilization=0.6,
+        stabilization=120,
+        scale_down_delay=900,
+        interval=600,
+    )
     cfg = ScalingConfig.from_spec(spec)
     assert (cfg.min_executors, cfg.max_executors, cfg.target_utilization) == (2, 9, 0.6)
     assert (cfg.stabilization, cfg.scale_down_delay, cfg.metric_window) == (120, 900, 600)
@@ -166,13 +207,22 @@ def test_observe_uses_true_processing_rates() -> None:
     # kg b: 500 rec/s in 25 % busy -> 2000 rec/busy s; 500 arrive -> 0.25 cores; backlog 4000 -> 2 busy s.
     # kg c: idle, 100 rec/s arrive: job-wide true rate 1500 / 0.45 -> 0.03 cores.
     state = AllocationState(
-        executors=[ExecutorInfo("e0", 1.0), ExecutorInfo("e1", 2.0), ExecutorInfo("e2", 1.0, marked_for_removal=True)],
-        key_groups=[KeyGroupStats(("a", 0), load=20, rate=1000), KeyGroupStats(("b", 0), load=25, rate=500, backlog=4000),
-                    KeyGroupStats(("c", 0), load=0, rate=0)],
+        executors=[
+            ExecutorInfo("e0", 1.0),
+            ExecutorInfo("e1", 2.0),
+            ExecutorInfo("e2", 1.0, marked_for_removal=True),
+        ],
+        key_groups=[
+            KeyGroupStats(("a", 0), load=20, rate=1000),
+            KeyGroupStats(("b", 0), load=25, rate=500, backlog=4000),
+            KeyGroupStats(("c", 0), load=0, rate=0),
+        ],
         assignment={("a", 0): "e0", ("b", 0): "e1", ("c", 0): "e2"},
         traffic={(("a", 0), ("b", 0)): 500.0},
     )
-    plan = Rebalance(assignment=dict(state.assignment), migrations=[], load_distance=3.0, collocation_factor=0.0)
+    plan = Rebalance(
+        assignment=dict(state.assignment), migrations=[], load_distance=3.0, collocation_factor=0.0
+    )
     o = observe(state, plan, time=60, window=60, arrivals={("a", 0): 1500, ("b", 0): 500, ("c", 0): 100})
     assert o.demand == pytest.approx(0.3 + 0.25 + 100 / (1500 / 0.45))
     assert o.backlog_work == pytest.approx(2.0)
@@ -226,8 +276,10 @@ def test_a_sources_backlog_costs_the_whole_jobs_work_per_record() -> None:
     # 1000 input rec/s, so 60k records due at src need 60 busy seconds, not src's own 6.
     state = AllocationState(
         executors=[ExecutorInfo("e0", 1.0)],
-        key_groups=[KeyGroupStats(("src", 0), load=10, rate=1000, backlog=60_000),
-                    KeyGroupStats(("agg", 0), load=90, rate=1000)],
+        key_groups=[
+            KeyGroupStats(("src", 0), load=10, rate=1000, backlog=60_000),
+            KeyGroupStats(("agg", 0), load=90, rate=1000),
+        ],
         assignment={("src", 0): "e0", ("agg", 0): "e0"},
         traffic={(("src", 0), ("agg", 0)): 1000.0},
     )
@@ -235,4 +287,6 @@ def test_a_sources_backlog_costs_the_whole_jobs_work_per_record() -> None:
     assert o.input_rate == pytest.approx(1000) and o.demand == pytest.approx(1.0)
     assert o.backlog_work == pytest.approx(60.0)
     decision, _ = decide_target(o, ScalingState(), replace(CFG, metric_window=60, catch_up=30))
-    assert decision.executors == 3  # 1 core of demand + 60 busy s in 30 s: catch-up needs 3 one-core executors
+    assert (
+        decision.executors == 3
+    )  # 1 core of demand + 60 busy s in 30 s: catch-up needs 3 one-core executors

@@ -9,20 +9,25 @@ import yaml
 from greedy_rebalancer import greedy_rebalance
 
 from streamtopo.planner.allocation import AllocationState, Rebalance
-from streamtopo.planner.scenario import ScenarioError, load_scenario
-from streamtopo.planner.simulator import simulate
+from streamtopo.planner.simulation.scenario import ScenarioError, load_scenario
+from streamtopo.planner.simulation.simulator import simulate
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "scenarios").glob("*.yaml"))
 
 
 def keep(state: AllocationState, **_) -> Rebalance:
     """A rebalancer that never moves anything."""
-    return Rebalance(assignment=dict(state.assignment), migrations=[], load_distance=0.0, collocation_factor=0.0)
+    return Rebalance(
+        assignment=dict(state.assignment), migrations=[], load_distance=0.0, collocation_factor=0.0
+    )
 
 
 def scenario(**overrides) -> dict:
     base = {
-        "name": "t", "periods": 3, "interval": 60, "seed": 0,
+        "name": "t",
+        "periods": 3,
+        "interval": 60,
+        "seed": 0,
         "executors": {"initial": 2, "placement": "round-robin"},
         "operators": [
             {"name": "src", "keyGroups": 2, "costPerRecord": 1e-6},
@@ -56,7 +61,10 @@ def test_loads_traffic_and_serialisation_by_hand() -> None:
 
 def test_skew_splits_the_rate_by_zipf() -> None:
     # Zipf exponent 1 over 2 key groups: shares 1 and 1/2 -> 2/3 and 1/3 of 90k rec/s.
-    doc = scenario(workload={"rate": 90_000, "skew": 1.0}, operators=[{"name": "src", "keyGroups": 2, "costPerRecord": 1e-5}])
+    doc = scenario(
+        workload={"rate": 90_000, "skew": 1.0},
+        operators=[{"name": "src", "keyGroups": 2, "costPerRecord": 1e-5}],
+    )
     p = simulate(load_scenario(doc), rebalance=keep).periods[0]
     # kg0 (60k rec/s, 0.6 cores) on executor-0, kg1 (30k, 0.3 cores) on executor-1: mean 45 %, distance 15.
     assert p.load_distance == pytest.approx(15.0)
@@ -64,8 +72,11 @@ def test_skew_splits_the_rate_by_zipf() -> None:
 
 def test_overload_builds_backlog() -> None:
     # One executor, 100k rec/s at 1.2e-5 s each = 1.2 cores. Per 60 s period: 6e6 arrive, 60 / 1.2e-5 = 5e6 done.
-    doc = scenario(executors={"initial": 1}, operators=[{"name": "src", "keyGroups": 1, "costPerRecord": 1.2e-5}],
-                   scaling={"rule": "off", "minExecutors": 1})
+    doc = scenario(
+        executors={"initial": 1},
+        operators=[{"name": "src", "keyGroups": 1, "costPerRecord": 1.2e-5}],
+        scaling={"rule": "off", "minExecutors": 1},
+    )
     result = simulate(load_scenario(doc), rebalance=keep)
     assert [round(p.backlog) for p in result.periods] == [1_000_000, 2_000_000, 3_000_000]
 
@@ -82,11 +93,16 @@ def test_a_migrated_key_group_pauses() -> None:
             moved.append(True)
             assignment[("src", 0)] = "executor-1"
             migrations = [(("src", 0), "executor-0", "executor-1")]
-        return Rebalance(assignment=assignment, migrations=migrations, load_distance=0.0, collocation_factor=0.0)
+        return Rebalance(
+            assignment=assignment, migrations=migrations, load_distance=0.0, collocation_factor=0.0
+        )
 
-    doc = scenario(operators=[{"name": "src", "keyGroups": 1, "costPerRecord": 1e-5, "stateBytes": 0}],
-                   workload={"rate": 95_000}, migration={"pauseSeconds": 6, "maxMigrations": 1},
-                   executors={"initial": 2, "placement": "round-robin"})
+    doc = scenario(
+        operators=[{"name": "src", "keyGroups": 1, "costPerRecord": 1e-5, "stateBytes": 0}],
+        workload={"rate": 95_000},
+        migration={"pauseSeconds": 6, "maxMigrations": 1},
+        executors={"initial": 2, "placement": "round-robin"},
+    )
     result = simulate(load_scenario(doc), rebalance=move_once)
     assert [p.migrations for p in result.periods] == [1, 0, 0]
     assert result.periods[0].backlog == 0
@@ -98,10 +114,17 @@ def test_split_routing_and_merge_overhead_by_hand() -> None:
     # its records to executor-1 from period 1 on, and the owner pays 10 % of the work for merging:
     # executor-0 0.25 + 0.05 = 30 %, executor-1 25 %; mean 27.5 % -> load distance 2.5 (period 0: 25).
     def split(state: AllocationState, **_) -> Rebalance:
-        return Rebalance(assignment=dict(state.assignment), migrations=[], load_distance=0.0, collocation_factor=0.0,
-                         details={"shares": {("src", 0): {"executor-0": 0.5, "executor-1": 0.5}}, "merge_overhead": 0.1})
+        return Rebalance(
+            assignment=dict(state.assignment),
+            migrations=[],
+            load_distance=0.0,
+            collocation_factor=0.0,
+            details={"shares": {("src", 0): {"executor-0": 0.5, "executor-1": 0.5}}, "merge_overhead": 0.1},
+        )
 
-    doc = scenario(operators=[{"name": "src", "keyGroups": 1, "costPerRecord": 1e-5}], workload={"rate": 50_000})
+    doc = scenario(
+        operators=[{"name": "src", "keyGroups": 1, "costPerRecord": 1e-5}], workload={"rate": 50_000}
+    )
     p0, p1, _ = simulate(load_scenario(doc), rebalance=split).periods
     assert p0.load_distance == pytest.approx(25.0) and p0.utilization == pytest.approx(0.25)
     assert p1.load_distance == pytest.approx(2.5) and p1.utilization == pytest.approx(0.275)
@@ -111,7 +134,8 @@ def test_split_routing_and_merge_overhead_by_hand() -> None:
 def test_rate_step_scales_to_the_minimal_count() -> None:
     # One operator, no traffic: 50k rec/s x 1e-5 = 0.5 cores -> 1 executor; 150k -> 1.5 cores -> ceil(1.5/0.7) = 3.
     doc = scenario(
-        periods=12, executors={"initial": 1},
+        periods=12,
+        executors={"initial": 1},
         operators=[{"name": "src", "keyGroups": 8, "costPerRecord": 1e-5}],
         workload={"rate": 50_000, "steps": [{"at": 3, "rate": 150_000}]},
         scaling={"rule": "target", "stabilization": "1m", "metricWindow": "1m", "scaleDownDelay": "10m"},
@@ -124,8 +148,14 @@ def test_rate_step_scales_to_the_minimal_count() -> None:
 
 
 def test_faults_give_safe_decisions() -> None:
-    doc = scenario(periods=4, faults=[{"at": 1, "kind": "nan-load"}, {"at": 2, "kind": "missing-key-group"},
-                                      {"at": 3, "kind": "zero-capacity"}])
+    doc = scenario(
+        periods=4,
+        faults=[
+            {"at": 1, "kind": "nan-load"},
+            {"at": 2, "kind": "missing-key-group"},
+            {"at": 3, "kind": "zero-capacity"},
+        ],
+    )
     result = simulate(load_scenario(doc), rebalance=greedy_rebalance)
     assert [p.safe for p in result.periods] == [False, True, True, True]
     assert result.summary["safe_decisions"] == 3
@@ -140,24 +170,41 @@ def test_deterministic_under_the_seed() -> None:
     c = simulate(load_scenario(doc), rebalance=greedy_rebalance, seed=7).to_dict()
     assert a == b and a != c
     assert set(a) >= {"policy", "periods", "summary"}
-    assert {"load_distance_mean", "load_distance_max", "migrations_total", "load_index_final",
-            "executor_changes"} <= set(a["summary"])
-    assert {"load_distance", "load_index", "collocation_factor", "migrations", "executors", "backlog"} <= set(a["periods"][0])
+    assert {
+        "load_distance_mean",
+        "load_distance_max",
+        "migrations_total",
+        "load_index_final",
+        "executor_changes",
+    } <= set(a["summary"])
+    assert {"load_distance", "load_index", "collocation_factor", "migrations", "executors", "backlog"} <= set(
+        a["periods"][0]
+    )
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"operators": [{"name": "a", "inputs": ["ghost"]}]}, "operators[0].inputs[0]"),
-    ({"operators": [{"name": "a", "keyGroups": 4}, {"name": "b", "keyGroups": 2, "inputs": ["a"], "pattern": "one-to-one"}]},
-     "operators[1].pattern"),
-    ({"operators": [{"name": "a", "inputs": ["b"]}, {"name": "b", "inputs": ["a"]}]}, "operators"),
-    ({"executors": {"initial": 2, "capacities": [1.0]}}, "executors"),
-    ({"executors": {"initial": 0}}, "executors.initial"),
-    ({"workload": {"rate": -5}}, "workload.rate"),
-    ({"workload": {"spikes": [{"at": 1, "keyGroups": [99]}]}}, "workload.spikes[0].keyGroups[0]"),
-    ({"interval": "soon"}, "interval"),
-    ({"costs": {"serialisation": 1}}, "costs.serialisation"),
-    ({"faults": [{"at": 50, "kind": "nan-load"}]}, "faults[0].at"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"operators": [{"name": "a", "inputs": ["ghost"]}]}, "operators[0].inputs[0]"),
+        (
+            {
+                "operators": [
+                    {"name": "a", "keyGroups": 4},
+                    {"name": "b", "keyGroups": 2, "inputs": ["a"], "pattern": "one-to-one"},
+                ]
+            },
+            "operators[1].pattern",
+        ),
+        ({"operators": [{"name": "a", "inputs": ["b"]}, {"name": "b", "inputs": ["a"]}]}, "operators"),
+        ({"executors": {"initial": 2, "capacities": [1.0]}}, "executors"),
+        ({"executors": {"initial": 0}}, "executors.initial"),
+        ({"workload": {"rate": -5}}, "workload.rate"),
+        ({"workload": {"spikes": [{"at": 1, "keyGroups": [99]}]}}, "workload.spikes[0].keyGroups[0]"),
+        ({"interval": "soon"}, "interval"),
+        ({"costs": {"serialisation": 1}}, "costs.serialisation"),
+        ({"faults": [{"at": 50, "kind": "nan-load"}]}, "faults[0].at"),
+    ],
+)
 def test_bad_scenarios_name_the_field(change, field) -> None:
     with pytest.raises(ScenarioError) as info:
         load_scenario(scenario(**change))

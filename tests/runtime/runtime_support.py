@@ -12,27 +12,47 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
+from streamtopo.contracts import ExecutorEntry, RoutingTable, unit_key
 from streamtopo.planner.model import StreamTopology
-from streamtopo.planner.routing import ExecutorEntry, RoutingTable, unit_key
 
 
-def sequence_topology(name: str, *, count: int, rate: float, keys: int, window: float, key_groups: int = 4,
-                      extra: list[dict] | None = None, sink_input: str = "totals") -> StreamTopology:
+def sequence_topology(
+    name: str,
+    *,
+    count: int,
+    rate: float,
+    keys: int,
+    window: float,
+    key_groups: int = 4,
+    extra: list[dict] | None = None,
+    sink_input: str = "totals",
+) -> StreamTopology:
     """numbers (sequence) -> totals (keyed tumbling window: count, sum) -> out (file sink)."""
     operators = [
-        {"name": "numbers", "kind": "source",
-         "source": {"generator": "sequence", "ratePerSecond": rate, "count": count, "keys": keys}},
-        {"name": "totals", "kind": "aggregate", "inputs": ["numbers"], "keyBy": ["key"],
-         "window": {"size": window}, "aggregations": ["count(*) AS n", "sum(value) AS total"]},
+        {
+            "name": "numbers",
+            "kind": "source",
+            "source": {"generator": "sequence", "ratePerSecond": rate, "count": count, "keys": keys},
+        },
+        {
+            "name": "totals",
+            "kind": "aggregate",
+            "inputs": ["numbers"],
+            "keyBy": ["key"],
+            "window": {"size": window},
+            "aggregations": ["count(*) AS n", "sum(value) AS total"],
+        },
         *(extra or []),
         {"name": "out", "kind": "sink", "inputs": [sink_input], "sink": {"file": {}}},
     ]
     return StreamTopology.model_validate(
-        {"metadata": {"name": name}, "spec": {"keyGroups": key_groups, "operators": operators}})
+        {"metadata": {"name": name}, "spec": {"keyGroups": key_groups, "operators": operators}}
+    )
 
 
-def expected_totals(count: int, rate: float, keys: int, window: float,
-                    dropped=lambda seq: False) -> dict[tuple[int, float], tuple[int, int]]:
+def expected_totals(
+    count: int, rate: float, keys: int, window: float, dropped=lambda seq: False
+) -> dict[tuple[int, float], tuple[int, int]]:
     """(key, window start) -> (count, sum of value) for seq = 0..count-1, key = seq % keys, ts = seq / rate,
     leaving out the records ``dropped`` says."""
     out: dict[tuple[int, float], list[int]] = defaultdict(lambda: [0, 0])
@@ -47,8 +67,11 @@ def expected_totals(count: int, rate: float, keys: int, window: float,
 
 
 def read_lines(output: Path, sink: str = "out") -> list[dict]:
-    return [json.loads(line) for path in sorted((Path(output) / sink).glob("kg-*.jsonl"))
-            for line in path.read_text().splitlines()]
+    return [
+        json.loads(line)
+        for path in sorted((Path(output) / sink).glob("kg-*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
 
 
 def sink_totals(lines: list[dict]) -> dict[tuple[int, float], list[tuple[int, int]]]:
@@ -67,15 +90,23 @@ def assert_exactly_once(lines: list[dict], expected: dict) -> None:
     extra = sorted(set(got) - set(expected))
     assert not duplicated and not missing and not wrong and not extra, (
         f"duplicated {list(duplicated.items())[:5]}, missing {missing[:5]}, wrong {list(wrong.items())[:5]}, "
-        f"unexpected {extra[:5]}")
+        f"unexpected {extra[:5]}"
+    )
 
 
 def round_robin(topology: StreamTopology, executors: list[str], version: int = 1) -> RoutingTable:
     spec = topology.spec
-    units = {unit_key((op.name, kg)): executors[kg % len(executors)]
-             for op in spec.operators for kg in range(spec.key_groups_of(op.name))}
-    return RoutingTable(topology=topology.metadata.name, version=version,
-                        executors={e: ExecutorEntry() for e in executors}, units=units)
+    units = {
+        unit_key((op.name, kg)): executors[kg % len(executors)]
+        for op in spec.operators
+        for kg in range(spec.key_groups_of(op.name))
+    }
+    return RoutingTable(
+        topology=topology.metadata.name,
+        version=version,
+        executors={e: ExecutorEntry() for e in executors},
+        units=units,
+    )
 
 
 def write_routing(path: Path, routing: RoutingTable) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from streamtopo.planner.routing import ExecutorEntry, RoutingTable
-from streamtopo.runtime.drills import Kill, Schedule, held_by, recovery_pauses
+from streamtopo.contracts import ExecutorEntry, Keys, RoutingTable
+from streamtopo.local.drills import Kill, Schedule, held_by, recovery_pauses
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.handover import Pause
 from streamtopo.runtime.state_store import StateStore
-from streamtopo.runtime.transport import Keys, connect
+from streamtopo.runtime.transport import connect
 
 
 def test_a_kill_every_20_s_comes_20_s_into_the_run_or_as_soon_as_the_warm_up_ends():
@@ -33,10 +33,12 @@ def test_the_recovery_pause_runs_from_the_kill_to_the_next_acquisition_of_each_u
     """The receiver's own figure (seconds=0.01: it began waiting after its JVM started) is not what the
     unit paused; the kill at t=10 and the acquisitions at 31 and 33 are."""
     kill = Kill("t-e1", at=10.0, units=("agg/0", "agg/1", "agg/2"))
-    pauses = [Pause("agg/0", 0.5, "t-e0", "released", 0, at=5.0),  # an earlier hand-over: not this kill's
-              Pause("agg/0", 0.01, "t-e1", "recovered", 0, at=31.0),
-              Pause("agg/1", 0.01, "t-e1", "recovered", 0, at=33.0),
-              Pause("agg/0", 0.2, "t-e0", "released", 0, at=40.0)]  # a later migration: not this kill's
+    pauses = [
+        Pause("agg/0", 0.5, "t-e0", "released", 0, at=5.0),  # an earlier hand-over: not this kill's
+        Pause("agg/0", 0.01, "t-e1", "recovered", 0, at=31.0),
+        Pause("agg/1", 0.01, "t-e1", "recovered", 0, at=33.0),
+        Pause("agg/0", 0.2, "t-e0", "released", 0, at=40.0),
+    ]  # a later migration: not this kill's
     assert recovery_pauses([kill], pauses) == ([21.0, 23.0], 1)  # agg/2 never held again
 
 
@@ -45,8 +47,12 @@ def test_a_kill_stops_the_units_its_executor_holds_not_those_the_routing_sends_i
     """agg/1 is routed to t-e1 but its donor t-e0 still holds it (it keeps running there); t-e10 is
     another executor whose name starts like t-e1's."""
     units = {"agg/0": "t-e1", "agg/1": "t-e1", "agg/2": "t-e10"}
-    routing = RoutingTable(topology="t", version=2, units=units,
-                           executors={n: ExecutorEntry() for n in ("t-e0", "t-e1", "t-e10")})
+    routing = RoutingTable(
+        topology="t",
+        version=2,
+        units=units,
+        executors={n: ExecutorEntry() for n in ("t-e0", "t-e1", "t-e10")},
+    )
     with EmbeddedValkey() as valkey:
         store = StateStore(connect(valkey.url), Keys("t"))
         store.acquire("agg/0", "t-e1-4242-a1b2c3")

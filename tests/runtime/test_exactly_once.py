@@ -12,13 +12,14 @@ import time
 import pytest
 from runtime_support import assert_exactly_once, expected_totals, read_lines, round_robin, sequence_topology
 
-from streamtopo.controller.local_loop import local_loop
+from streamtopo.contracts import Keys
+from streamtopo.local.loop import local_loop
+from streamtopo.local.platform import LocalPlatform
+from streamtopo.local.runner import RunOptions, finalize_sinks, finished, run_topology
 from streamtopo.planner.cluster import Cluster
 from streamtopo.runtime.embedded import EmbeddedValkey
-from streamtopo.runtime.local import LocalPlatform
-from streamtopo.runtime.runner import RunOptions, finalize_sinks, finished, run_topology
 from streamtopo.runtime.state_store import StateStore
-from streamtopo.runtime.transport import Keys, connect
+from streamtopo.runtime.transport import connect
 
 pytestmark = [pytest.mark.slow, pytest.mark.valkey, pytest.mark.spark]
 
@@ -29,13 +30,27 @@ def test_drills_do_not_change_the_output(tmp_path):
     outputs = {}
     for name, drills in (("plain", {}), ("drills", {"migrate_every": 1.0, "kill_every": 4.0})):
         topology = sequence_topology(f"eo-{name}", count=count, rate=rate, keys=keys, window=window)
-        options = RunOptions(executors=2, output=tmp_path / name, live=False, adaptation=local_loop, duration=600,
-                             seed=3, **drills)
+        options = RunOptions(
+            executors=2,
+            output=tmp_path / name,
+            live=False,
+            adaptation=local_loop,
+            duration=600,
+            seed=3,
+            **drills,
+        )
         summary = run_topology(topology, options)
         assert summary.finished and summary.failed is None
-        assert summary.sinks["out"]["in"] == summary.sinks["out"]["out"] == len(expected_totals(count, rate, keys, window))
-        outputs[name] = sorted(line for path in (tmp_path / name / "out").glob("kg-*.jsonl")
-                               for line in path.read_text().splitlines())
+        assert (
+            summary.sinks["out"]["in"]
+            == summary.sinks["out"]["out"]
+            == len(expected_totals(count, rate, keys, window))
+        )
+        outputs[name] = sorted(
+            line
+            for path in (tmp_path / name / "out").glob("kg-*.jsonl")
+            for line in path.read_text().splitlines()
+        )
         assert_exactly_once(read_lines(tmp_path / name), expected_totals(count, rate, keys, window))
         if drills:
             assert summary.migrations >= 5 and summary.kills >= 1
@@ -47,12 +62,15 @@ def test_drills_do_not_change_the_output(tmp_path):
 def test_kill_during_migration_trials(tmp_path, run):
     """10 trials per run (20 in all): move a key group, kill -9 its donor or receiver mid-hand-over."""
     count, rate, keys, window = 700, 5, 7, 2.0
-    topology = sequence_topology(f"eo-trials-{run}", count=count, rate=rate, keys=keys, window=window,
-                                 key_groups=4)
+    topology = sequence_topology(
+        f"eo-trials-{run}", count=count, rate=rate, keys=keys, window=window, key_groups=4
+    )
     rng = random.Random(run)
     out = tmp_path / "out"
-    with EmbeddedValkey() as valkey, LocalPlatform(tmp_path / "work", valkey.url, Cluster.uniform(1, 2),
-                                                   output_dir=out) as platform:
+    with (
+        EmbeddedValkey() as valkey,
+        LocalPlatform(tmp_path / "work", valkey.url, Cluster.uniform(1, 2), output_dir=out) as platform,
+    ):
         store = StateStore(connect(valkey.url), Keys(topology.metadata.name))
         routing = round_robin(topology, ["ex-0", "ex-1"])
         platform.write_topology(topology)
@@ -95,8 +113,10 @@ def test_suspend_and_resume_lose_and_duplicate_nothing(tmp_path):
     topology = sequence_topology("eo-suspend", count=count, rate=rate, keys=keys, window=window)
     suspended = topology.model_copy(update={"spec": topology.spec.model_copy(update={"suspend": True})})
     out = tmp_path / "out"
-    with EmbeddedValkey() as valkey, LocalPlatform(tmp_path / "work", valkey.url, Cluster.uniform(1, 2),
-                                                   output_dir=out) as platform:
+    with (
+        EmbeddedValkey() as valkey,
+        LocalPlatform(tmp_path / "work", valkey.url, Cluster.uniform(1, 2), output_dir=out) as platform,
+    ):
         store = StateStore(connect(valkey.url), Keys(topology.metadata.name))
         routing = round_robin(topology, ["ex-0", "ex-1"])
         platform.apply(DesiredState(topology, routing))

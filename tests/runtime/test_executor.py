@@ -24,23 +24,33 @@ from runtime_support import (
     write_routing,
 )
 
+from streamtopo.contracts import Keys
+from streamtopo.local.runner import finalize_sinks, finished
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.executor import Executor, ExecutorConfig
 from streamtopo.runtime.handover import Pause
 from streamtopo.runtime.operators.state import ipc_to_frame
-from streamtopo.runtime.runner import finalize_sinks, finished
 from streamtopo.runtime.state_store import Fenced, StateStore
-from streamtopo.runtime.transport import Keys, append, connect, entry_fields
+from streamtopo.runtime.transport import append, connect, entry_fields
 
 pytestmark = [pytest.mark.valkey, pytest.mark.spark]
 
 CONTRACT = {  # notes/controller_api.md, family names (counters without _total)
-    "streamtopo_unit_busy_seconds", "streamtopo_unit_records_in", "streamtopo_unit_records_out",
-    "streamtopo_kg_records", "streamtopo_unit_state_bytes", "streamtopo_unit_backlog_records",
-    "streamtopo_unit_oldest_record_age_seconds", "streamtopo_executor_cpu_seconds",
-    "streamtopo_executor_memory_bytes", "streamtopo_executor_cpu_capacity_cores", "streamtopo_routing_version",
-    "streamtopo_migrations", "streamtopo_migration_pause_seconds", "streamtopo_dead_letters",
+    "streamtopo_unit_busy_seconds",
+    "streamtopo_unit_records_in",
+    "streamtopo_unit_records_out",
+    "streamtopo_kg_records",
+    "streamtopo_unit_state_bytes",
+    "streamtopo_unit_backlog_records",
+    "streamtopo_unit_oldest_record_age_seconds",
+    "streamtopo_executor_cpu_seconds",
+    "streamtopo_executor_memory_bytes",
+    "streamtopo_executor_cpu_capacity_cores",
+    "streamtopo_routing_version",
+    "streamtopo_migrations",
+    "streamtopo_migration_pause_seconds",
+    "streamtopo_dead_letters",
 }
 
 
@@ -92,8 +102,12 @@ def test_pipeline_output_is_exact(valkey, spark, tmp_path):
     assert probes == [200, 200]
     exported = {f.name for f in text_string_to_metric_families(metrics)}
     assert CONTRACT <= exported, CONTRACT - exported
-    totals_in = sum(s.value for f in text_string_to_metric_families(metrics) for s in f.samples
-                    if s.name == "streamtopo_unit_records_in_total" and s.labels["operator"] == "totals")
+    totals_in = sum(
+        s.value
+        for f in text_string_to_metric_families(metrics)
+        for s in f.samples
+        if s.name == "streamtopo_unit_records_in_total" and s.labels["operator"] == "totals"
+    )
     assert totals_in == 600
     texts = [p.read_text() for p in (tmp_path / "out" / "out").glob("kg-*.jsonl")]
     assert all(t.endswith("\n") for t in texts if t)
@@ -123,8 +137,11 @@ def test_re_sent_entries_are_dropped_by_producer_sequence(valkey, spark, tmp_pat
             append(client, keys.stream("numbers", "totals", j), fields)
             if producer == 0 and j == dest[0]:
                 append(client, keys.stream("numbers", "totals", j), fields)  # re-sent
-            append(client, keys.stream("numbers", "totals", j),
-                   entry_fields(f"numbers/{producer}", 2, math.inf, None))
+            append(
+                client,
+                keys.stream("numbers", "totals", j),
+                entry_fields(f"numbers/{producer}", 2, math.inf, None),
+            )
             sent[(producer, j)] = len(part)
     running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
     try:
@@ -137,15 +154,18 @@ def test_re_sent_entries_are_dropped_by_producer_sequence(valkey, spark, tmp_pat
 def test_poisoned_records_go_to_the_dead_letter_stream(valkey, spark, tmp_path):
     check = {"name": "check", "kind": "udf", "inputs": ["numbers"], "function": "runtime_udfs:poison_13"}
     topology = between_source_and_totals(
-        sequence_topology("ex-dead", count=400, rate=4000, keys=5, window=0.05, key_groups=2), check)
+        sequence_topology("ex-dead", count=400, rate=4000, keys=5, window=0.05, key_groups=2), check
+    )
     run_to_end(valkey, topology, tmp_path)
     poisoned = [s for s in range(400) if s % 100 == 13]
-    assert_exactly_once(read_lines(tmp_path / "out"),
-                        expected_totals(400, 4000, 5, 0.05, dropped=lambda s: s % 100 == 13))
+    assert_exactly_once(
+        read_lines(tmp_path / "out"), expected_totals(400, 4000, 5, 0.05, dropped=lambda s: s % 100 == 13)
+    )
     client = connect(valkey.url)
     letters = client.xrange(Keys("ex-dead").dead_letters)
-    assert letters and all(f[b"operator"] == b"check" and f[b"field"] == b"function" and f[b"error"]
-                           for _, f in letters)
+    assert letters and all(
+        f[b"operator"] == b"check" and f[b"field"] == b"function" and f[b"error"] for _, f in letters
+    )
     dead = pd.concat([ipc_to_frame(f[b"d"]) for _, f in letters])
     assert sorted(dead["seq"].tolist()) == poisoned
 
@@ -185,7 +205,9 @@ def test_migrations_and_a_crash_lose_and_duplicate_nothing(valkey, spark, tmp_pa
     table = round_robin(topology, ["ex-0", "ex-1"])
     write_routing(routing_path, table)
     out = tmp_path / "out"
-    runs = {n: Running(Executor(topology, routing_path, n, valkey.url, output_dir=out)) for n in ("ex-0", "ex-1")}
+    runs = {
+        n: Running(Executor(topology, routing_path, n, valkey.url, output_dir=out)) for n in ("ex-0", "ex-1")
+    }
     store = runs["ex-0"].executor.store
     try:
         moves = [("totals", 1), ("out", 1), ("numbers", 0), ("totals", 2), ("totals", 1), ("numbers", 3)]
@@ -238,10 +260,18 @@ def test_transport_lost_mid_run_resumes_without_loss(spark, tmp_path):
 def test_executor_build_fails_clearly_on_a_udf_that_does_not_import(tmp_path):
     from streamtopo.runtime.operators import OperatorError
 
-    topology = sequence_topology("ex-badudf", count=10, rate=10, keys=1, window=1.0, extra=[
-        {"name": "bad", "kind": "udf", "inputs": ["totals"], "function": "no_such_module_xyz:fn"}],
-        sink_input="bad")
-    with pytest.raises(OperatorError, match="operator 'bad', function: cannot import 'no_such_module_xyz:fn'"):
+    topology = sequence_topology(
+        "ex-badudf",
+        count=10,
+        rate=10,
+        keys=1,
+        window=1.0,
+        extra=[{"name": "bad", "kind": "udf", "inputs": ["totals"], "function": "no_such_module_xyz:fn"}],
+        sink_input="bad",
+    )
+    with pytest.raises(
+        OperatorError, match="operator 'bad', function: cannot import 'no_such_module_xyz:fn'"
+    ):
         Executor(topology, tmp_path / "routing.json", "ex-0", "redis://127.0.0.1:1")
 
 
@@ -251,12 +281,21 @@ def test_lazy_step_failing_on_a_record_is_redone_eagerly_and_dead_letters_it(val
     dead-letter stream naming the filter's expr, and everything else arrives exactly once."""
     topology = between_source_and_totals(
         sequence_topology("ex-lazy-fail", count=300, rate=3000, keys=4, window=0.05, key_groups=2),
-        {"name": "valid", "kind": "filter", "inputs": ["numbers"], "expr": "value / (seq % 100 - 13) > -1000000"})
+        {
+            "name": "valid",
+            "kind": "filter",
+            "inputs": ["numbers"],
+            "expr": "value / (seq % 100 - 13) > -1000000",
+        },
+    )
     run_to_end(valkey, topology, tmp_path)
-    assert_exactly_once(read_lines(tmp_path / "out"),
-                        expected_totals(300, 3000, 4, 0.05, dropped=lambda s: s % 100 == 13))
+    assert_exactly_once(
+        read_lines(tmp_path / "out"), expected_totals(300, 3000, 4, 0.05, dropped=lambda s: s % 100 == 13)
+    )
     letters = connect(valkey.url).xrange(Keys("ex-lazy-fail").dead_letters)
-    assert {f[b"operator"] for _, f in letters} == {b"valid"} and {f[b"field"] for _, f in letters} == {b"expr"}
+    assert {f[b"operator"] for _, f in letters} == {b"valid"} and {f[b"field"] for _, f in letters} == {
+        b"expr"
+    }
     dead = pd.concat([ipc_to_frame(f[b"d"]) for _, f in letters])
     assert sorted(dead["seq"].tolist()) == [13, 113, 213]
 
@@ -264,21 +303,50 @@ def test_lazy_step_failing_on_a_record_is_redone_eagerly_and_dead_letters_it(val
 def test_a_stream_sink_feeds_another_topologys_stream_source(valkey, spark, tmp_path):
     """Topology A writes a sequence to the stream "chain"; topology B reads it with two key groups and
     aggregates: B's windows (all of them, including the last) are exactly A's records."""
-    producer = StreamTopology.model_validate({"metadata": {"name": "chain-a"}, "spec": {"keyGroups": 3, "operators": [
-        {"name": "numbers", "kind": "source",
-         "source": {"generator": "sequence", "ratePerSecond": 3000, "count": 450, "keys": 5}},
-        {"name": "publish", "kind": "sink", "inputs": ["numbers"], "sink": {"stream": "chain"}}]}})
-    consumer = StreamTopology.model_validate({"metadata": {"name": "chain-b"}, "spec": {"keyGroups": 2, "operators": [
-        {"name": "numbers", "kind": "source", "source": {"stream": "chain"}},
-        {"name": "totals", "kind": "aggregate", "inputs": ["numbers"], "keyBy": ["key"],
-         "window": {"size": 0.05}, "aggregations": ["count(*) AS n", "sum(value) AS total"]},
-        {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}}]}})
+    producer = StreamTopology.model_validate(
+        {
+            "metadata": {"name": "chain-a"},
+            "spec": {
+                "keyGroups": 3,
+                "operators": [
+                    {
+                        "name": "numbers",
+                        "kind": "source",
+                        "source": {"generator": "sequence", "ratePerSecond": 3000, "count": 450, "keys": 5},
+                    },
+                    {"name": "publish", "kind": "sink", "inputs": ["numbers"], "sink": {"stream": "chain"}},
+                ],
+            },
+        }
+    )
+    consumer = StreamTopology.model_validate(
+        {
+            "metadata": {"name": "chain-b"},
+            "spec": {
+                "keyGroups": 2,
+                "operators": [
+                    {"name": "numbers", "kind": "source", "source": {"stream": "chain"}},
+                    {
+                        "name": "totals",
+                        "kind": "aggregate",
+                        "inputs": ["numbers"],
+                        "keyBy": ["key"],
+                        "window": {"size": 0.05},
+                        "aggregations": ["count(*) AS n", "sum(value) AS total"],
+                    },
+                    {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
+                ],
+            },
+        }
+    )
     paths = {}
     for top in (producer, consumer):
         paths[top.metadata.name] = tmp_path / f"{top.metadata.name}.json"
         write_routing(paths[top.metadata.name], round_robin(top, ["ex-0"]))
-    runs = [Running(Executor(top, paths[top.metadata.name], "ex-0", valkey.url, output_dir=tmp_path / "out"))
-            for top in (producer, consumer)]
+    runs = [
+        Running(Executor(top, paths[top.metadata.name], "ex-0", valkey.url, output_dir=tmp_path / "out"))
+        for top in (producer, consumer)
+    ]
     try:
         wait_finished(runs[1].executor.store, consumer)
     finally:
@@ -287,14 +355,29 @@ def test_a_stream_sink_feeds_another_topologys_stream_source(valkey, spark, tmp_
     assert_exactly_once(read_lines(tmp_path / "out"), expected_totals(450, 3000, 5, 0.05))
 
 
-def test_an_unkeyed_operator_with_more_key_groups_than_its_input_reaches_end_of_stream(valkey, spark, tmp_path):
+def test_an_unkeyed_operator_with_more_key_groups_than_its_input_reaches_end_of_stream(
+    valkey, spark, tmp_path
+):
     """Source with one key group -> unkeyed filter with four: units 1-3 of the filter have no producer. They
     are complete from the start; before, they held the watermark at -inf and the run never ended."""
-    topology = StreamTopology.model_validate({"metadata": {"name": "ex-fanin"}, "spec": {"keyGroups": 4, "operators": [
-        {"name": "numbers", "kind": "source", "keyGroups": 1,
-         "source": {"generator": "sequence", "ratePerSecond": 2000, "count": 400, "keys": 5}},
-        {"name": "even", "kind": "filter", "inputs": ["numbers"], "expr": "value % 2 = 0"},
-        {"name": "out", "kind": "sink", "inputs": ["even"], "sink": {"file": {}}}]}})
+    topology = StreamTopology.model_validate(
+        {
+            "metadata": {"name": "ex-fanin"},
+            "spec": {
+                "keyGroups": 4,
+                "operators": [
+                    {
+                        "name": "numbers",
+                        "kind": "source",
+                        "keyGroups": 1,
+                        "source": {"generator": "sequence", "ratePerSecond": 2000, "count": 400, "keys": 5},
+                    },
+                    {"name": "even", "kind": "filter", "inputs": ["numbers"], "expr": "value % 2 = 0"},
+                    {"name": "out", "kind": "sink", "inputs": ["even"], "sink": {"file": {}}},
+                ],
+            },
+        }
+    )
     run_to_end(valkey, topology, tmp_path)
     assert sorted(r["value"] for r in read_lines(tmp_path / "out")) == list(range(0, 400, 2))
 
@@ -307,13 +390,18 @@ def test_two_namespaces_run_the_same_topology_name_on_one_valkey_apart(valkey, s
         base = sequence_topology("same", count=count, rate=3000, keys=5, window=0.05, key_groups=2)
         document = base.model_dump(mode="json", by_alias=True, exclude_none=True)
         document["metadata"]["namespace"] = namespace
-        document["spec"]["operators"].append({"name": "publish", "kind": "sink", "inputs": ["numbers"],
-                                              "sink": {"stream": "numbers-out"}})
+        document["spec"]["operators"].append(
+            {"name": "publish", "kind": "sink", "inputs": ["numbers"], "sink": {"stream": "numbers-out"}}
+        )
         topology = StreamTopology.model_validate(document)
         routing = tmp_path / f"{namespace}.json"
         write_routing(routing, round_robin(topology, ["ex-0"]))
-        runs.append((topology, Running(Executor(topology, routing, "ex-0", valkey.url,
-                                                output_dir=tmp_path / namespace))))
+        runs.append(
+            (
+                topology,
+                Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / namespace)),
+            )
+        )
         expected[namespace] = expected_totals(count, 3000, 5, 0.05)
     try:
         for topology, running in runs:
@@ -333,17 +421,36 @@ def test_a_stream_source_reads_external_json_entries(valkey, spark, tmp_path):
     entry goes to the dead-letter stream and the rest is processed."""
     client = connect(valkey.url)
     client.delete("orders")
-    rows = [{"shop": s, "amount": a, "ts": t} for t, (s, a) in enumerate([("a", 3), ("b", 4), ("a", 5), ("b", 6)])]
+    rows = [
+        {"shop": s, "amount": a, "ts": t} for t, (s, a) in enumerate([("a", 3), ("b", 4), ("a", 5), ("b", 6)])
+    ]
     client.xadd("orders", {"json": json.dumps(rows[:2])})
     client.xadd("orders", {"json": b"{not json"})
     client.xadd("orders", {"json": json.dumps(rows[2])})
     client.xadd("orders", {"json": json.dumps(rows[3])})
-    client.xadd("orders", {"json": json.dumps({"shop": "c", "amount": 0, "ts": 100})})  # closes windows [0, 4)
-    topology = StreamTopology.model_validate({"metadata": {"name": "ex-json"}, "spec": {"keyGroups": 1, "operators": [
-        {"name": "orders", "kind": "source", "source": {"stream": "orders"}},
-        {"name": "spend", "kind": "aggregate", "inputs": ["orders"], "keyBy": ["shop"],
-         "window": {"size": 2}, "aggregations": ["sum(amount) AS total"]},
-        {"name": "out", "kind": "sink", "inputs": ["spend"], "sink": {"file": {}}}]}})
+    client.xadd(
+        "orders", {"json": json.dumps({"shop": "c", "amount": 0, "ts": 100})}
+    )  # closes windows [0, 4)
+    topology = StreamTopology.model_validate(
+        {
+            "metadata": {"name": "ex-json"},
+            "spec": {
+                "keyGroups": 1,
+                "operators": [
+                    {"name": "orders", "kind": "source", "source": {"stream": "orders"}},
+                    {
+                        "name": "spend",
+                        "kind": "aggregate",
+                        "inputs": ["orders"],
+                        "keyBy": ["shop"],
+                        "window": {"size": 2},
+                        "aggregations": ["sum(amount) AS total"],
+                    },
+                    {"name": "out", "kind": "sink", "inputs": ["spend"], "sink": {"file": {}}},
+                ],
+            },
+        }
+    )
     routing = tmp_path / "routing.json"
     write_routing(routing, round_robin(topology, ["ex-0"]))
     running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
@@ -389,12 +496,16 @@ def test_a_unit_moving_to_an_executor_that_is_not_up_keeps_running_on_its_donor(
                 run.stop()
     finalize_sinks(donor.executor.store, topology, out)
     assert_exactly_once(read_lines(out), expected_totals(2400, 400, 5, 0.25))
-    [pause] = [Pause.from_json(p) for p in donor.executor.store.client.lrange(donor.executor.store.keys.pauses, 0, -1)]
+    [pause] = [
+        Pause.from_json(p)
+        for p in donor.executor.store.client.lrange(donor.executor.store.keys.pauses, 0, -1)
+    ]
     assert pause.kind == "released" and pause.receiver == "ex-1"
 
 
-@pytest.mark.parametrize("policy, served", [("odf", {"totals/0"}), ("ydf", {"totals/1"}),
-                                            ("all", {"totals/0", "totals/1"})])
+@pytest.mark.parametrize(
+    "policy, served", [("odf", {"totals/0"}), ("ydf", {"totals/1"}), ("all", {"totals/0", "totals/1"})]
+)
 def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path, policy, served):
     """Two aggregate units with 300 queued records each, a step budget of 100: ODF serves the queue whose
     first entry arrived first, YDF the other; without a policy both are read in full. An entry another
@@ -410,13 +521,21 @@ def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path
     for j in (0, 1):  # totals/0's queue first: its front is older
         stream = keys.stream("numbers", "totals", j)
         for seq in range(1, 4):
-            records = pd.DataFrame({"seq": range(100), "key": [0] * 100, "value": range(100),
-                                    "_ts": [0.0] * 100, "_kg": [j] * 100})
+            records = pd.DataFrame(
+                {
+                    "seq": range(100),
+                    "key": [0] * 100,
+                    "value": range(100),
+                    "_ts": [0.0] * 100,
+                    "_kg": [j] * 100,
+                }
+            )
             append(client, stream, entry_fields(f"numbers/{j}", seq, 0.0, records))
             time.sleep(0.01)
         client.hincrby(keys.backlog, stream, 300)
-    executor = Executor(topology, routing, "ex-0", valkey.url,
-                        config=ExecutorConfig(scheduling=policy, step_records=100))
+    executor = Executor(
+        topology, routing, "ex-0", valkey.url, config=ExecutorConfig(scheduling=policy, step_records=100)
+    )
     executor.start()
     try:
         executor._apply_routing()
@@ -443,17 +562,46 @@ def test_records_travelling_whole_across_executors_arrive_once(valkey, spark, tm
     """A re-keyed map into a keyed file sink on two executors: most records leave the producer's JVM as
     Arrow and cross through Valkey. Units move and an executor crashes: every record is written once."""
     count, rate = 4000, 400
-    topology = StreamTopology.model_validate({"metadata": {"name": "ex-whole"}, "spec": {"keyGroups": 4, "operators": [
-        {"name": "numbers", "kind": "source",
-         "source": {"generator": "sequence", "ratePerSecond": rate, "count": count, "keys": 13}},
-        {"name": "rekeyed", "kind": "map", "inputs": ["numbers"], "select": ["seq", "(seq div 4) % 7 AS account"]},
-        {"name": "out", "kind": "sink", "inputs": ["rekeyed"], "keyBy": ["account"], "sink": {"file": {}}},
-    ]}})
+    topology = StreamTopology.model_validate(
+        {
+            "metadata": {"name": "ex-whole"},
+            "spec": {
+                "keyGroups": 4,
+                "operators": [
+                    {
+                        "name": "numbers",
+                        "kind": "source",
+                        "source": {
+                            "generator": "sequence",
+                            "ratePerSecond": rate,
+                            "count": count,
+                            "keys": 13,
+                        },
+                    },
+                    {
+                        "name": "rekeyed",
+                        "kind": "map",
+                        "inputs": ["numbers"],
+                        "select": ["seq", "(seq div 4) % 7 AS account"],
+                    },
+                    {
+                        "name": "out",
+                        "kind": "sink",
+                        "inputs": ["rekeyed"],
+                        "keyBy": ["account"],
+                        "sink": {"file": {}},
+                    },
+                ],
+            },
+        }
+    )
     routing_path = tmp_path / "routing.json"
     table = round_robin(topology, ["ex-0", "ex-1"])
     write_routing(routing_path, table)
     out = tmp_path / "out"
-    runs = {n: Running(Executor(topology, routing_path, n, valkey.url, output_dir=out)) for n in ("ex-0", "ex-1")}
+    runs = {
+        n: Running(Executor(topology, routing_path, n, valkey.url, output_dir=out)) for n in ("ex-0", "ex-1")
+    }
     store = runs["ex-0"].executor.store
     try:
         for unit in [("out", 1), ("rekeyed", 2), ("out", 3), ("numbers", 0)]:
@@ -472,33 +620,60 @@ def test_records_travelling_whole_across_executors_arrive_once(valkey, spark, tm
     lines = read_lines(out)
     assert sorted(int(line["seq"]) for line in lines) == list(range(count))
     assert all(int(line["account"]) == (int(line["seq"]) // 4) % 7 for line in lines)
-    files_of: dict[int, set[str]] = {}  # keyed routing: each account in one key group's file, from any producer
+    files_of: dict[
+        int, set[str]
+    ] = {}  # keyed routing: each account in one key group's file, from any producer
     for path in (out / "out").glob("kg-*.jsonl"):
         for line in path.read_text().splitlines():
             files_of.setdefault(json.loads(line)["account"], set()).add(path.name)
     assert len(files_of) == 7 and all(len(names) == 1 for names in files_of.values()), files_of
 
 
-@pytest.mark.parametrize("consumer,executors,cap", [
-    ("aggregate", 1, 2_000_000), ("aggregate", 2, 2_000_000),  # filter -> aggregate: partials, in the JVM
-    ("sink", 1, 250_000), ("sink", 2, 500_000),  # filter -> keyed sink: records come out (1M per step)
-])
+@pytest.mark.parametrize(
+    "consumer,executors,cap",
+    [
+        ("aggregate", 1, 2_000_000),
+        ("aggregate", 2, 2_000_000),  # filter -> aggregate: partials, in the JVM
+        ("sink", 1, 250_000),
+        ("sink", 2, 500_000),  # filter -> keyed sink: records come out (1M per step)
+    ],
+)
 def test_source_steps_take_the_backlog_while_records_stay_in_the_jvm(consumer, executors, cap):
     """A backlogged source unit may take up to max_source_records when its records only ever meet
     aggregates or lazy local operators; up to materialized_records for all its units when they come out."""
-    from streamtopo.planner.routing import unit_key
+    from streamtopo.contracts import unit_key
     from streamtopo.runtime.hosting import Hosted
     from streamtopo.runtime.state_store import UnitRecord
 
-    last = ({"kind": "aggregate", "keyBy": ["key"], "aggregations": ["count(*) AS n"]} if consumer == "aggregate"
-            else {"kind": "sink", "keyBy": ["key"], "sink": {"file": {}}})
-    topology = StreamTopology.model_validate({"metadata": {"name": "ex-cap"}, "spec": {"keyGroups": 4, "operators": [
-        {"name": "numbers", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": 10, "keys": 5}},
-        {"name": "kept", "kind": "filter", "inputs": ["numbers"], "expr": "value % 2 = 0"},
-        {"name": "last", "inputs": ["kept"], **last},
-    ]}})
-    executor = Executor(topology, "unused-routing.json", "ex-0", "redis://127.0.0.1:1",
-                        config=ExecutorConfig(max_source_records=2_000_000, materialized_records=1_000_000))
+    last = (
+        {"kind": "aggregate", "keyBy": ["key"], "aggregations": ["count(*) AS n"]}
+        if consumer == "aggregate"
+        else {"kind": "sink", "keyBy": ["key"], "sink": {"file": {}}}
+    )
+    topology = StreamTopology.model_validate(
+        {
+            "metadata": {"name": "ex-cap"},
+            "spec": {
+                "keyGroups": 4,
+                "operators": [
+                    {
+                        "name": "numbers",
+                        "kind": "source",
+                        "source": {"generator": "sequence", "ratePerSecond": 10, "keys": 5},
+                    },
+                    {"name": "kept", "kind": "filter", "inputs": ["numbers"], "expr": "value % 2 = 0"},
+                    {"name": "last", "inputs": ["kept"], **last},
+                ],
+            },
+        }
+    )
+    executor = Executor(
+        topology,
+        "unused-routing.json",
+        "ex-0",
+        "redis://127.0.0.1:1",
+        config=ExecutorConfig(max_source_records=2_000_000, materialized_records=1_000_000),
+    )
     for (op, kg), owner in round_robin(topology, [f"ex-{i}" for i in range(executors)]).assignment().items():
         if owner == "ex-0":
             executor.hosted[unit_key((op, kg))] = Hosted(op, kg, 1, UnitRecord(), None)
@@ -512,27 +687,53 @@ def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, t
     aggregate's own job, in pandas by a sink that materialises them, and by the step's one count job for
     flows a map or filter takes lazily (a filter feeding a map whose output has two consumers)."""
     count, rate, keys = 900, 3000, 7
-    topology = StreamTopology.model_validate({"metadata": {"name": "ex-counts"}, "spec": {"keyGroups": 4, "operators": [
-        {"name": "numbers", "kind": "source",
-         "source": {"generator": "sequence", "ratePerSecond": rate, "count": count, "keys": keys}},
-        {"name": "kept", "kind": "filter", "inputs": ["numbers"], "expr": "value % 3 <> 0"},
-        {"name": "scaled", "kind": "map", "inputs": ["kept"], "select": ["key", "value"]},
-        {"name": "totals", "kind": "aggregate", "inputs": ["scaled"], "keyBy": ["key"], "window": {"size": 0.05},
-         "aggregations": ["count(*) AS n", "sum(value) AS total"]},
-        {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
-        {"name": "raw", "kind": "sink", "inputs": ["scaled"], "sink": {"file": {}}},
-    ]}})
+    topology = StreamTopology.model_validate(
+        {
+            "metadata": {"name": "ex-counts"},
+            "spec": {
+                "keyGroups": 4,
+                "operators": [
+                    {
+                        "name": "numbers",
+                        "kind": "source",
+                        "source": {
+                            "generator": "sequence",
+                            "ratePerSecond": rate,
+                            "count": count,
+                            "keys": keys,
+                        },
+                    },
+                    {"name": "kept", "kind": "filter", "inputs": ["numbers"], "expr": "value % 3 <> 0"},
+                    {"name": "scaled", "kind": "map", "inputs": ["kept"], "select": ["key", "value"]},
+                    {
+                        "name": "totals",
+                        "kind": "aggregate",
+                        "inputs": ["scaled"],
+                        "keyBy": ["key"],
+                        "window": {"size": 0.05},
+                        "aggregations": ["count(*) AS n", "sum(value) AS total"],
+                    },
+                    {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
+                    {"name": "raw", "kind": "sink", "inputs": ["scaled"], "sink": {"file": {}}},
+                ],
+            },
+        }
+    )
     routing = tmp_path / "routing.json"
     write_routing(routing, round_robin(topology, ["ex-0"]))
     running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
     try:
         wait_finished(running.executor.store, topology)
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{running.executor.server.server_port}/metrics").read()
+        metrics = urllib.request.urlopen(
+            f"http://127.0.0.1:{running.executor.server.server_port}/metrics"
+        ).read()
     finally:
         running.stop()
     kept = sum(1 for seq in range(count) if seq % 3)
-    assert_exactly_once(read_lines(tmp_path / "out"),
-                        expected_totals(count, rate, keys, 0.05, dropped=lambda seq: seq % 3 == 0))
+    assert_exactly_once(
+        read_lines(tmp_path / "out"),
+        expected_totals(count, rate, keys, 0.05, dropped=lambda seq: seq % 3 == 0),
+    )
     assert len(read_lines(tmp_path / "out", "raw")) == kept
     sums: dict[tuple[str, ...], float] = {}
     for family in text_string_to_metric_families(metrics.decode()):
@@ -546,10 +747,23 @@ def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, t
             sums[key] = sums.get(key, 0) + s.value
     records_in, records_out = "streamtopo_unit_records_in_total", "streamtopo_unit_records_out_total"
     assert {op: sums[(records_in, op)] for op in ("kept", "scaled", "totals", "raw")} == {
-        "kept": count, "scaled": kept, "totals": kept, "raw": kept}
+        "kept": count,
+        "scaled": kept,
+        "totals": kept,
+        "raw": kept,
+    }
     assert {op: sums[(records_out, op)] for op in ("numbers", "kept", "scaled")} == {
-        "numbers": count, "kept": kept, "scaled": kept}
+        "numbers": count,
+        "kept": kept,
+        "scaled": kept,
+    }
     traffic = "streamtopo_kg_records_total"
-    assert {edge: sums[(traffic, *edge)] for edge in [("numbers", "kept"), ("kept", "scaled"), ("scaled", "totals"),
-                                                       ("scaled", "raw")]} == {
-        ("numbers", "kept"): count, ("kept", "scaled"): kept, ("scaled", "totals"): kept, ("scaled", "raw"): kept}
+    assert {
+        edge: sums[(traffic, *edge)]
+        for edge in [("numbers", "kept"), ("kept", "scaled"), ("scaled", "totals"), ("scaled", "raw")]
+    } == {
+        ("numbers", "kept"): count,
+        ("kept", "scaled"): kept,
+        ("scaled", "totals"): kept,
+        ("scaled", "raw"): kept,
+    }

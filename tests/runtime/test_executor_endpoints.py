@@ -45,16 +45,35 @@ def answer(port: int, path: str) -> int:
 @pytest.mark.parametrize(("bind", "expected"), [(None, {"0.0.0.0"}), ("127.0.0.1", {"127.0.0.1"})])
 def test_endpoints_bind_all_interfaces_as_a_pod_runs_it(tmp_path, bind, expected):
     topology = sequence_topology("bind", count=100, rate=50, keys=3, window=1.0)
-    (tmp_path / "topology.yaml").write_text(yaml.safe_dump(topology.model_dump(mode="json", by_alias=True,
-                                                                              exclude_none=True)))
+    (tmp_path / "topology.yaml").write_text(
+        yaml.safe_dump(topology.model_dump(mode="json", by_alias=True, exclude_none=True))
+    )
     write_routing(tmp_path / "routing.json", round_robin(topology, ["bind-e0"]))
     port = find_free_port(start_port=24100)
     with EmbeddedValkey() as valkey:
-        args = [sys.executable, "-m", "streamtopo", "executor", "--topology", str(tmp_path / "topology.yaml"),
-                "--routing", str(tmp_path / "routing.json"), "--name", "bind-e0", "--transport", valkey.url,
-                "--metrics-port", str(port), "--cpu", "1", "--output", str(tmp_path / "out")]
-        process = subprocess.Popen(args + (["--bind", bind] if bind else []), stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+        args = [
+            sys.executable,
+            "-m",
+            "streamtopo",
+            "executor",
+            "--topology",
+            str(tmp_path / "topology.yaml"),
+            "--routing",
+            str(tmp_path / "routing.json"),
+            "--name",
+            "bind-e0",
+            "--transport",
+            valkey.url,
+            "--metrics-port",
+            str(port),
+            "--cpu",
+            "1",
+            "--output",
+            str(tmp_path / "out"),
+        ]
+        process = subprocess.Popen(
+            args + (["--bind", bind] if bind else []), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             deadline = time.time() + 240
             while not (addresses := listening(process.pid, port)):

@@ -10,8 +10,18 @@ from streamtopo.planner.expressions import ALLOWED_FUNCTIONS, KEYWORDS, expressi
 
 pytestmark = [pytest.mark.spark]
 
-DENIED = ["reflect", "java_method", "try_reflect", "xpath", "xpath_string", "raise_error", "assert_true",
-          "current_user", "input_file_name", "version"]
+DENIED = [
+    "reflect",
+    "java_method",
+    "try_reflect",
+    "xpath",
+    "xpath_string",
+    "raise_error",
+    "assert_true",
+    "current_user",
+    "input_file_name",
+    "version",
+]
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +41,17 @@ def test_the_refused_functions_exist_in_spark_and_are_refused(spark_functions: s
 
 
 def test_allowed_expressions_run(spark) -> None:
-    expressions = ["upper(concat_ws('-', 'a', 'b'))", "round(sqrt(16.0) + pmod(7, 3), 2)",
-                   "date_format(to_timestamp('2026-11-25 10:00:00'), 'HH')", "coalesce(NULL, 1)",
-                   "size(transform(array(1, 2), x -> x * 2))", "get_json_object('{\"a\": 1}', '$.a')",
-                   "xxhash64('k')", "CASE WHEN 1 > 0 THEN 'y' ELSE 'n' END", "CAST('3' AS INT) IN (1, 3)"]
+    expressions = [
+        "upper(concat_ws('-', 'a', 'b'))",
+        "round(sqrt(16.0) + pmod(7, 3), 2)",
+        "date_format(to_timestamp('2026-11-25 10:00:00'), 'HH')",
+        "coalesce(NULL, 1)",
+        "size(transform(array(1, 2), x -> x * 2))",
+        "get_json_object('{\"a\": 1}', '$.a')",
+        "xxhash64('k')",
+        "CASE WHEN 1 > 0 THEN 'y' ELSE 'n' END",
+        "CAST('3' AS INT) IN (1, 3)",
+    ]
     for text in expressions:
         assert expression_problem(text) is None, text
         spark.sql(f"SELECT {text} AS v").collect()

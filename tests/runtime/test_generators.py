@@ -45,8 +45,12 @@ def test_sequence_is_exact_for_any_parts(spark, layout):
 def test_same_seq_same_record_whatever_the_parts(spark, name):
     """A record depends on its seq only, not on which parts or which range plan produced it."""
     whole = generators.frame(spark, name, LAYOUTS["aligned"], K, 1.0, seed=3, keys=40).toPandas()
-    pieces = pd.concat([generators.frame(spark, name, parts, K, 1.0, seed=3, keys=40).toPandas()
-                        for parts in ([(0, 5, 10), (2, 5, 30)], [(0, 15, 20), (1, 5, 30), (3, 5, 30)])])
+    pieces = pd.concat(
+        [
+            generators.frame(spark, name, parts, K, 1.0, seed=3, keys=40).toPandas()
+            for parts in ([(0, 5, 10), (2, 5, 30)], [(0, 15, 20), (1, 5, 30), (3, 5, 30)])
+        ]
+    )
     by_seq = [f.sort_values("_ts").reset_index(drop=True) for f in (whole, pieces)]  # _ts = seq at rate 1
     pd.testing.assert_frame_equal(*by_seq)
     other = generators.frame(spark, name, LAYOUTS["aligned"], K, 1.0, seed=4, keys=40).toPandas()
@@ -57,8 +61,12 @@ def test_same_seq_same_record_whatever_the_parts(spark, name):
 def test_values_are_identical_in_a_fresh_process_and_jvm(spark):
     """xxhash64 and IEEE arithmetic only: another interpreter with its own JVM regenerates exactly the same
     records (a replay on another executor relies on it)."""
-    requests = [("trades", [(0, 0, 40), (2, 7, 40)], 3, 0), ("quotes", [(1, 0, 40)], 3, 2),
-                ("words", [(0, 0, 60)], 1, 5), ("sequence", [(1, 3, 20)], 2, 0)]
+    requests = [
+        ("trades", [(0, 0, 40), (2, 7, 40)], 3, 0),
+        ("quotes", [(1, 0, 40)], 3, 2),
+        ("words", [(0, 0, 60)], 1, 5),
+        ("sequence", [(1, 3, 20)], 2, 0),
+    ]
 
     def rows(name, parts, k, seed):
         frame = generators.frame(spark, name, parts, k, 1000.0, seed=seed, keys=50)
@@ -74,8 +82,9 @@ def test_values_are_identical_in_a_fresh_process_and_jvm(spark):
         "       for n, parts, k, s in json.loads(sys.stdin.read())]\n"
         "print(json.dumps(out))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], input=json.dumps(requests), capture_output=True,
-                            text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], input=json.dumps(requests), capture_output=True, text=True, check=True
+    )
     assert json.loads(result.stdout.strip().splitlines()[-1]) == [rows(*r) for r in requests]
 
 

@@ -21,12 +21,18 @@ def records(n: int = 160, seed: int = 1, horizon: float = 30.0) -> pd.DataFrame:
     """Random keyed records on a 0.25 s grid (exact in binary, so no boundary depends on rounding)."""
     rng = np.random.default_rng(seed)
     keys = rng.choice(list(KG_OF_KEY), size=n)
-    return pd.DataFrame({
-        "key": keys,
-        "value": rng.integers(-50, 100, size=n),
-        "_ts": rng.integers(0, int(horizon * 4), size=n) / 4.0,
-        "_kg": np.array([KG_OF_KEY[k] for k in keys], dtype=np.int32),
-    }).sort_values("_ts", kind="stable").reset_index(drop=True)
+    return (
+        pd.DataFrame(
+            {
+                "key": keys,
+                "value": rng.integers(-50, 100, size=n),
+                "_ts": rng.integers(0, int(horizon * 4), size=n) / 4.0,
+                "_kg": np.array([KG_OF_KEY[k] for k in keys], dtype=np.int32),
+            }
+        )
+        .sort_values("_ts", kind="stable")
+        .reset_index(drop=True)
+    )
 
 
 def reference(df: pd.DataFrame, size: float, slide: float, windows_of, arrived_before=None) -> pd.DataFrame:
@@ -40,8 +46,18 @@ def reference(df: pd.DataFrame, size: float, slide: float, windows_of, arrived_b
             if arrived_before is None or arrived_before(i, start + size):
                 acc.setdefault((start, start + size, row["key"], row["_kg"]), []).append(int(row["value"]))
     rows = [
-        {"window_start": s, "window_end": e, "key": k, "s2": 2 * sum(v), "n": len(v), "mean": sum(v) / len(v),
-         "lo": min(v), "hi": max(v), "_ts": e, "_kg": kg}
+        {
+            "window_start": s,
+            "window_end": e,
+            "key": k,
+            "s2": 2 * sum(v),
+            "n": len(v),
+            "mean": sum(v) / len(v),
+            "lo": min(v),
+            "hi": max(v),
+            "_ts": e,
+            "_kg": kg,
+        }
         for (s, e, k, kg), v in acc.items()
     ]
     return canonical(pd.DataFrame(rows))
@@ -56,8 +72,14 @@ def aggregate_op(make_spec, size, slide, combine, aggs=AGGS):
     window = {"size": size} if slide is None else {"size": size, "slide": slide}
     spec = make_spec(
         {"name": "src", "kind": "source", "source": {"generator": "sequence"}},
-        {"name": "agg", "kind": "aggregate", "inputs": ["src"], "keyBy": ["key"], "window": window,
-         "aggregations": aggs},
+        {
+            "name": "agg",
+            "kind": "aggregate",
+            "inputs": ["src"],
+            "keyBy": ["key"],
+            "window": window,
+            "aggregations": aggs,
+        },
     )
     return build_operator(spec.operator("agg"), spec, combine=combine)
 
@@ -145,8 +167,13 @@ def test_windows_fire_only_when_the_key_groups_watermark_passes_their_end(spark,
 def test_running_aggregate_emits_totals_so_far(spark, make_spec):
     spec = make_spec(
         {"name": "src", "kind": "source", "source": {"generator": "sequence"}},
-        {"name": "agg", "kind": "aggregate", "inputs": ["src"], "keyBy": ["key"],
-         "aggregations": ["sum(value) AS total", "count(*) AS n"]},
+        {
+            "name": "agg",
+            "kind": "aggregate",
+            "inputs": ["src"],
+            "keyBy": ["key"],
+            "aggregations": ["sum(value) AS total", "count(*) AS n"],
+        },
     )
     op = build_operator(spec.operator("agg"), spec)
     df = records(seed=7)
@@ -157,8 +184,12 @@ def test_running_aggregate_emits_totals_so_far(spark, make_spec):
         result = op.process(spark, batch, {kg: states[kg] for kg in states}, {})
         states.update(result.states)
         seen = df.iloc[np.concatenate(chunks[: c + 1])]
-        expected = (seen[seen.key.isin(batch.key)].groupby("key")
-                    .agg(total=("value", "sum"), n=("value", "size"), _ts=("_ts", "max")).reset_index())
+        expected = (
+            seen[seen.key.isin(batch.key)]
+            .groupby("key")
+            .agg(total=("value", "sum"), n=("value", "size"), _ts=("_ts", "max"))
+            .reset_index()
+        )
         got = result.output.sort_values("key").reset_index(drop=True)
         pd.testing.assert_frame_equal(got[["key", "total", "n", "_ts"]], expected, check_dtype=False)
         assert (got._kg == got.key.map(KG_OF_KEY)).all()
@@ -186,19 +217,34 @@ def test_combine_rule_and_pane_size():
 
 
 def test_bad_aggregations_name_the_field(make_spec):
-    for aggs, message in [(["median(x) AS m"], "not decomposable"), (["sum(x)"], r"fn\(expression\) AS alias"),
-                          (["sum(x) AS a", "max(y) AS a"], "used twice")]:
+    for aggs, message in [
+        (["median(x) AS m"], "not decomposable"),
+        (["sum(x)"], r"fn\(expression\) AS alias"),
+        (["sum(x) AS a", "max(y) AS a"], "used twice"),
+    ]:
         with pytest.raises(OperatorError, match=message) as info:
             aggregate_op(make_spec, 5.0, None, None, aggs)
         assert info.value.field == "aggregations" and "agg" in str(info.value)
 
 
-@pytest.mark.parametrize("rate,keys,size,slide", [(10000, 8, 60, 10), (1, None, 6, 2), (5000, 400, 10, 1), (500, 4, 5, 5)])
+@pytest.mark.parametrize(
+    "rate,keys,size,slide", [(10000, 8, 60, 10), (1, None, 6, 2), (5000, 400, 10, 1), (500, 4, 5, 5)]
+)
 def test_operator_applies_the_cost_rule_to_the_specs_rates(make_spec, rate, keys, size, slide):
     spec = make_spec(
-        {"name": "src", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": rate, "keys": keys}},
-        {"name": "agg", "kind": "aggregate", "inputs": ["src"], "keyBy": ["key"],
-         "window": {"size": size, "slide": slide}, "aggregations": ["count(*) AS n"]},
+        {
+            "name": "src",
+            "kind": "source",
+            "source": {"generator": "sequence", "ratePerSecond": rate, "keys": keys},
+        },
+        {
+            "name": "agg",
+            "kind": "aggregate",
+            "inputs": ["src"],
+            "keyBy": ["key"],
+            "window": {"size": size, "slide": slide},
+            "aggregations": ["count(*) AS n"],
+        },
         key_groups=4,
     )
     per_key = rate / 4 / max(1.0, (keys or 4) / 4)  # t: records per second per key of one key group
@@ -217,7 +263,9 @@ def test_lazy_input_equals_reference_and_counts_per_producing_unit(spark, make_s
     src = (np.arange(len(df)) % 3).astype(np.int64)
     op = aggregate_op(make_spec, 6.0, 2.0, combine)
     result = op.process(spark, to_spark(spark, df.assign(**{SRC: src})), {}, {kg: math.inf for kg in ALL_KGS})
-    pd.testing.assert_frame_equal(canonical(result.output), reference(df, 6.0, 2.0, windows_of), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        canonical(result.output), reference(df, 6.0, 2.0, windows_of), check_dtype=False
+    )
     expected = df.assign(s=src).groupby(["s", "_kg"]).size()
     assert result.input_counts == {(int(s), int(kg)): int(n) for (s, kg), n in expected.items()}
 
@@ -235,7 +283,7 @@ def test_partials_combined_upstream_equal_the_records(spark, make_spec, windows_
     df = records(seed=4)
     src = (np.arange(len(df)) % 3).astype(np.int64)
     op = aggregate_op(make_spec, size, slide, combine)
-    shipped, direct = df.iloc[: len(df) // 2 + 7], df.iloc[len(df) // 2 + 7:]
+    shipped, direct = df.iloc[: len(df) // 2 + 7], df.iloc[len(df) // 2 + 7 :]
     partials = op.partials(to_spark(spark, shipped.assign(**{SRC: src[: len(shipped)]})))
     sent = shipped.assign(s=src[: len(shipped)]).groupby(["s", "_kg"]).size()
     assert partials.groupby([SRC, "_kg"])[COUNT].sum().to_dict() == {k: int(n) for k, n in sent.items()}
@@ -243,9 +291,14 @@ def test_partials_combined_upstream_equal_the_records(spark, make_spec, windows_
     early = {kg: 10.0 for kg in ALL_KGS}
     store: dict[int, object] = {}
     outputs = []
-    for batch, extra, watermarks in ((direct.iloc[:0], wire, early), (direct, None, dict.fromkeys(ALL_KGS, math.inf))):
+    for batch, extra, watermarks in (
+        (direct.iloc[:0], wire, early),
+        (direct, None, dict.fromkeys(ALL_KGS, math.inf)),
+    ):
         result = op.process(spark, batch, store, watermarks, partials=extra)
         store = {kg: op.decode_state(op.encode_state(s)) for kg, s in result.states.items()}
         outputs.append(result.output)
     out = pd.concat([o for o in outputs if len(o)], ignore_index=True)
-    pd.testing.assert_frame_equal(canonical(out), reference(df, size, slide or size, windows_of), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        canonical(out), reference(df, size, slide or size, windows_of), check_dtype=False
+    )

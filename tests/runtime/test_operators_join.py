@@ -19,40 +19,67 @@ KG_OF = {"AAPL": 0, "IBM": 1, "MSFT": 1, "ORCL": 2}
 def side(n: int, seed: int, extra: str) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     symbols = rng.choice(list(KG_OF), size=n)
-    return pd.DataFrame({
-        "symbol": symbols,
-        "price": np.round(rng.uniform(10, 20, size=n), 2),
-        extra: rng.integers(1, 100, size=n),
-        "_ts": rng.integers(0, 80, size=n) / 4.0,
-        "_kg": np.array([KG_OF[s] for s in symbols], dtype=np.int32),
-    })
+    return pd.DataFrame(
+        {
+            "symbol": symbols,
+            "price": np.round(rng.uniform(10, 20, size=n), 2),
+            extra: rng.integers(1, 100, size=n),
+            "_ts": rng.integers(0, 80, size=n) / 4.0,
+            "_kg": np.array([KG_OF[s] for s in symbols], dtype=np.int32),
+        }
+    )
 
 
 def join_op(make_spec, size, slide):
     spec = make_spec(
         {"name": "trades", "kind": "source", "source": {"generator": "trades"}},
         {"name": "quotes", "kind": "source", "source": {"generator": "quotes"}},
-        {"name": "j", "kind": "join", "inputs": ["trades", "quotes"], "keyBy": ["symbol"],
-         "window": {"size": size, "slide": slide}},
+        {
+            "name": "j",
+            "kind": "join",
+            "inputs": ["trades", "quotes"],
+            "keyBy": ["symbol"],
+            "window": {"size": size, "slide": slide},
+        },
     )
     return build_operator(spec.operator("j"), spec)
 
 
 def reference(left, right, size, slide, windows_of) -> pd.DataFrame:
     rows = []
-    for l in left.to_dict("records"):
+    for lrow in left.to_dict("records"):
         for r in right.to_dict("records"):
-            if l["symbol"] != r["symbol"]:
+            if lrow["symbol"] != r["symbol"]:
                 continue
-            for start in set(windows_of(l["_ts"], size, slide)) & set(windows_of(r["_ts"], size, slide)):
-                rows.append({"window_start": start, "window_end": start + size, "symbol": l["symbol"],
-                             "trades_price": l["price"], "volume": l["volume"], "quotes_price": r["price"],
-                             "bid_size": r["bid_size"], "_ts": start + size, "_kg": l["_kg"]})
+            for start in set(windows_of(lrow["_ts"], size, slide)) & set(windows_of(r["_ts"], size, slide)):
+                rows.append(
+                    {
+                        "window_start": start,
+                        "window_end": start + size,
+                        "symbol": lrow["symbol"],
+                        "trades_price": lrow["price"],
+                        "volume": lrow["volume"],
+                        "quotes_price": r["price"],
+                        "bid_size": r["bid_size"],
+                        "_ts": start + size,
+                        "_kg": lrow["_kg"],
+                    }
+                )
     return canonical(pd.DataFrame(rows))
 
 
 def canonical(df: pd.DataFrame) -> pd.DataFrame:
-    cols = ["window_start", "window_end", "symbol", "trades_price", "volume", "quotes_price", "bid_size", "_ts", "_kg"]
+    cols = [
+        "window_start",
+        "window_end",
+        "symbol",
+        "trades_price",
+        "volume",
+        "quotes_price",
+        "bid_size",
+        "_ts",
+        "_kg",
+    ]
     return df[cols].astype({"_kg": "int32"}).sort_values(cols).reset_index(drop=True)
 
 
@@ -64,7 +91,9 @@ def test_join_in_one_call_equals_reference(spark, make_spec, windows_of, size, s
     out = op.process(spark, batch, {}, {kg: math.inf for kg in range(4)}).output
     assert list(out.columns[:3]) == ["window_start", "window_end", "symbol"]
     assert out.volume.dtype == np.int64  # integer columns survive the two-input batch
-    pd.testing.assert_frame_equal(canonical(out), reference(left, right, size, slide, windows_of), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        canonical(out), reference(left, right, size, slide, windows_of), check_dtype=False
+    )
 
 
 def test_join_across_calls_watermarks_and_state_bytes(spark, make_spec, windows_of):
@@ -85,5 +114,9 @@ def test_join_across_calls_watermarks_and_state_bytes(spark, make_spec, windows_
             store.update({kg: op.encode_state(s) for kg, s in result.states.items()})
             outputs.append(result.output)
     out = pd.concat([o for o in outputs if len(o)], ignore_index=True)
-    pd.testing.assert_frame_equal(canonical(out), reference(left, right, 6.0, 2.0, windows_of), check_dtype=False)
-    assert all(len(op.decode_state(b)["trades"]) == 0 for b in store.values())  # all windows fired: state drained
+    pd.testing.assert_frame_equal(
+        canonical(out), reference(left, right, 6.0, 2.0, windows_of), check_dtype=False
+    )
+    assert all(
+        len(op.decode_state(b)["trades"]) == 0 for b in store.values()
+    )  # all windows fired: state drained

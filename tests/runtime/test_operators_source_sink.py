@@ -14,8 +14,9 @@ from streamtopo.runtime.operators.source import SourceOperator
 
 
 def source(make_spec, generator="sequence", **fields):
-    spec = make_spec({"name": "src", "kind": "source",
-                      "source": {"generator": generator, "ratePerSecond": 50, **fields}})
+    spec = make_spec(
+        {"name": "src", "kind": "source", "source": {"generator": generator, "ratePerSecond": 50, **fields}}
+    )
     return build_operator(spec.operator("src"), spec)
 
 
@@ -76,8 +77,9 @@ def test_replay_from_any_offset_is_identical(spark, make_spec, generator):
     op = source(make_spec, generator, seed=11)
     first = pd.concat([generate(spark, op, 2, s, 25)[0] for s in (0, 25, 50)], ignore_index=True)
     state = op.decode_state(op.encode_state(20))
-    replay = pd.concat([generate(spark, op, 2, 0, 20)[0], generate(spark, op, 2, state, 55)[0]],
-                       ignore_index=True)
+    replay = pd.concat(
+        [generate(spark, op, 2, 0, 20)[0], generate(spark, op, 2, state, 55)[0]], ignore_index=True
+    )
     pd.testing.assert_frame_equal(first, replay)
     other_seed = generate(spark, source(make_spec, generator, seed=12), 2, 0, 75)[0]
     if generator != "sequence":
@@ -95,15 +97,24 @@ def test_unknown_generator_names_source_generator(make_spec):
 
 
 def sink(make_spec, target):
-    spec = make_spec({"name": "src", "kind": "source", "source": {"generator": "sequence"}},
-                     {"name": "out", "kind": "sink", "inputs": ["src"], "sink": target})
+    spec = make_spec(
+        {"name": "src", "kind": "source", "source": {"generator": "sequence"}},
+        {"name": "out", "kind": "sink", "inputs": ["src"], "sink": target},
+    )
     return build_operator(spec.operator("out"), spec)
 
 
 @pytest.mark.spark
 def test_sink_json_lines_round_trip(spark, make_spec):
-    df = pd.DataFrame({"symbol": ["A", None], "pv": [1 / 3, np.nan], "n": [3, 4],
-                       "_ts": [10.0, 20.0], "_kg": np.array([1, 2], dtype=np.int32)})
+    df = pd.DataFrame(
+        {
+            "symbol": ["A", None],
+            "pv": [1 / 3, np.nan],
+            "n": [3, 4],
+            "_ts": [10.0, 20.0],
+            "_kg": np.array([1, 2], dtype=np.int32),
+        }
+    )
     op = sink(make_spec, {"file": {}})
     assert op.process(spark, df, {}, {}).output is df  # the executor writes what the sink receives
     lines = op.format(df)

@@ -13,34 +13,49 @@ pytestmark = pytest.mark.spark
 
 def trades(n: int = 50) -> pd.DataFrame:
     rng = np.random.default_rng(0)
-    return pd.DataFrame({
-        "symbol": rng.choice(["AAPL", "IBM", "MSFT"], size=n),
-        "price": np.round(rng.uniform(-5, 100, size=n), 2),
-        "volume": rng.integers(0, 20, size=n),
-        "_ts": np.arange(n) / 10.0,
-        "_kg": rng.integers(0, 4, size=n).astype(np.int32),
-    })
+    return pd.DataFrame(
+        {
+            "symbol": rng.choice(["AAPL", "IBM", "MSFT"], size=n),
+            "price": np.round(rng.uniform(-5, 100, size=n), 2),
+            "volume": rng.integers(0, 20, size=n),
+            "_ts": np.arange(n) / 10.0,
+            "_kg": rng.integers(0, 4, size=n).astype(np.int32),
+        }
+    )
 
 
 def operator(make_spec, **fields):
-    spec = make_spec({"name": "src", "kind": "source", "source": {"generator": "trades"}},
-                     {"name": "op", "inputs": ["src"], **fields})
+    spec = make_spec(
+        {"name": "src", "kind": "source", "source": {"generator": "trades"}},
+        {"name": "op", "inputs": ["src"], **fields},
+    )
     return build_operator(spec.operator("op"), spec)
 
 
 def test_filter_equals_pandas(spark, make_spec):
     df = trades()
-    out = operator(make_spec, kind="filter", expr="price > 0 AND volume > 0").process(spark, df, {}, {}).output
+    out = (
+        operator(make_spec, kind="filter", expr="price > 0 AND volume > 0").process(spark, df, {}, {}).output
+    )
     expected = df[(df.price > 0) & (df.volume > 0)].reset_index(drop=True)
     pd.testing.assert_frame_equal(out, expected)
 
 
 def test_map_equals_pandas_and_keeps_reserved_columns(spark, make_spec):
     df = trades()
-    op = operator(make_spec, kind="map", select=["symbol", "price * volume AS notional", "upper(symbol) AS s"])
+    op = operator(
+        make_spec, kind="map", select=["symbol", "price * volume AS notional", "upper(symbol) AS s"]
+    )
     out = op.process(spark, df, {}, {}).output
-    expected = pd.DataFrame({"symbol": df.symbol, "notional": df.price * df.volume, "s": df.symbol.str.upper(),
-                             "_kg": df._kg, "_ts": df._ts})
+    expected = pd.DataFrame(
+        {
+            "symbol": df.symbol,
+            "notional": df.price * df.volume,
+            "s": df.symbol.str.upper(),
+            "_kg": df._kg,
+            "_ts": df._ts,
+        }
+    )
     pd.testing.assert_frame_equal(out, expected, check_like=True)
 
 
@@ -90,8 +105,10 @@ def test_lazy_input_gives_the_same_records_lazily(spark, make_spec):
     from streamtopo.runtime.operators.base import to_spark
 
     df = trades()
-    for fields in ({"kind": "filter", "expr": "price > 0 AND volume > 0"},
-                   {"kind": "map", "select": ["symbol", "price * volume AS notional"]}):
+    for fields in (
+        {"kind": "filter", "expr": "price > 0 AND volume > 0"},
+        {"kind": "map", "select": ["symbol", "price * volume AS notional"]},
+    ):
         op = operator(make_spec, **fields)
         lazy = op.process(spark, to_spark(spark, df), {}, {}).output
         assert isinstance(lazy, SparkFrame)

@@ -12,7 +12,7 @@ from streamtopo.runtime.operators import OperatorError, RecordError, build_opera
 
 pytestmark = pytest.mark.spark
 
-UDFS = textwrap.dedent('''
+UDFS = textwrap.dedent("""
     import pandas as pd
 
     def enrich(df):
@@ -30,7 +30,7 @@ UDFS = textwrap.dedent('''
 
     def not_a_frame(df):
         return 42
-''')
+""")
 
 
 @pytest.fixture
@@ -42,17 +42,23 @@ def udf_module(tmp_path, monkeypatch):
 
 
 def udf(make_spec, function):
-    spec = make_spec({"name": "src", "kind": "source", "source": {"generator": "trades"}},
-                     {"name": "enrich", "kind": "udf", "inputs": ["src"], "function": function})
+    spec = make_spec(
+        {"name": "src", "kind": "source", "source": {"generator": "trades"}},
+        {"name": "enrich", "kind": "udf", "inputs": ["src"], "function": function},
+    )
     return build_operator(spec.operator("enrich"), spec)
 
 
 def batch(n: int = 30) -> pd.DataFrame:
     rng = np.random.default_rng(1)
-    return pd.DataFrame({
-        "symbol": rng.choice(["AAPL", "IBM"], size=n), "price": np.round(rng.uniform(1, 99, size=n), 2),
-        "_ts": np.arange(n, dtype=float), "_kg": rng.integers(0, 3, size=n).astype(np.int32),
-    })
+    return pd.DataFrame(
+        {
+            "symbol": rng.choice(["AAPL", "IBM"], size=n),
+            "price": np.round(rng.uniform(1, 99, size=n), 2),
+            "_ts": np.arange(n, dtype=float),
+            "_kg": rng.integers(0, 3, size=n).astype(np.int32),
+        }
+    )
 
 
 def test_udf_output_equals_calling_the_function_per_key_group(spark, make_spec, udf_module):
@@ -61,11 +67,18 @@ def test_udf_output_equals_calling_the_function_per_key_group(spark, make_spec, 
     df = batch()
     out = udf(make_spec, f"{udf_module}:enrich").process(spark, df, {}, {}).output
     expected = pd.concat(
-        [user_udfs.enrich(part.reset_index(drop=True)).assign(_kg=kg, _ts=part._ts.max())
-         for kg, part in df.groupby("_kg")], ignore_index=True)
+        [
+            user_udfs.enrich(part.reset_index(drop=True)).assign(_kg=kg, _ts=part._ts.max())
+            for kg, part in df.groupby("_kg")
+        ],
+        ignore_index=True,
+    )
     sort = ["_kg", "symbol", "price"]
-    pd.testing.assert_frame_equal(out.sort_values(sort).reset_index(drop=True),
-                                  expected.sort_values(sort).reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        out.sort_values(sort).reset_index(drop=True),
+        expected.sort_values(sort).reset_index(drop=True),
+        check_dtype=False,
+    )
 
 
 def test_udf_sees_one_key_group_at_a_time(spark, make_spec, udf_module):

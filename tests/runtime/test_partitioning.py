@@ -16,8 +16,9 @@ from pyspark.sql import functions as F
 
 from streamtopo.runtime.partitioning import key_hash, partition_key, route, route_column
 
-FRAME = pd.DataFrame({"symbol": ["AAPL", "IBM", "MSFT", "AAPL", "ORCL", "ZZZ", "é"] * 3,
-                      "venue": list(range(21))})
+FRAME = pd.DataFrame(
+    {"symbol": ["AAPL", "IBM", "MSFT", "AAPL", "ORCL", "ZZZ", "é"] * 3, "venue": list(range(21))}
+)
 KS = (1, 4, 7, 32)
 ALPHABET = list("abcXYZ09 \x00") + ["é", "ü", "ß", "€", "中", "文", "😀", "\u0301"]  # NUL, 1- to 4-byte UTF-8
 
@@ -28,18 +29,30 @@ def random_frame(seed: int, n: int = 200) -> pd.DataFrame:
     floats = rng.choice([0.0, -0.0, 5.0, np.nan, 1e300, -1e-300, 2.0**63, np.inf, -np.inf], n)
     floats = np.where(rng.random(n) < 0.5, rng.normal(0, 1e6, n), floats)
     strings = ["".join(rng.choice(ALPHABET, rng.integers(0, 10))) for _ in range(n)]
-    return pd.DataFrame({
-        "i64": rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64) // rng.choice([1, 2**40, 2**62], n),
-        "i32": rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32),
-        "f64": floats,
-        "f32": np.clip(floats / 7, -3e38, 3e38).astype(np.float32),
-        "b": rng.random(n) < 0.5,
-        "flag": rng.choice(np.array([True, False, None], dtype=object), n),  # object bools with None
-        "text": [None if rng.random() < 0.1 else s for s in strings],
-    })
+    return pd.DataFrame(
+        {
+            "i64": rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64) // rng.choice([1, 2**40, 2**62], n),
+            "i32": rng.integers(-(2**31), 2**31 - 1, n, dtype=np.int32),
+            "f64": floats,
+            "f32": np.clip(floats / 7, -3e38, 3e38).astype(np.float32),
+            "b": rng.random(n) < 0.5,
+            "flag": rng.choice(np.array([True, False, None], dtype=object), n),  # object bools with None
+            "text": [None if rng.random() < 0.1 else s for s in strings],
+        }
+    )
 
 
-KEYS = [("i64",), ("i32",), ("f64",), ("f32",), ("b",), ("flag",), ("text",), ("text", "i64", "f64"), ("flag", "text", "i32")]
+KEYS = [
+    ("i64",),
+    ("i32",),
+    ("f64",),
+    ("f32",),
+    ("b",),
+    ("flag",),
+    ("text",),
+    ("text", "i64", "f64"),
+    ("flag", "text", "i32"),
+]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -48,8 +61,15 @@ def test_numpy_route_equals_spark_route_column(spark, seed):
     (and the same hash as Spark's own ``hash()``)."""
     df = random_frame(seed)
     sdf = spark.createDataFrame(df)
-    assert dict(sdf.dtypes) == {"i64": "bigint", "i32": "int", "f64": "double", "f32": "float",
-                                "b": "boolean", "flag": "boolean", "text": "string"}
+    assert dict(sdf.dtypes) == {
+        "i64": "bigint",
+        "i32": "int",
+        "f64": "double",
+        "f32": "float",
+        "b": "boolean",
+        "flag": "boolean",
+        "text": "string",
+    }
     exprs = [route_column(key, k, 0).alias(f"r{i}_{k}") for i, key in enumerate(KEYS) for k in KS]
     exprs += [F.hash(*[canonical(c) for c in key]).alias(f"h{i}") for i, key in enumerate(KEYS)]
     spark_out = sdf.select(*exprs).toPandas()
@@ -68,8 +88,10 @@ def canonical(column: str):
 
 def test_nan_and_null_created_inside_spark_route_as_in_pandas(spark):
     """Spark keeps NaN distinct from null; both must route like pandas' NaN/None."""
-    sdf = spark.sql("SELECT * FROM VALUES (CAST('NaN' AS DOUBLE), 'a'), (CAST(NULL AS DOUBLE), 'a'), "
-                    "(-0.0D, NULL), (0.0D, 'b') AS t(x, s)")
+    sdf = spark.sql(
+        "SELECT * FROM VALUES (CAST('NaN' AS DOUBLE), 'a'), (CAST(NULL AS DOUBLE), 'a'), "
+        "(-0.0D, NULL), (0.0D, 'b') AS t(x, s)"
+    )
     df = pd.DataFrame({"x": [np.nan, None, -0.0, 0.0], "s": ["a", "a", None, "b"]})
     got = [row[0] for row in sdf.select(route_column(("x", "s"), 32, 0)).collect()]
     assert got == route(df, ("x", "s"), 32, 0).tolist()
@@ -77,8 +99,10 @@ def test_nan_and_null_created_inside_spark_route_as_in_pandas(spark):
 
 
 def test_int_and_double_keys_meet_in_spark_and_pandas(spark):
-    sdf = spark.sql("SELECT 5 AS k UNION ALL SELECT 5.0D UNION ALL SELECT CAST(5 AS BIGINT) "
-                    "UNION ALL SELECT CAST(5 AS TINYINT)")
+    sdf = spark.sql(
+        "SELECT 5 AS k UNION ALL SELECT 5.0D UNION ALL SELECT CAST(5 AS BIGINT) "
+        "UNION ALL SELECT CAST(5 AS TINYINT)"
+    )
     ints = pd.DataFrame({"k": np.array([5], dtype=np.int32)})
     floats = pd.DataFrame({"k": [5.0]})
     spark_groups = {row[0] for row in sdf.select(route_column(("k",), 32, 0)).collect()}
@@ -103,13 +127,16 @@ def test_missing_key_column_is_named():
         route(FRAME, ("symbol", "nope"), 4, 0)
 
 
-@pytest.mark.parametrize("values", [
-    pd.to_datetime(["2024-01-01", "2024-01-02"]),
-    pd.to_timedelta([1, 2], unit="s"),
-    [b"ab", b"cd"],
-    [pd.Timestamp("2024-01-01").date(), None],
-    [1, "a"],
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        pd.to_datetime(["2024-01-01", "2024-01-02"]),
+        pd.to_timedelta([1, 2], unit="s"),
+        [b"ab", b"cd"],
+        [pd.Timestamp("2024-01-01").date(), None],
+        [1, "a"],
+    ],
+)
 def test_unsupported_key_types_are_refused_by_name(values):
     with pytest.raises(ValueError, match="keyBy: column 'when' has type"):
         route(pd.DataFrame({"when": values}), ("when",), 4, 0)
@@ -130,8 +157,14 @@ def test_route_is_identical_in_a_fresh_process():
         "df = pd.DataFrame(json.loads(sys.stdin.read()))\n"
         "print(json.dumps(route(df, ('symbol', 'venue'), 32, 0).tolist()))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], input=FRAME.to_json(orient="columns"),
-                            capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "12345"})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        input=FRAME.to_json(orient="columns"),
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345"},
+    )
     assert json.loads(result.stdout) == ours
 
 
@@ -140,13 +173,20 @@ def test_equal_keys_meet_whatever_their_pandas_dtype():
     floats = pd.DataFrame({"k": [1.0, 2.0, 3.0, 40.0]})
     nullable = pd.DataFrame({"k": pd.array([1, 2, 3, 40], dtype="Int64")})
     objects = pd.DataFrame({"k": np.array([1, 2.0, 3, 40], dtype=object)})
-    assert route(ints, ("k",), 16, 0).tolist() == route(floats, ("k",), 16, 0).tolist() \
-        == route(nullable, ("k",), 16, 0).tolist() == route(objects, ("k",), 16, 0).tolist()
+    assert (
+        route(ints, ("k",), 16, 0).tolist()
+        == route(floats, ("k",), 16, 0).tolist()
+        == route(nullable, ("k",), 16, 0).tolist()
+        == route(objects, ("k",), 16, 0).tolist()
+    )
     obj = pd.DataFrame({"s": ["a", "b", None]})
     arrow = pd.DataFrame({"s": pd.array(["a", "b", None], dtype="string")})
     category = pd.DataFrame({"s": pd.Categorical(["a", "b", None])})
-    assert route(obj, ("s",), 16, 0).tolist() == route(arrow, ("s",), 16, 0).tolist() \
+    assert (
+        route(obj, ("s",), 16, 0).tolist()
+        == route(arrow, ("s",), 16, 0).tolist()
         == route(category, ("s",), 16, 0).tolist()
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -175,7 +215,13 @@ def test_keys_spread_over_key_groups(make):
 def test_partition_key_inherits_through_a_single_input(make_spec):
     spec = make_spec(
         {"name": "src", "kind": "source", "source": {"generator": "trades"}},
-        {"name": "agg", "kind": "aggregate", "inputs": ["src"], "keyBy": ["symbol"], "aggregations": ["count(*) AS n"]},
+        {
+            "name": "agg",
+            "kind": "aggregate",
+            "inputs": ["src"],
+            "keyBy": ["symbol"],
+            "aggregations": ["count(*) AS n"],
+        },
         {"name": "f", "kind": "filter", "inputs": ["agg"], "expr": "n > 1"},
         {"name": "m", "kind": "map", "inputs": ["src"], "select": ["symbol"]},
     )

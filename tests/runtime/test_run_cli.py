@@ -29,8 +29,10 @@ def write(tmp_path: Path, topology) -> Path:
 
 def test_run_rejects_an_invalid_topology_naming_the_field(tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text("metadata: {name: bad}\nspec:\n  operators:\n    - {name: s, kind: source, "
-                    "source: {generator: sequence, ratePerSecond: -1}}\n")
+    path.write_text(
+        "metadata: {name: bad}\nspec:\n  operators:\n    - {name: s, kind: source, "
+        "source: {generator: sequence, ratePerSecond: -1}}\n"
+    )
     result = CliRunner().invoke(app, ["run", str(path)])
     assert result.exit_code == 2
     assert "spec.operators[0].source.ratePerSecond" in result.output
@@ -39,11 +41,22 @@ def test_run_rejects_an_invalid_topology_naming_the_field(tmp_path):
 def test_run_refuses_several_topologies_that_cannot_run_together(tmp_path):
     """Several files run together (their common part once): the same name twice, or topologies feeding each
     other through named streams in a cycle, are refused before anything starts."""
+
     def relay(name: str, read: str, write_to: str) -> Path:
         path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump({"metadata": {"name": name}, "spec": {"operators": [
-            {"name": "in", "kind": "source", "source": {"stream": read}},
-            {"name": "out", "kind": "sink", "inputs": ["in"], "sink": {"stream": write_to}}]}}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "operators": [
+                            {"name": "in", "kind": "source", "source": {"stream": read}},
+                            {"name": "out", "kind": "sink", "inputs": ["in"], "sink": {"stream": write_to}},
+                        ]
+                    },
+                }
+            )
+        )
         return path
 
     ping, pong = relay("ping", "a", "b"), relay("pong", "b", "a")
@@ -55,9 +68,15 @@ def test_run_refuses_several_topologies_that_cannot_run_together(tmp_path):
 
 
 def test_run_reports_a_udf_that_does_not_import_before_starting(tmp_path):
-    topology = sequence_topology("cli-badudf", count=10, rate=10, keys=1, window=1.0, extra=[
-        {"name": "enrich", "kind": "udf", "inputs": ["totals"], "function": "not_a_module_q:apply"}],
-        sink_input="enrich")
+    topology = sequence_topology(
+        "cli-badudf",
+        count=10,
+        rate=10,
+        keys=1,
+        window=1.0,
+        extra=[{"name": "enrich", "kind": "udf", "inputs": ["totals"], "function": "not_a_module_q:apply"}],
+        sink_input="enrich",
+    )
     result = CliRunner().invoke(app, ["run", str(write(tmp_path, topology))])
     assert result.exit_code == 2
     assert "operator 'enrich', function: cannot import 'not_a_module_q:apply'" in result.output
@@ -67,10 +86,24 @@ def test_executor_exits_clearly_when_valkey_is_unreachable(tmp_path):
     topology = sequence_topology("cli-novalkey", count=10, rate=10, keys=1, window=1.0)
     port = find_free_port(start_port=24000)
     result = subprocess.run(
-        [sys.executable, "-m", "streamtopo", "executor", "--topology", str(write(tmp_path, topology)),
-         "--routing", str(tmp_path / "routing.json"), "--name", "ex-0",
-         "--transport", f"redis://127.0.0.1:{port}"],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "streamtopo",
+            "executor",
+            "--topology",
+            str(write(tmp_path, topology)),
+            "--routing",
+            str(tmp_path / "routing.json"),
+            "--name",
+            "ex-0",
+            "--transport",
+            f"redis://127.0.0.1:{port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 3
     assert "retrying in" in result.stderr  # backed off and said so
     assert f"cannot reach the transport at redis://127.0.0.1:{port} after 8 attempts" in result.stderr
@@ -91,10 +124,25 @@ def test_executor_sends_the_transport_password_from_the_environment_and_never_pr
         redis.Redis.from_url(valkey.url).config_set("requirepass", "right-Pa55")
         assert connect(valkey.url, password="right-Pa55").ping()
         result = subprocess.run(
-            [sys.executable, "-m", "streamtopo", "executor", "--topology", str(write(tmp_path, topology)),
-             "--routing", str(tmp_path / "routing.json"), "--name", "ex-0", "--transport", valkey.url],
-            capture_output=True, text=True, timeout=120,
-            env={**os.environ, "STREAMTOPO_TRANSPORT_PASSWORD": "wrong-Pa55"})
+            [
+                sys.executable,
+                "-m",
+                "streamtopo",
+                "executor",
+                "--topology",
+                str(write(tmp_path, topology)),
+                "--routing",
+                str(tmp_path / "routing.json"),
+                "--name",
+                "ex-0",
+                "--transport",
+                valkey.url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "STREAMTOPO_TRANSPORT_PASSWORD": "wrong-Pa55"},
+        )
     finally:
         valkey.stop()
     assert result.returncode == 3, result.stderr
@@ -108,16 +156,35 @@ def test_run_with_drills_ends_by_itself_with_exact_output_and_no_leftovers(tmp_p
     topology = sequence_topology("cli-drills", count=count, rate=rate, keys=keys, window=window)
     out = tmp_path / "out"
     result = subprocess.run(
-        [*STREAMTOPO, "run", str(write(tmp_path, topology)), "--executors", "2", "--output", str(out),
-         "--migrate-every", "1.5", "--kill-every", "5", "--duration", "600"],
-        capture_output=True, text=True, timeout=900)
+        [
+            *STREAMTOPO,
+            "run",
+            str(write(tmp_path, topology)),
+            "--executors",
+            "2",
+            "--output",
+            str(out),
+            "--migrate-every",
+            "1.5",
+            "--kill-every",
+            "5",
+            "--duration",
+            "600",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "finished (end of stream)" in result.stdout
     assert "hand-over pauses: p50" in result.stdout
     assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
     time.sleep(1.0)
-    leftovers = [p.pid for p in psutil.process_iter(["cmdline"])
-                 if p.info["cmdline"] and str(out) in " ".join(p.info["cmdline"])]
+    leftovers = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and str(out) in " ".join(p.info["cmdline"])
+    ]
     assert leftovers == []
 
 
@@ -134,9 +201,23 @@ def test_run_with_the_adaptation_loop_decides_and_keeps_the_output_exact(tmp_pat
     topology = topology.model_copy(update={"spec": topology.spec.model_copy(update={"autoscaling": auto})})
     out = tmp_path / "out"
     result = subprocess.run(
-        [*STREAMTOPO, "run", str(write(tmp_path, topology)), "--executors", "3", "--output", str(out),
-         "--interval", "3", "--duration", "600"],
-        capture_output=True, text=True, timeout=900)
+        [
+            *STREAMTOPO,
+            "run",
+            str(write(tmp_path, topology)),
+            "--executors",
+            "3",
+            "--output",
+            str(out),
+            "--interval",
+            "3",
+            "--duration",
+            "600",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "finished (end of stream)" in result.stdout
     loop = next(line for line in result.stdout.splitlines() if line.startswith("adaptation loop:"))
@@ -150,11 +231,13 @@ def test_run_with_the_adaptation_loop_decides_and_keeps_the_output_exact(tmp_pat
 def test_the_live_view_shows_a_generators_due_records_as_lag(make_spec):
     """A generator unit 3 s behind its pace, read through its real exporter: lag and its age show, even
     though no step ran since (the gauge set at generation time read 0 whatever the step's length)."""
+    from streamtopo.local.progress import Progress
     from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace
-    from streamtopo.runtime.progress import Progress
 
     metrics = ExecutorMetrics("live", "ex-0")
-    metrics.source_progress("src", 0, SourcePace(t0=time.time() - 3.0, rate=100.0, kg=0, key_groups=1), emitted=0)
+    metrics.source_progress(
+        "src", 0, SourcePace(t0=time.time() - 3.0, rate=100.0, kg=0, key_groups=1), emitted=0
+    )
     metrics.unit(metrics.backlog, "agg", 0).set(7)  # a stream-fed unit's queue counts too
     metrics.refresh()
     progress = Progress(pipeline(make_spec))
@@ -167,15 +250,15 @@ def test_the_live_view_shows_a_generators_due_records_as_lag(make_spec):
 def test_the_live_view_shows_each_sources_and_sinks_rate_not_a_sum_over_operators(make_spec):
     """Two executors' real exporters, scraped 4 s apart (clock given): the source generated 400 + 200
     records, the sink wrote 10; the aggregate's 600 in and out are in no rate shown."""
+    from streamtopo.local.progress import Progress
     from streamtopo.runtime.metrics import ExecutorMetrics
-    from streamtopo.runtime.progress import Progress
 
     executors = {name: ExecutorMetrics("live", name) for name in ("live-e0", "live-e1")}
     progress = Progress(pipeline(make_spec))
     progress.update({n: generate_latest(m.registry).decode() for n, m in executors.items()}, now=1000.0)
-    for (op, kg, n) in (("src", 0, 400), ("agg", 0, 400), ("out", 0, 10)):
+    for op, kg, n in (("src", 0, 400), ("agg", 0, 400), ("out", 0, 10)):
         executors["live-e0"].unit(executors["live-e0"].records_out, op, kg).inc(n)
-    for (op, kg, n) in (("src", 1, 200), ("agg", 1, 200)):
+    for op, kg, n in (("src", 1, 200), ("agg", 1, 200)):
         executors["live-e1"].unit(executors["live-e1"].records_out, op, kg).inc(n)
     progress.update({n: generate_latest(m.registry).decode() for n, m in executors.items()}, now=1004.0)
     assert progress.rates() == {"src": 150.0, "agg": 150.0, "out": 2.5}
@@ -188,14 +271,22 @@ def test_the_live_view_shows_each_sources_and_sinks_rate_not_a_sum_over_operator
 def pipeline(make_spec):
     """src (a generator, 100 rec/s) -> agg -> out (a file sink), two key groups."""
     source = {"generator": "sequence", "ratePerSecond": 100}
-    return make_spec({"name": "src", "kind": "source", "source": source},
-                     {"name": "agg", "kind": "aggregate", "inputs": ["src"], "keyBy": ["key"],
-                      "aggregations": ["count(*) AS n"]},
-                     {"name": "out", "kind": "sink", "inputs": ["agg"], "sink": {"file": {}}}, key_groups=2)
+    return make_spec(
+        {"name": "src", "kind": "source", "source": source},
+        {
+            "name": "agg",
+            "kind": "aggregate",
+            "inputs": ["src"],
+            "keyBy": ["key"],
+            "aggregations": ["count(*) AS n"],
+        },
+        {"name": "out", "kind": "sink", "inputs": ["agg"], "sink": {"file": {}}},
+        key_groups=2,
+    )
 
 
 def test_source_seconds_make_every_generator_finite_so_the_run_ends_at_end_of_stream():
-    from streamtopo.runtime.runner import limit_sources, scale_rates
+    from streamtopo.local.runner import limit_sources, scale_rates
 
     topology = sequence_topology("cli-limit", count=10_000, rate=400, keys=3, window=1.0)
     assert limit_sources(scale_rates(topology, 0.5), 30).spec.operator("numbers").source.count == 6000
@@ -228,8 +319,20 @@ def test_run_shows_the_plan_before_it_starts_and_the_sinks_latest_records_at_the
     topology = sequence_topology("cli-show", count=count, rate=rate, keys=keys, window=window)
     out = tmp_path / "out"
     result = subprocess.run(
-        [*STREAMTOPO, "run", str(write(tmp_path, topology)), "--output", str(out), "--no-autoscale",
-         "--duration", "600"], capture_output=True, text=True, timeout=900)
+        [
+            *STREAMTOPO,
+            "run",
+            str(write(tmp_path, topology)),
+            "--output",
+            str(out),
+            "--no-autoscale",
+            "--duration",
+            "600",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     output = result.stdout
     assert result.returncode == 0, output + result.stderr
     plan = output.index("cola plan on the logical graph: 1 PEs")
@@ -253,7 +356,7 @@ def table_rows(output: str, heading: str) -> list[dict[str, str]]:
     at = next(i for i, line in enumerate(lines) if line.startswith(heading))
     header = [c.strip() for c in lines[at + 2].strip("┃").split("┃")]
     rows = []
-    for line in lines[at + 4:]:
+    for line in lines[at + 4 :]:
         if not line.startswith("│"):
             break
         rows.append(dict(zip(header, (c.strip() for c in line.strip("│").split("│")))))

@@ -29,8 +29,12 @@ NOISE = ("log4j", "Traceback", " WARN ", "SQLQueryContextLogger", "py4j")
 
 def write(directory: Path, name: str, operators: list[dict]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    data = {"apiVersion": "streamtopo.dev/v1alpha1", "kind": "StreamTopology", "metadata": {"name": name},
-            "spec": {"keyGroups": 2, "operators": operators}}
+    data = {
+        "apiVersion": "streamtopo.dev/v1alpha1",
+        "kind": "StreamTopology",
+        "metadata": {"name": name},
+        "spec": {"keyGroups": 2, "operators": operators},
+    }
     (directory / "topology.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return directory / "topology.yaml"
 
@@ -42,8 +46,11 @@ def write_topology(directory: Path, topology: StreamTopology) -> Path:
 
 
 def numbers(name: str = "numbers", count: int = 200) -> dict:
-    return {"name": name, "kind": "source",
-            "source": {"generator": "sequence", "ratePerSecond": 100, "count": count, "keys": 3}}
+    return {
+        "name": name,
+        "kind": "source",
+        "source": {"generator": "sequence", "ratePerSecond": 100, "count": count, "keys": 3},
+    }
 
 
 def op(name: str, kind: str, inputs: list[str], **fields) -> dict:
@@ -55,8 +62,15 @@ def console(of: str) -> dict:
 
 
 def streamtopo(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([STREAMTOPO, "run", *args], capture_output=True, text=True, timeout=600, cwd=cwd,
-                          env={**os.environ, **(env or {})}, check=False)
+    return subprocess.run(
+        [STREAMTOPO, "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 def assert_short_and_quiet(output: str, lines: int = 30) -> None:
@@ -68,8 +82,11 @@ def assert_short_and_quiet(output: str, lines: int = 30) -> None:
 def test_a_filter_naming_a_missing_column_is_refused_before_any_executor_starts(tmp_path):
     """The real command in its own process: exit 2 naming operator and field, and nothing from the
     JVM on the console (its start-up line, log4j's banner, PySpark's JSON error record)."""
-    path = write(tmp_path, "ff-filter", [numbers(), op("valid", "filter", ["numbers"], expr="valeu > 0"),
-                                         console("valid")])
+    path = write(
+        tmp_path,
+        "ff-filter",
+        [numbers(), op("valid", "filter", ["numbers"], expr="valeu > 0"), console("valid")],
+    )
     result = streamtopo(str(path), "--duration", "60", cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output
@@ -82,28 +99,65 @@ def test_a_filter_naming_a_missing_column_is_refused_before_any_executor_starts(
 BAD_PIPELINES = {
     "map select syntax": (
         [numbers(), op("scaled", "map", ["numbers"], select=["key", "value *"]), console("scaled")],
-        "operator 'scaled', select[1]: [PARSE_SYNTAX_ERROR]"),
+        "operator 'scaled', select[1]: [PARSE_SYNTAX_ERROR]",
+    ),
     "aggregate keyed by a missing column": (
-        [numbers(), op("totals", "aggregate", ["numbers"], keyBy=["kee"], window={"size": 1},
-                       aggregations=["count(*) AS n"]), console("totals")],
-        "operator 'totals', keyBy: input 'numbers' has no column 'kee' (its columns: seq, key, value)"),
+        [
+            numbers(),
+            op(
+                "totals",
+                "aggregate",
+                ["numbers"],
+                keyBy=["kee"],
+                window={"size": 1},
+                aggregations=["count(*) AS n"],
+            ),
+            console("totals"),
+        ],
+        "operator 'totals', keyBy: input 'numbers' has no column 'kee' (its columns: seq, key, value)",
+    ),
     "aggregation naming a missing column": (
-        [numbers(), op("totals", "aggregate", ["numbers"], keyBy=["key"],
-                       aggregations=["count(*) AS n", "sum(valu) AS total"]), console("totals")],
-        "operator 'totals', aggregations[1]: [UNRESOLVED_COLUMN"),
+        [
+            numbers(),
+            op(
+                "totals",
+                "aggregate",
+                ["numbers"],
+                keyBy=["key"],
+                aggregations=["count(*) AS n", "sum(valu) AS total"],
+            ),
+            console("totals"),
+        ],
+        "operator 'totals', aggregations[1]: [UNRESOLVED_COLUMN",
+    ),
     "key dropped under an inherited keyBy": (
-        [numbers(), op("totals", "aggregate", ["numbers"], keyBy=["key"], aggregations=["sum(value) AS n"]),
-         op("only", "map", ["totals"], select=["n"]), console("only")],
-        "operator 'out', keyBy (inherited from 'totals'): input 'only' has no column 'key'"),
+        [
+            numbers(),
+            op("totals", "aggregate", ["numbers"], keyBy=["key"], aggregations=["sum(value) AS n"]),
+            op("only", "map", ["totals"], select=["n"]),
+            console("only"),
+        ],
+        "operator 'out', keyBy (inherited from 'totals'): input 'only' has no column 'key'",
+    ),
     "join keys of different types": (
-        [numbers("left"), numbers("right"),
-         op("text", "map", ["right"], select=["CAST(key AS STRING) AS key", "value"]),
-         op("pairs", "join", ["left", "text"], keyBy=["key"], window={"size": 1}), console("pairs")],
-        "operator 'pairs', keyBy: key 'key' is bigint in 'left' but string in 'text'"),
+        [
+            numbers("left"),
+            numbers("right"),
+            op("text", "map", ["right"], select=["CAST(key AS STRING) AS key", "value"]),
+            op("pairs", "join", ["left", "text"], keyBy=["key"], window={"size": 1}),
+            console("pairs"),
+        ],
+        "operator 'pairs', keyBy: key 'key' is bigint in 'left' but string in 'text'",
+    ),
     "column a udf does not return": (
-        [numbers(), op("same", "udf", ["numbers"], function="runtime_udfs:poison_13"),
-         op("big", "filter", ["same"], expr="big > 0"), console("big")],
-        "operator 'big', expr: [UNRESOLVED_COLUMN"),
+        [
+            numbers(),
+            op("same", "udf", ["numbers"], function="runtime_udfs:poison_13"),
+            op("big", "filter", ["same"], expr="big > 0"),
+            console("big"),
+        ],
+        "operator 'big', expr: [UNRESOLVED_COLUMN",
+    ),
 }
 
 
@@ -143,8 +197,14 @@ def test_a_sink_write_failing_inside_an_executor_fails_the_run_instead_of_retryi
     topology = sequence_topology("ff-write", count=200, rate=100, keys=3, window=1.0, key_groups=2)
     blocked = tmp_path / "out" / "out" / "kg-0000.jsonl"
     blocked.mkdir(parents=True)
-    result = streamtopo(str(write_topology(tmp_path, topology)), "--output", str(tmp_path / "out"),
-                        "--duration", "300", cwd=tmp_path)
+    result = streamtopo(
+        str(write_topology(tmp_path, topology)),
+        "--output",
+        str(tmp_path / "out"),
+        "--duration",
+        "300",
+        cwd=tmp_path,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "exited with code 4" in output
@@ -164,13 +224,25 @@ def test_a_udf_beside_the_file_runs_output_defaults_to_streamtopo_output_and_tmp
     (package / "__init__.py").write_text("")
     (package / "helpers.py").write_text("def double(s):\n    return s * 2\n")
     (package / "enrich.py").write_text(
-        "from ffpkg.helpers import double\n\n\ndef apply(df):\n    return df.assign(big=double(df.total))\n")
-    path = write(package.parent, "ff-udf", [
-        numbers(count=300),
-        op("totals", "aggregate", ["numbers"], keyBy=["key"], window={"size": 1},
-           aggregations=["sum(value) AS total"]),
-        op("enrich", "udf", ["totals"], function="ffpkg.enrich:apply"),
-        op("out", "sink", ["enrich"], sink={"file": {}})])
+        "from ffpkg.helpers import double\n\n\ndef apply(df):\n    return df.assign(big=double(df.total))\n"
+    )
+    path = write(
+        package.parent,
+        "ff-udf",
+        [
+            numbers(count=300),
+            op(
+                "totals",
+                "aggregate",
+                ["numbers"],
+                keyBy=["key"],
+                window={"size": 1},
+                aggregations=["sum(value) AS total"],
+            ),
+            op("enrich", "udf", ["totals"], function="ffpkg.enrich:apply"),
+            op("out", "sink", ["enrich"], sink={"file": {}}),
+        ],
+    )
     work, tmp = tmp_path / "elsewhere", tmp_path / "tmp"
     work.mkdir()
     tmp.mkdir()
@@ -181,8 +253,11 @@ def test_a_udf_beside_the_file_runs_output_defaults_to_streamtopo_output_and_tmp
     files = sorted((work / "streamtopo-output" / "ff-udf" / "out").glob("kg-*.jsonl"))
     lines = [json.loads(line) for f in files for line in f.read_text().splitlines()]
     # Key k, window s: the values v < 300 with v % 3 == k and event time v / 100 in [s, s + 1), doubled.
-    big = {(k, s): 2 * sum(v for v in range(300) if v % 3 == k and v // 100 == s)
-           for k in range(3) for s in range(3)}
+    big = {
+        (k, s): 2 * sum(v for v in range(300) if v % 3 == k and v // 100 == s)
+        for k in range(3)
+        for s in range(3)
+    }
     assert {(r["key"], int(r["window_start"])): r["big"] for r in lines} == big
     assert_short_and_quiet(output, lines=50)  # a run that ran shows its plan and latest records too
     assert sorted(p.name for p in tmp.iterdir()) == []
@@ -204,8 +279,9 @@ def test_a_run_shorter_than_the_warm_up_says_so_and_fails(tmp_path):
 
 def test_a_suspended_topology_is_refused_before_anything_starts(tmp_path):
     topology = sequence_topology("paused", count=10, rate=10, keys=2, window=1.0)
-    path = write_topology(tmp_path, topology.model_copy(update={"spec": topology.spec.model_copy(
-        update={"suspend": True})}))
+    path = write_topology(
+        tmp_path, topology.model_copy(update={"spec": topology.spec.model_copy(update={"suspend": True})})
+    )
     result = CliRunner().invoke(app, ["run", str(path), "--duration", "5"])
     assert result.exit_code == 2 and "spec.suspend" in result.output
     assert not any(noise in result.output for noise in NOISE)

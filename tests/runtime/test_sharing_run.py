@@ -9,34 +9,72 @@ from pathlib import Path
 import pytest
 from runtime_support import assert_exactly_once, expected_totals, read_lines
 
+from streamtopo.local.runner import RunOptions, run_topologies
 from streamtopo.planner.benoit.split import split_shared
 from streamtopo.planner.model import StreamTopology
-from streamtopo.runtime.runner import RunOptions, run_topologies
 
 pytestmark = [pytest.mark.slow, pytest.mark.valkey, pytest.mark.spark]
 
 COUNT, RATE, KEYS = 1200, 100, 7
 PREFIX = [
-    {"name": "numbers", "kind": "source",
-     "source": {"generator": "sequence", "ratePerSecond": RATE, "count": COUNT, "keys": KEYS}},
+    {
+        "name": "numbers",
+        "kind": "source",
+        "source": {"generator": "sequence", "ratePerSecond": RATE, "count": COUNT, "keys": KEYS},
+    },
     {"name": "kept", "kind": "filter", "inputs": ["numbers"], "expr": "value % 3 <> 0"},
     {"name": "doubled", "kind": "map", "inputs": ["kept"], "select": ["key", "value", "value * 2 AS twice"]},
 ]
 
 
 def topology(name: str, tail: list[dict]) -> StreamTopology:
-    return StreamTopology.model_validate({"metadata": {"name": name}, "spec": {"keyGroups": 4, "operators": [
-        *PREFIX, *tail, {"name": "out", "kind": "sink", "inputs": [tail[-1]["name"]], "sink": {"file": {}}}]}})
+    return StreamTopology.model_validate(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "keyGroups": 4,
+                "operators": [
+                    *PREFIX,
+                    *tail,
+                    {"name": "out", "kind": "sink", "inputs": [tail[-1]["name"]], "sink": {"file": {}}},
+                ],
+            },
+        }
+    )
 
 
-PER_SECOND = topology("per-second", [{"name": "totals", "kind": "aggregate", "inputs": ["doubled"], "keyBy": ["key"],
-                                      "window": {"size": 1.0}, "aggregations": ["count(*) AS n", "sum(value) AS total"]}])
-TWICE = topology("twice", [{"name": "sums", "kind": "aggregate", "inputs": ["doubled"], "keyBy": ["key"],
-                            "window": {"size": 2.0}, "aggregations": ["sum(twice) AS total2", "max(value) AS top"]}])
+PER_SECOND = topology(
+    "per-second",
+    [
+        {
+            "name": "totals",
+            "kind": "aggregate",
+            "inputs": ["doubled"],
+            "keyBy": ["key"],
+            "window": {"size": 1.0},
+            "aggregations": ["count(*) AS n", "sum(value) AS total"],
+        }
+    ],
+)
+TWICE = topology(
+    "twice",
+    [
+        {
+            "name": "sums",
+            "kind": "aggregate",
+            "inputs": ["doubled"],
+            "keyBy": ["key"],
+            "window": {"size": 2.0},
+            "aggregations": ["sum(twice) AS total2", "max(value) AS top"],
+        }
+    ],
+)
 
 
 def lines(output: Path) -> list[str]:
-    return sorted(line for path in (output / "out").glob("kg-*.jsonl") for line in path.read_text().splitlines())
+    return sorted(
+        line for path in (output / "out").glob("kg-*.jsonl") for line in path.read_text().splitlines()
+    )
 
 
 def run(topologies: list[StreamTopology], root: Path, **drills: float) -> dict[str, Path]:
@@ -54,7 +92,12 @@ def run(topologies: list[StreamTopology], root: Path, **drills: float) -> dict[s
 def test_a_shared_prefix_runs_once_and_every_output_is_what_it_is_alone(tmp_path: Path) -> None:
     split = split_shared([PER_SECOND, TWICE])
     assert split.shared is not None
-    assert [op.name for op in split.shared.spec.operators] == ["numbers", "kept", "doubled", "publish-doubled"]
+    assert [op.name for op in split.shared.spec.operators] == [
+        "numbers",
+        "kept",
+        "doubled",
+        "publish-doubled",
+    ]
     for consumer in split.consumers:
         assert not any(op.source and op.source.generator for op in consumer.spec.operators)
     shared = run([split.shared, *split.consumers], tmp_path / "shared", migrate_every=1.5, kill_every=8.0)
@@ -62,5 +105,7 @@ def test_a_shared_prefix_runs_once_and_every_output_is_what_it_is_alone(tmp_path
     for name in ("per-second", "twice"):
         assert lines(shared[name]) == lines(apart[name]), name
         assert lines(apart[name])
-    assert_exactly_once(read_lines(shared["per-second"]),
-                        expected_totals(COUNT, RATE, KEYS, 1.0, dropped=lambda seq: seq % 3 == 0))
+    assert_exactly_once(
+        read_lines(shared["per-second"]),
+        expected_totals(COUNT, RATE, KEYS, 1.0, dropped=lambda seq: seq % 3 == 0),
+    )

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamtopo.contracts import Keys
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.state_store import Commit, Fenced, StateStore, UnitRecord
-from streamtopo.runtime.transport import Keys, connect, entry_fields, read_entries
+from streamtopo.runtime.transport import connect, entry_fields, read_entries
 
 pytestmark = pytest.mark.valkey
 
@@ -33,10 +34,19 @@ def test_commit_applies_every_effect_together(client):
     consumed = s.keys.stream("numbers", "totals", 0)
     first = client.xadd(consumed, {"p": "numbers/0", "s": 1, "w": "0", "n": 0}).decode()
     second = client.xadd(consumed, {"p": "numbers/0", "s": 2, "w": "1", "n": 0}).decode()
-    record = UnitRecord(offsets={consumed: second}, seq_in={"numbers/0": 2}, wm_in={"numbers/0": 1.0},
-                        watermark=1.0, records_in=7, state=b"\x00state")
-    commit = Commit(units=[("totals/0", epoch, record.encode())],
-                    appends=[(out, entry_fields("totals/0", 1, 1.0, None))], trims={consumed: second})
+    record = UnitRecord(
+        offsets={consumed: second},
+        seq_in={"numbers/0": 2},
+        wm_in={"numbers/0": 1.0},
+        watermark=1.0,
+        records_in=7,
+        state=b"\x00state",
+    )
+    commit = Commit(
+        units=[("totals/0", epoch, record.encode())],
+        appends=[(out, entry_fields("totals/0", 1, 1.0, None))],
+        trims={consumed: second},
+    )
     commit.incr(s.keys.backlog, out, 3)
     s.commit(commit)
     assert s.load("totals/0") == (1, record)
@@ -53,8 +63,10 @@ def test_fenced_zombie_commit_is_refused_and_changes_nothing(client):
     new_epoch, rec = s.acquire("totals/1", "receiver")  # the receiver takes over without a release
     assert new_epoch == old_epoch + 1 and rec.records_in == 1
     out = s.keys.stream("totals", "out", 1)
-    zombie = Commit(units=[("totals/1", old_epoch, UnitRecord(records_in=99).encode())],
-                    appends=[(out, entry_fields("totals/1", 1, 5.0, None))])
+    zombie = Commit(
+        units=[("totals/1", old_epoch, UnitRecord(records_in=99).encode())],
+        appends=[(out, entry_fields("totals/1", 1, 5.0, None))],
+    )
     zombie.incr(s.keys.backlog, out, 1)
     with pytest.raises(Fenced, match="epoch 1, current epoch 2"):
         s.commit(zombie)
@@ -71,8 +83,14 @@ def test_one_fenced_unit_refuses_the_whole_commit(client):
     b, _ = s.acquire("op/1", "ex")
     s.acquire("op/1", "thief")
     with pytest.raises(Fenced) as caught:
-        s.commit(Commit(units=[("op/0", a, UnitRecord(emitted=5).encode()),
-                               ("op/1", b, UnitRecord(emitted=5).encode())]))
+        s.commit(
+            Commit(
+                units=[
+                    ("op/0", a, UnitRecord(emitted=5).encode()),
+                    ("op/1", b, UnitRecord(emitted=5).encode()),
+                ]
+            )
+        )
     assert caught.value.unit == "op/1"
     assert s.load("op/0") == (a, None)
 
@@ -102,11 +120,18 @@ floats = st.one_of(st.floats(allow_nan=False, width=64), st.sampled_from([math.i
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.builds(UnitRecord, emitted=st.integers(0, 2**40),
-                 offsets=st.dictionaries(st.text(min_size=1), st.text(min_size=1), max_size=3),
-                 seq_in=st.dictionaries(st.text(min_size=1), st.integers(0, 2**40), max_size=3),
-                 wm_in=st.dictionaries(st.text(min_size=1), floats, max_size=3),
-                 watermark=floats, sink_len=st.integers(0, 2**40), pending=st.binary(max_size=64),
-                 state=st.binary(max_size=256)))
+@given(
+    st.builds(
+        UnitRecord,
+        emitted=st.integers(0, 2**40),
+        offsets=st.dictionaries(st.text(min_size=1), st.text(min_size=1), max_size=3),
+        seq_in=st.dictionaries(st.text(min_size=1), st.integers(0, 2**40), max_size=3),
+        wm_in=st.dictionaries(st.text(min_size=1), floats, max_size=3),
+        watermark=floats,
+        sink_len=st.integers(0, 2**40),
+        pending=st.binary(max_size=64),
+        state=st.binary(max_size=256),
+    )
+)
 def test_unit_record_round_trip(record):
     assert UnitRecord.decode(record.encode()) == record

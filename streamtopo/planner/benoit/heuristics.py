@@ -34,11 +34,19 @@ from streamtopo.planner.benoit.problem import NodeRef, Objective, Problem, Usage
 
 Heuristic = Literal["random-no-reuse", "random", "topdown-bfs", "topdown-dfs", "bottomup-bfs", "bottomup-dfs"]
 HEURISTICS: dict[Heuristic, str] = {
-    "random-no-reuse": "H1 RandomNoReuse", "random": "H2 Random", "topdown-bfs": "H3 TopDownBFS",
-    "topdown-dfs": "H4 TopDownDFS", "bottomup-bfs": "H5 BottomUpBFS", "bottomup-dfs": "H6 BottomUpDFS",
+    "random-no-reuse": "H1 RandomNoReuse",
+    "random": "H2 Random",
+    "topdown-bfs": "H3 TopDownBFS",
+    "topdown-dfs": "H4 TopDownDFS",
+    "bottomup-bfs": "H5 BottomUpBFS",
+    "bottomup-dfs": "H6 BottomUpDFS",
 }
-STRATEGIES = {1: "fastest processor (blocking)", 2: "biggest network card (blocking)",
-              3: "fastest remaining processor", 4: "biggest remaining network card"}
+STRATEGIES = {
+    1: "fastest processor (blocking)",
+    2: "biggest network card (blocking)",
+    3: "fastest remaining processor",
+    4: "biggest remaining network card",
+}
 DEFAULT_HEURISTIC: Heuristic = "topdown-bfs"
 DEFAULT_STRATEGY = 3
 """Section 6.2.6: TopDownBFS with strategy 3 'proves to be a solid combination'."""
@@ -60,8 +68,12 @@ class HeuristicResult:
         return self.usage.cost(objective) if self.feasible else float("inf")
 
 
-def place_heuristic(problem: Problem, heuristic: Heuristic = DEFAULT_HEURISTIC, strategy: int = DEFAULT_STRATEGY,
-                    seed: int = 0) -> HeuristicResult:
+def place_heuristic(
+    problem: Problem,
+    heuristic: Heuristic = DEFAULT_HEURISTIC,
+    strategy: int = DEFAULT_STRATEGY,
+    seed: int = 0,
+) -> HeuristicResult:
     """Run one heuristic with one strategy; ``seed`` drives H1 and H2's random order only."""
     if heuristic not in HEURISTICS:
         raise ValueError(f"unknown heuristic {heuristic!r}; use one of {', '.join(HEURISTICS)}")

@@ -27,8 +27,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from streamtopo.planner.albic.solver import CpSatModel, SolveLimits
 from streamtopo.planner.benoit.problem import NodeRef, Objective, Problem, Usage, evaluate
+from streamtopo.planner.rebalance.albic.solver import CpSatModel, SolveLimits
 
 SCALE = 1_000_000
 """Integer resolution: compute in millionths of a processor, bandwidth in millionths of the smallest capacity."""
@@ -60,8 +60,14 @@ class IlpResult:
         return 0.0 if cost == self.bound else (cost - self.bound) / max(abs(cost), 1e-12)
 
 
-def solve_ilp(problem: Problem, objective: Objective = "proc-nb", *, deterministic_time: float = 30.0,
-              seed: int = 0, hint: Mapping[NodeRef, str] | None = None) -> IlpResult:
+def solve_ilp(
+    problem: Problem,
+    objective: Objective = "proc-nb",
+    *,
+    deterministic_time: float = 30.0,
+    seed: int = 0,
+    hint: Mapping[NodeRef, str] | None = None,
+) -> IlpResult:
     """Solve the Section 4 program; ``hint`` is a complete placement to start from (e.g. TopDownBFS's)."""
     return _Program(problem, objective).solve(SolveLimits(deterministic_time, 0.0, seed, 1), hint)
 
@@ -73,7 +79,8 @@ class _Program:
         platform = problem.platform
         self.procs = [p.name for p in platform.processors]
         capacities = [p.card for p in platform.processors] + [
-            platform.bandwidth(u, v) for i, u in enumerate(self.procs) for v in self.procs[i + 1:]]
+            platform.bandwidth(u, v) for i, u in enumerate(self.procs) for v in self.procs[i + 1 :]
+        ]
         finite = [c for c in capacities if math.isfinite(c) and c > 0]
         self.unit = min(finite) / SCALE if finite else 1.0
         self.x = {(a.name, n.name): {u: self.m.bool() for u in self.procs} for a, n in problem.nodes()}
@@ -132,8 +139,11 @@ class _Program:
                             if key not in sends:  # bounded by the highest demand of any edge of this operator
                                 sends[key] = self.m.num(0, self._highest_send(child.operator))
                                 self._flow(u, v, sends[key])
-                            self._at_least(sends[key], demand, [self.x[(app.name, child_name)][u],
-                                                                self.x[(app.name, parent.name)][v]])
+                            self._at_least(
+                                sends[key],
+                                demand,
+                                [self.x[(app.name, child_name)][u], self.x[(app.name, parent.name)][v]],
+                            )
 
     def _downloads(self) -> None:
         self.servers: dict[tuple[str, str], dict[str | None, object]] = {}
@@ -154,13 +164,17 @@ class _Program:
                     for v, z in choices.items():
                         get = gets.get((obj_name, u, v))
                         if get is None:
-                            get = gets[(obj_name, u, v)] = self.m.num(0, self._demand(obj.size * self._top(obj_name)))
+                            get = gets[(obj_name, u, v)] = self.m.num(
+                                0, self._demand(obj.size * self._top(obj_name))
+                            )
                             self._flow(u, v, get)
                         self._at_least(get, demand, [x, z])
 
     def _highest_send(self, operator: str) -> int:
         output = self.problem.operators[operator].output
-        return max(self._demand(app.rate(n) * output) for app, n in self.problem.nodes() if n.operator == operator)
+        return max(
+            self._demand(app.rate(n) * output) for app, n in self.problem.nodes() if n.operator == operator
+        )
 
     def _top(self, obj: str) -> float:
         return max(a.frequency(obj) for a in self.problem.applications)
@@ -179,7 +193,7 @@ class _Program:
             if terms and math.isfinite(p.card):
                 self.m.linear(terms, [1] * len(terms), -math.inf, math.floor(p.card / self.unit))
         for i, u in enumerate(self.procs):
-            for v in self.procs[i + 1:]:
+            for v in self.procs[i + 1 :]:
                 terms = self.flows.get(f"{u}|{v}", [])
                 bw = platform.bandwidth(u, v)
                 if terms and math.isfinite(bw):
@@ -191,8 +205,10 @@ class _Program:
             self.m.minimize(list(self.used.values()), [1] * len(self.used))
         elif self.objective == "proc-power":
             slowest = min(p.speed for p in platform.processors)
-            self.m.minimize([self.used[p.name] for p in platform.processors],
-                            [round(p.speed / slowest * SCALE) for p in platform.processors])
+            self.m.minimize(
+                [self.used[p.name] for p in platform.processors],
+                [round(p.speed / slowest * SCALE) for p in platform.processors],
+            )
         else:
             links = {k: terms for k, terms in self.flows.items() if "|" in k}
             if self.objective == "bw-sum":
@@ -210,8 +226,10 @@ class _Program:
     def solve(self, limits: SolveLimits, hint: Mapping[NodeRef, str] | None) -> IlpResult:
         if hint:
             refs = [r for r in self.x if r in hint]
-            self.m.hint([self.x[r][u] for r in refs for u in self.procs],
-                        [int(hint[r] == u) for r in refs for u in self.procs])
+            self.m.hint(
+                [self.x[r][u] for r in refs for u in self.procs],
+                [int(hint[r] == u) for r in refs for u in self.procs],
+            )
         status = self.m.solve(limits)
         bound = float(self.m.solver.best_objective_bound) if status in ("optimal", "feasible") else math.inf
         if status not in ("optimal", "feasible"):

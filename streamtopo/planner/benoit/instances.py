@@ -100,10 +100,15 @@ def _uniform(rng: random.Random, bounds: tuple[float, float]) -> float:
 
 
 def _platform(params: InstanceParams, rng: random.Random) -> Platform:
-    processors = tuple(Processor(f"P{u + 1}", _uniform(rng, params.speed), _uniform(rng, params.card))
-                       for u in range(params.processors))
-    links = {frozenset((p.name, q.name)): _uniform(rng, params.link)
-             for i, p in enumerate(processors) for q in processors[i + 1:]}
+    processors = tuple(
+        Processor(f"P{u + 1}", _uniform(rng, params.speed), _uniform(rng, params.card))
+        for u in range(params.processors)
+    )
+    links = {
+        frozenset((p.name, q.name)): _uniform(rng, params.link)
+        for i, p in enumerate(processors)
+        for q in processors[i + 1 :]
+    }
     return Platform(processors, link=params.link[1], links=links)
 
 
@@ -112,8 +117,9 @@ def _objects(params: InstanceParams, platform: Platform, rng: random.Random) -> 
     objects = {}
     for j in range(params.object_types):
         count = min(len(names), rng.randint(*params.holders))
-        objects[f"ob{j + 1}"] = BasicObject(f"ob{j + 1}", _uniform(rng, params.object_size),
-                                            frozenset(rng.sample(names, count)))
+        objects[f"ob{j + 1}"] = BasicObject(
+            f"ob{j + 1}", _uniform(rng, params.object_size), frozenset(rng.sample(names, count))
+        )
     return objects
 
 
@@ -128,16 +134,19 @@ class _Grower:
 
     def fresh_operator(self) -> str:
         name = f"op{len(self.operators) + 1}"
-        self.operators[name] = Operator(name, _uniform(self.rng, self.params.work),
-                                        _uniform(self.rng, self.params.output))
+        self.operators[name] = Operator(
+            name, _uniform(self.rng, self.params.work), _uniform(self.rng, self.params.output)
+        )
         return name
 
     def application(self, name: str, *, exact: bool = False) -> Application:
         p = self.params
         size = p.size if exact else self.rng.randint(max(1, p.size // 2), p.size)
         tree = self._tree(size)
-        nodes = tuple(Node(f"n{i + 1}", op, tuple(f"n{c + 1}" for c in kids), objs)
-                      for i, (op, kids, objs) in enumerate(tree))
+        nodes = tuple(
+            Node(f"n{i + 1}", op, tuple(f"n{c + 1}" for c in kids), objs)
+            for i, (op, kids, objs) in enumerate(tree)
+        )
         used = {o for _, _, objs in tree for o in objs}
         frequencies = {o: _uniform(self.rng, p.frequency) for o in sorted(used)}
         return Application(name, nodes, rho=_uniform(self.rng, p.rho), frequencies=frequencies)

@@ -153,7 +153,10 @@ class Problem:
                 problems += [f"{where}: unknown child {c!r}" for c in node.children if c not in index]
                 if any(c not in index for c in node.children):
                     continue
-                signature = (tuple(sorted(index[c].operator for c in node.children)), tuple(sorted(node.objects)))
+                signature = (
+                    tuple(sorted(index[c].operator for c in node.children)),
+                    tuple(sorted(node.objects)),
+                )
                 if shape.setdefault(node.operator, signature) != signature:
                     problems.append(f"{where}: operator {node.operator!r} appears with different inputs")
             if not problems and _has_cycle(app):
@@ -274,7 +277,9 @@ class Usage:
         if objective == "bw-sum":
             return sum(self.link.values())
         if objective == "bw-max":
-            return max((used / platform.bandwidth(*sorted(pair)) for pair, used in self.link.items()), default=0.0)
+            return max(
+                (used / platform.bandwidth(*sorted(pair)) for pair, used in self.link.items()), default=0.0
+            )
         raise ValueError(f"unknown objective {objective!r}")
 
 
@@ -305,8 +310,12 @@ class _Trial:
             if v is not None and v != u:
                 child_node = usage._nodes[(ref[0], child)]
                 child_out = usage.problem.operators[child_node.operator].output
-                self._raise(self.comm, usage.comm, (usage.key((ref[0], child)), v, u),
-                            app.rate(child_node) * child_out)
+                self._raise(
+                    self.comm,
+                    usage.comm,
+                    (usage.key((ref[0], child)), v, u),
+                    app.rate(child_node) * child_out,
+                )
         for parent in usage._parents[ref[0]][node.name]:
             v = self.where((ref[0], parent))
             if v is not None and v != u:
@@ -323,8 +332,13 @@ class _Trial:
         if u in holders:
             return u
         platform, usage = self.usage.problem.platform, self.usage
-        return max(sorted(holders), default=None,
-                   key=lambda v: min(usage.remaining_card(v), platform.bandwidth(u, v) - usage.link[frozenset((u, v))]))
+        return max(
+            sorted(holders),
+            default=None,
+            key=lambda v: min(
+                usage.remaining_card(v), platform.bandwidth(u, v) - usage.link[frozenset((u, v))]
+            ),
+        )
 
     @staticmethod
     def _raise(mine: dict, theirs: dict, key: object, value: float) -> None:
@@ -362,10 +376,16 @@ class _Trial:
         usage, platform = self.usage, self.usage.problem.platform
         cpu, card, link = self.deltas()
         out = [f"compute (1) on {u}" for u, d in cpu.items() if d > 0 and usage.cpu[u] + d > 1 + EPSILON]
-        out += [f"network card (3) of {u}" for u, d in card.items()
-                if d > 0 and usage.card[u] + d > platform.processor(u).card * (1 + EPSILON)]
-        out += ["link (4) {}-{}".format(*sorted(p)) for p, d in link.items()
-                if d > 0 and usage.link[p] + d > platform.bandwidth(*sorted(p)) * (1 + EPSILON)]
+        out += [
+            f"network card (3) of {u}"
+            for u, d in card.items()
+            if d > 0 and usage.card[u] + d > platform.processor(u).card * (1 + EPSILON)
+        ]
+        out += [
+            "link (4) {}-{}".format(*sorted(p))
+            for p, d in link.items()
+            if d > 0 and usage.link[p] + d > platform.bandwidth(*sorted(p)) * (1 + EPSILON)
+        ]
         return out
 
     def commit(self) -> None:
@@ -384,8 +404,13 @@ class _Trial:
         usage.servers.update(self.servers)
 
 
-def evaluate(problem: Problem, placement: Mapping[NodeRef, str], *, share: bool = True,
-             servers: Mapping[tuple[str, str], str | None] | None = None) -> Usage:
+def evaluate(
+    problem: Problem,
+    placement: Mapping[NodeRef, str],
+    *,
+    share: bool = True,
+    servers: Mapping[tuple[str, str], str | None] | None = None,
+) -> Usage:
     """The loads of a complete mapping, without refusing anything (read ``violations()`` afterwards)."""
     usage = Usage(problem, share=share)
     trial = _Trial(usage)

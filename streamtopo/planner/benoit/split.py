@@ -51,8 +51,11 @@ def split_shared(topologies: Sequence[StreamTopology], *, across_namespaces: boo
     """Shared hash -> operator name in the shared topology."""
     operators: list[dict[str, Any]] = []
     rates: dict[str, float] = {}
-    key_groups = max(t.spec.key_groups for t, digests in zip(topologies, hashes)
-                     if any(digests[op.name] in shared for op in t.spec.operators))
+    key_groups = max(
+        t.spec.key_groups
+        for t, digests in zip(topologies, hashes)
+        if any(digests[op.name] in shared for op in t.spec.operators)
+    )
     for topology, digests in zip(topologies, hashes):
         for op in topology.spec.operators:
             h = digests[op.name]
@@ -74,32 +77,56 @@ def split_shared(topologies: Sequence[StreamTopology], *, across_namespaces: boo
     streams: dict[str, list[str]] = {}
     consumers = []
     for topology, digests in zip(topologies, hashes):
-        needed = {digests[i] for op in topology.spec.operators if digests[op.name] not in shared
-                  for i in op.inputs if digests[i] in shared}
+        needed = {
+            digests[i]
+            for op in topology.spec.operators
+            if digests[op.name] not in shared
+            for i in op.inputs
+            if digests[i] in shared
+        }
         for h in sorted(needed):
             streams.setdefault(stream_name(h), []).append(topology.metadata.name)
-        consumers.append(_consumer(topology, digests, shared, needed) if any(
-            digests[op.name] in shared for op in topology.spec.operators) else topology)
+        consumers.append(
+            _consumer(topology, digests, shared, needed)
+            if any(digests[op.name] in shared for op in topology.spec.operators)
+            else topology
+        )
     for h in sorted({h for s in streams for h in shared if stream_name(h) == s}):
-        operators.append({"name": _unique(f"publish-{names[h]}", operators), "kind": "sink",
-                          "inputs": [names[h]], "sink": {"stream": stream_name(h)}})
+        operators.append(
+            {
+                "name": _unique(f"publish-{names[h]}", operators),
+                "kind": "sink",
+                "inputs": [names[h]],
+                "sink": {"stream": stream_name(h)},
+            }
+        )
     first = topologies[0]
     digest = hashlib.sha256("".join(sorted(shared)).encode()).hexdigest()
     metadata: dict[str, Any] = {"name": f"{SHARED_PREFIX}{digest[:12]}"}
     if first.metadata.namespace:
         metadata["namespace"] = first.metadata.namespace
-    spec = first.spec.model_dump(mode="json", by_alias=True, exclude_none=True,
-                                 include={"image", "transport", "batching", "metrics", "executor", "autoscaling"})
+    spec = first.spec.model_dump(
+        mode="json",
+        by_alias=True,
+        exclude_none=True,
+        include={"image", "transport", "batching", "metrics", "executor", "autoscaling"},
+    )
     spec |= {"keyGroups": key_groups, "operators": operators}
     return Split(StreamTopology.model_validate({"metadata": metadata, "spec": spec}), consumers, streams)
 
 
 def _unique(name: str, operators: list[dict[str, Any]]) -> str:
     taken = {o["name"] for o in operators}
-    return name if name not in taken else next(f"{name}-{i}" for i in range(2, 10_000) if f"{name}-{i}" not in taken)
+    return (
+        name
+        if name not in taken
+        else next(f"{name}-{i}" for i in range(2, 10_000) if f"{name}-{i}" not in taken)
+    )
 
 
-def _consumer(topology: StreamTopology, digests: dict[str, str], shared: set[str], needed: set[str]) -> StreamTopology:
+def _consumer(
+    topology: StreamTopology, digests: dict[str, str], shared: set[str], needed: set[str]
+) -> StreamTopology:
     """The topology without its shared operators; those it reads become stream sources of the same name,
     so its own operators, constraints and stream overrides keep referring to the same names."""
     document = topology.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -109,8 +136,12 @@ def _consumer(topology: StreamTopology, digests: dict[str, str], shared: set[str
     for op in topology.spec.operators:
         if digests[op.name] in needed:
             # one key group: every key group of a stream source fetches the whole stream (docs/streams.md)
-            source: dict[str, Any] = {"name": op.name, "kind": "source", "keyGroups": 1,
-                                      "source": {"stream": stream_name(digests[op.name])}}
+            source: dict[str, Any] = {
+                "name": op.name,
+                "kind": "source",
+                "keyGroups": 1,
+                "source": {"stream": stream_name(digests[op.name])},
+            }
             if op.record_bytes:
                 source["recordBytes"] = op.record_bytes
             sources.append(source)
@@ -122,7 +153,9 @@ def _consumer(topology: StreamTopology, digests: dict[str, str], shared: set[str
             kept_groups = [g | {"operators": [n for n in g["operators"] if n in present]} for g in groups]
             constraints[field] = [g for g in kept_groups if g["operators"]]
         elif groups and isinstance(groups[0], list):
-            constraints[field] = [g for g in ([n for n in group if n in present] for group in groups) if len(g) > 1]
+            constraints[field] = [
+                g for g in ([n for n in group if n in present] for group in groups) if len(g) > 1
+            ]
         else:
             constraints[field] = [n for n in groups if n in present]
     spec["streams"] = [s for s in spec.get("streams", []) if s["from"] in present and s["to"] in present]

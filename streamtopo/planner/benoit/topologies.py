@@ -51,8 +51,11 @@ class SharedProblem:
 
 
 def topology_name(topology: StreamTopology) -> str:
-    return f"{topology.metadata.namespace}/{topology.metadata.name}" if topology.metadata.namespace \
+    return (
+        f"{topology.metadata.namespace}/{topology.metadata.name}"
+        if topology.metadata.namespace
         else topology.metadata.name
+    )
 
 
 def structural_hashes(topology: StreamTopology, *, across_namespaces: bool = False) -> dict[str, str]:
@@ -65,7 +68,9 @@ def structural_hashes(topology: StreamTopology, *, across_namespaces: bool = Fal
         op = by_name[name]
         fields = op.model_dump(mode="json", exclude=HOW_IT_RUNS, exclude_none=True)
         if op.source is not None:
-            fields["source"] = op.source.model_dump(mode="json", exclude={"rate_per_second"}, exclude_none=True)
+            fields["source"] = op.source.model_dump(
+                mode="json", exclude={"rate_per_second"}, exclude_none=True
+            )
             if op.source.stream is not None:
                 fields["scope"] = scope
         if op.sink is not None:  # a sink is its topology's own output: never shared
@@ -90,18 +95,29 @@ def stream_cycles(topologies: Sequence[StreamTopology]) -> list[str]:
                 graph.add_edge(topology_name(t), ("stream", scope, op.sink.stream))
             if op.source is not None and op.source.stream:
                 graph.add_edge(("stream", scope, op.source.stream), topology_name(t))
-    return [" -> ".join(n if isinstance(n, str) else f"stream {n[2]}" for n in cycle + cycle[:1])
-            for cycle in nx.simple_cycles(graph)]
+    return [
+        " -> ".join(n if isinstance(n, str) else f"stream {n[2]}" for n in cycle + cycle[:1])
+        for cycle in nx.simple_cycles(graph)
+    ]
 
 
-def sharing_problem(topologies: Sequence[StreamTopology], cluster: Cluster, *, across_namespaces: bool = False,
-                    costs: OperatorCostModel | None = None) -> SharedProblem:
+def sharing_problem(
+    topologies: Sequence[StreamTopology],
+    cluster: Cluster,
+    *,
+    across_namespaces: bool = False,
+    costs: OperatorCostModel | None = None,
+) -> SharedProblem:
     """The Benoit problem of running these topologies together on ``cluster``; raises TopologyError on
     duplicate names, cycles through streams, or a shared operator whose inputs differ in schema."""
     costs = costs or OperatorCostModel()
     names = [topology_name(t) for t in topologies]
-    problems = [(n, "the same topology is given twice") for n in sorted({n for n in names if names.count(n) > 1})]
-    problems += [("streams", f"topologies feed each other in a cycle: {c}") for c in stream_cycles(topologies)]
+    problems = [
+        (n, "the same topology is given twice") for n in sorted({n for n in names if names.count(n) > 1})
+    ]
+    problems += [
+        ("streams", f"topologies feed each other in a cycle: {c}") for c in stream_cycles(topologies)
+    ]
     if problems:
         raise TopologyError(problems)
     operators: dict[str, Operator] = {}
@@ -118,13 +134,16 @@ def sharing_problem(topologies: Sequence[StreamTopology], cluster: Cluster, *, a
             rate = input_rate[op.name]
             cpu = op.cost.cpu if op.cost and op.cost.cpu is not None else rate * costs.per_record[op.kind]
             out_edges = [(e, r) for e, r in edge_rate.items() if e[0] == op.name]
-            out_bytes = max((r * (record_bytes.get(e) or op.record_bytes or DEFAULT_RECORD_BYTES)
-                             for e, r in out_edges), default=0.0)
+            out_bytes = max(
+                (r * (record_bytes.get(e) or op.record_bytes or DEFAULT_RECORD_BYTES) for e, r in out_edges),
+                default=0.0,
+            )
             work, output = (cpu / rate, out_bytes / rate) if rate > 0 else (0.0, 0.0)
             key = hashes[op.name]
             known = operators.get(key)
-            operators[key] = Operator(key, max(work, known.work if known else 0.0),
-                                      max(output, known.output if known else 0.0))
+            operators[key] = Operator(
+                key, max(work, known.work if known else 0.0), max(output, known.output if known else 0.0)
+            )
             labels.setdefault(key, op.name)
             objs: tuple[str, ...] = ()
             if op.source is not None:
@@ -140,4 +159,6 @@ def sharing_problem(topologies: Sequence[StreamTopology], cluster: Cluster, *, a
         link=cluster.link_bandwidth,
         links={frozenset(link.hosts): link.bandwidth for link in cluster.links},
     )
-    return SharedProblem(Problem(tuple(apps), operators, objects, platform), dict(zip(names, topologies)), labels)
+    return SharedProblem(
+        Problem(tuple(apps), operators, objects, platform), dict(zip(names, topologies)), labels
+    )

@@ -35,7 +35,19 @@ def build_operator(op: Operator, spec: StreamTopologySpec, *, combine: bool | No
 
 
 __all__ = [
-    "OPERATORS", "AggregateOperator", "FilterOperator", "JoinOperator", "MapOperator", "OperatorError",
-    "OperatorResult", "RecordError", "SinkOperator", "SourceOperator", "UdfOperator", "UnitOperator",
-    "build_operator", "combine_inputs", "split_inputs",
+    "OPERATORS",
+    "AggregateOperator",
+    "FilterOperator",
+    "JoinOperator",
+    "MapOperator",
+    "OperatorError",
+    "OperatorResult",
+    "RecordError",
+    "SinkOperator",
+    "SourceOperator",
+    "UdfOperator",
+    "UnitOperator",
+    "build_operator",
+    "combine_inputs",
+    "split_inputs",
 ]

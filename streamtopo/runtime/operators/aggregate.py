@@ -75,8 +75,11 @@ def values_per_second(op: Operator, spec: StreamTopologySpec) -> float:
     """
     input_rate, _ = rates(spec)
     k = spec.key_groups_of(op.name)
-    declared = [spec.operator(name).source.keys for name in _ancestors(spec, op.name)
-                if spec.operator(name).kind == "source" and spec.operator(name).source.keys]
+    declared = [
+        spec.operator(name).source.keys
+        for name in _ancestors(spec, op.name)
+        if spec.operator(name).kind == "source" and spec.operator(name).source.keys
+    ]
     keys_per_group = max(1.0, max(declared) / k) if declared else 1.0
     return input_rate[op.name] / k / keys_per_group
 
@@ -110,7 +113,9 @@ class AggregateOperator(UnitOperator):
         if self.windowing is None:
             self.combine = False
         elif combine is None:
-            self.combine = combine_pays(self.windowing.size, self.windowing.slide, values_per_second(op, spec))
+            self.combine = combine_pays(
+                self.windowing.size, self.windowing.slide, values_per_second(op, spec)
+            )
         else:
             self.combine = combine
 
@@ -167,8 +172,14 @@ class AggregateOperator(UnitOperator):
 
     # ---------------------------------------------------------------------------------------- process
 
-    def process(self, spark: SparkSession, batch: Batch, states: dict[int, Any],
-                watermarks: dict[int, float], partials: pd.DataFrame | None = None) -> OperatorResult:
+    def process(
+        self,
+        spark: SparkSession,
+        batch: Batch,
+        states: dict[int, Any],
+        watermarks: dict[int, float],
+        partials: pd.DataFrame | None = None,
+    ) -> OperatorResult:
         """Fold ``batch`` (records) and ``partials`` (rows :meth:`partials` made upstream, ``_kg`` = the
         consuming unit) into the key groups' states, then emit (fired windows, or running totals)."""
         fresh, counts = None, None
@@ -182,7 +193,9 @@ class AggregateOperator(UnitOperator):
                 fresh = fresh.drop(columns=[SRC, COUNT])
         elif len(batch):
             batch = ensure_reserved(batch, self.name)
-            fresh = guarded(self.name, "aggregations", lambda b: to_pandas(self._partials(to_spark(spark, b))), batch)
+            fresh = guarded(
+                self.name, "aggregations", lambda b: to_pandas(self._partials(to_spark(spark, b))), batch
+            )
         if partials is not None and len(partials):
             partials = partials.drop(columns=[SRC, COUNT], errors="ignore")
             fresh = partials if fresh is None else pd.concat([fresh, partials], ignore_index=True)
@@ -193,13 +206,24 @@ class AggregateOperator(UnitOperator):
             if state is not None and len(state["rows"]):
                 parts.append(state["rows"].assign(**{KG: np.int32(kg)}))
         by = [KG, *self.keys] + ([BUCKET] if self.windowing else [])
-        rows = merge_partials(pd.concat(parts, ignore_index=True), by, self.kinds,
-                              extra_max=() if self.windowing else (TS,)) if parts else None
-        result = self._running(rows, fresh, kgs) if self.windowing is None else self._fire(rows, kgs, states, watermarks)
+        rows = (
+            merge_partials(
+                pd.concat(parts, ignore_index=True), by, self.kinds, extra_max=() if self.windowing else (TS,)
+            )
+            if parts
+            else None
+        )
+        result = (
+            self._running(rows, fresh, kgs)
+            if self.windowing is None
+            else self._fire(rows, kgs, states, watermarks)
+        )
         result.input_counts = counts
         return result
 
-    def _running(self, rows: pd.DataFrame | None, fresh: pd.DataFrame | None, kgs: list[int]) -> OperatorResult:
+    def _running(
+        self, rows: pd.DataFrame | None, fresh: pd.DataFrame | None, kgs: list[int]
+    ) -> OperatorResult:
         if rows is None:
             return OperatorResult(self._empty_output(), {kg: None for kg in kgs})
         if fresh is not None:
@@ -209,14 +233,16 @@ class AggregateOperator(UnitOperator):
             output = self._empty_output()
         return OperatorResult(self._ordered(output), self._split(rows, kgs, {}))
 
-    def _fire(self, rows: pd.DataFrame | None, kgs: list[int], states: dict[int, Any],
-              watermarks: dict[int, float]) -> OperatorResult:
+    def _fire(
+        self, rows: pd.DataFrame | None, kgs: list[int], states: dict[int, Any], watermarks: dict[int, float]
+    ) -> OperatorResult:
         w = self.windowing
         prev = {kg: (states.get(kg) or {}).get("wm", -math.inf) for kg in kgs}
         now = {kg: max(prev[kg], watermarks.get(kg, -math.inf)) for kg in kgs}
         if rows is None or rows.empty:
-            return OperatorResult(self._empty_output(), {kg: {"rows": _empty_rows(rows), "wm": now[kg]}
-                                                         for kg in kgs})
+            return OperatorResult(
+                self._empty_output(), {kg: {"rows": _empty_rows(rows), "wm": now[kg]} for kg in kgs}
+            )
         lo = rows[KG].map(prev).to_numpy(dtype=np.float64)
         hi = rows[KG].map(now).to_numpy(dtype=np.float64)
         bucket = rows[BUCKET].to_numpy(dtype=np.int64)
@@ -243,19 +269,37 @@ class AggregateOperator(UnitOperator):
 
     @property
     def output_columns(self) -> list[str]:
-        return ([WINDOW_START, WINDOW_END] if self.windowing else []) + self.keys \
-            + [a.alias for a in self.aggs] + [TS, KG]
+        return (
+            ([WINDOW_START, WINDOW_END] if self.windowing else [])
+            + self.keys
+            + [a.alias for a in self.aggs]
+            + [TS, KG]
+        )
 
     def _ordered(self, output: pd.DataFrame) -> pd.DataFrame:
         if output.empty:
-            return self._empty_output() if not len(output.columns) else output[self.output_columns].reset_index(drop=True)
+            return (
+                self._empty_output()
+                if not len(output.columns)
+                else output[self.output_columns].reset_index(drop=True)
+            )
         order = [KG, WINDOW_END, *self.keys] if self.windowing else [KG, *self.keys]
         return output[self.output_columns].sort_values(order, kind="stable").reset_index(drop=True)
 
     def _empty_output(self) -> pd.DataFrame:
         """No records, but the output's columns (so downstream sees a consistent shape)."""
-        return pd.DataFrame({c: pd.Series(dtype="float64" if c in (TS, WINDOW_START, WINDOW_END) else
-                                           "int32" if c == KG else "object") for c in self.output_columns})
+        return pd.DataFrame(
+            {
+                c: pd.Series(
+                    dtype="float64"
+                    if c in (TS, WINDOW_START, WINDOW_END)
+                    else "int32"
+                    if c == KG
+                    else "object"
+                )
+                for c in self.output_columns
+            }
+        )
 
     def _split(self, rows: pd.DataFrame, kgs: list[int], wm: dict[int, float]) -> dict[int, Any]:
         """Per key group state: its partial rows (without ``_kg``), and for windows the watermark it

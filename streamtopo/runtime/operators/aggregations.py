@@ -22,10 +22,18 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-_AGG = re.compile(r"^\s*(?P<fn>[A-Za-z_]+)\s*\((?P<arg>.*)\)\s+(?:AS\s+)?(?P<alias>[A-Za-z_]\w*)\s*$",
-                  re.IGNORECASE | re.DOTALL)
-_PARTIALS = {"sum": ("s",), "count": ("c",), "avg": ("s", "c"), "mean": ("s", "c"), "min": ("min",),
-             "max": ("max",)}
+_AGG = re.compile(
+    r"^\s*(?P<fn>[A-Za-z_]+)\s*\((?P<arg>.*)\)\s+(?:AS\s+)?(?P<alias>[A-Za-z_]\w*)\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+_PARTIALS = {
+    "sum": ("s",),
+    "count": ("c",),
+    "avg": ("s", "c"),
+    "mean": ("s", "c"),
+    "min": ("min",),
+    "max": ("max",),
+}
 _PARTIAL_SQL = {"s": "sum({})", "c": "count({})", "min": "min({})", "max": "max({})"}
 
 
@@ -41,8 +49,10 @@ class Aggregation:
         return {f"__a{self.index}_{kind}": kind for kind in _PARTIALS[self.fn]}
 
     def partial_sql(self) -> list[str]:
-        return [f"{_PARTIAL_SQL[kind].format(self.arg)} AS {column}"
-                for column, kind in self.partial_columns().items()]
+        return [
+            f"{_PARTIAL_SQL[kind].format(self.arg)} AS {column}"
+            for column, kind in self.partial_columns().items()
+        ]
 
 
 def parse_aggregations(texts: list[str]) -> list[Aggregation]:
@@ -54,8 +64,9 @@ def parse_aggregations(texts: list[str]) -> list[Aggregation]:
             raise ValueError(f"aggregations[{i}]: {text!r} is not of the form 'fn(expression) AS alias'")
         fn, arg, alias = match.group("fn").lower(), match.group("arg").strip(), match.group("alias")
         if fn not in _PARTIALS:
-            raise ValueError(f"aggregations[{i}]: {fn}() is not decomposable; use one of "
-                             f"{', '.join(sorted(_PARTIALS))}")
+            raise ValueError(
+                f"aggregations[{i}]: {fn}() is not decomposable; use one of {', '.join(sorted(_PARTIALS))}"
+            )
         if re.match(r"distinct\b", arg, re.IGNORECASE):
             raise ValueError(f"aggregations[{i}]: {fn}(DISTINCT ...) is not decomposable")
         if not arg:
@@ -74,8 +85,9 @@ def partial_kinds(aggs: list[Aggregation]) -> dict[str, str]:
     return {column: kind for agg in aggs for column, kind in agg.partial_columns().items()}
 
 
-def merge_partials(df: pd.DataFrame, by: list[str], kinds: dict[str, str],
-                   extra_max: tuple[str, ...] = ()) -> pd.DataFrame:
+def merge_partials(
+    df: pd.DataFrame, by: list[str], kinds: dict[str, str], extra_max: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """Merge partial rows that share ``by`` (and take the max of ``extra_max`` columns, e.g. ``_ts``)."""
     if df.empty:
         return df.reset_index(drop=True)

@@ -105,8 +105,9 @@ class UnitOperator:
         self.inputs = list(op.inputs)
         self.key_groups = spec.key_groups_of(op.name)
 
-    def process(self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any],
-                watermarks: dict[int, float]) -> OperatorResult:
+    def process(
+        self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any], watermarks: dict[int, float]
+    ) -> OperatorResult:
         raise NotImplementedError
 
     def encode_state(self, state: Any) -> bytes:
@@ -209,8 +210,13 @@ def ensure_reserved(batch: pd.DataFrame, operator: str, keep_input: bool = False
 # ---------------------------------------------------------------------------------- failure isolation
 
 
-def guarded(operator: str, field: str, work: Callable[[pd.DataFrame], pd.DataFrame],
-            batch: pd.DataFrame, probe: Callable[[pd.DataFrame], Any] | None = None) -> pd.DataFrame:
+def guarded(
+    operator: str,
+    field: str,
+    work: Callable[[pd.DataFrame], pd.DataFrame],
+    batch: pd.DataFrame,
+    probe: Callable[[pd.DataFrame], Any] | None = None,
+) -> pd.DataFrame:
     """Run ``work`` on ``batch``; turn failures into :class:`OperatorError` or :class:`RecordError`.
 
     Analysis errors (syntax, unknown column, type mismatch) are the operator's fault whatever the data.

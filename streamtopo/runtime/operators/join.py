@@ -56,8 +56,11 @@ def combine_inputs(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
     that the other side's missing values do not turn them into floats; :func:`split_inputs` undoes it."""
     parts = []
     for name, frame in frames.items():
-        ints = {c: f"{str(t).capitalize()}" for c, t in frame.dtypes.items()
-                if pd.api.types.is_integer_dtype(t) and c != KG}
+        ints = {
+            c: f"{str(t).capitalize()}"
+            for c, t in frame.dtypes.items()
+            if pd.api.types.is_integer_dtype(t) and c != KG
+        }
         parts.append(frame.astype(ints).assign(**{INPUT: name}))
     return pd.concat(parts, ignore_index=True)
 
@@ -66,9 +69,13 @@ def split_inputs(batch: pd.DataFrame, name: str) -> pd.DataFrame:
     """The records of input ``name``, without the other input's (all-null) columns."""
     rows = batch[batch[INPUT] == name].drop(columns=[INPUT])
     rows = rows[[c for c in rows.columns if c in (KG, TS) or rows[c].notna().any()]]
-    restore = {c: str(t).lower() for c, t in rows.dtypes.items()
-               if isinstance(t, pd.api.extensions.ExtensionDtype) and pd.api.types.is_integer_dtype(t)
-               and rows[c].notna().all()}
+    restore = {
+        c: str(t).lower()
+        for c, t in rows.dtypes.items()
+        if isinstance(t, pd.api.extensions.ExtensionDtype)
+        and pd.api.types.is_integer_dtype(t)
+        and rows[c].notna().all()
+    }
     return rows.astype(restore).reset_index(drop=True)
 
 
@@ -83,8 +90,9 @@ class JoinOperator(UnitOperator):
         self.keys = list(op.key_by)
         self.windowing = Windowing.of(op.window)
 
-    def process(self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any],
-                watermarks: dict[int, float]) -> OperatorResult:
+    def process(
+        self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any], watermarks: dict[int, float]
+    ) -> OperatorResult:
         sides = {self.left: [], self.right: []}
         kgs = set(states)
         if len(batch):
@@ -115,8 +123,13 @@ class JoinOperator(UnitOperator):
         output = self._fire(spark, rows, prev, now)
         return OperatorResult(output, self._split(rows, kgs, now))
 
-    def _fire(self, spark: SparkSession, rows: dict[str, pd.DataFrame | None], prev: dict[int, float],
-              now: dict[int, float]) -> pd.DataFrame:
+    def _fire(
+        self,
+        spark: SparkSession,
+        rows: dict[str, pd.DataFrame | None],
+        prev: dict[int, float],
+        now: dict[int, float],
+    ) -> pd.DataFrame:
         """Join the windows that fire now, in Spark: window assignment, bounds, equi-join."""
         nothing = pd.DataFrame(columns=[WINDOW_START, WINDOW_END, *self.keys, TS, KG])
         left, right = rows[self.left], rows[self.right]
@@ -131,19 +144,31 @@ class JoinOperator(UnitOperator):
         except AnalysisException as error:  # e.g. key columns of incompatible types on the two sides
             raise OperatorError(self.name, "keyBy", str(error).splitlines()[0]) from None
 
-    def _join(self, spark: SparkSession, left: pd.DataFrame, right: pd.DataFrame, prev: dict[int, float],
-              now: dict[int, float]) -> pd.DataFrame:
+    def _join(
+        self,
+        spark: SparkSession,
+        left: pd.DataFrame,
+        right: pd.DataFrame,
+        prev: dict[int, float],
+        now: dict[int, float],
+    ) -> pd.DataFrame:
         w = self.windowing
         bounds = spark.createDataFrame(
-            pd.DataFrame({KG: np.array(list(now), dtype=np.int32), "__lo": [prev[k] for k in now],
-                          "__hi": [now[k] for k in now]})
+            pd.DataFrame(
+                {
+                    KG: np.array(list(now), dtype=np.int32),
+                    "__lo": [prev[k] for k in now],
+                    "__hi": [now[k] for k in now],
+                }
+            )
         )
         out = to_pandas(self._joined(to_spark(spark, left), to_spark(spark, right), bounds))
         n = out.pop(WINDOW).to_numpy(dtype=np.int64)
         kg = out.pop(KG)
         others = [c for c in out.columns if c not in self.keys]
         result = pd.concat(
-            [pd.DataFrame({WINDOW_START: w.start(n), WINDOW_END: w.end(n)}), out[self.keys], out[others]], axis=1
+            [pd.DataFrame({WINDOW_START: w.start(n), WINDOW_END: w.end(n)}), out[self.keys], out[others]],
+            axis=1,
         )
         result[TS] = result[WINDOW_END]
         result[KG] = kg.astype("int32")
@@ -161,8 +186,11 @@ class JoinOperator(UnitOperator):
             sdf = sdf.withColumnsRenamed({**renamed, TS: "__ts"})
             sdf = sdf.withColumn(WINDOW, F.explode(F.expr(w.windows_sql(w.pane_sql("__ts"))))).drop("__ts")
             end = F.col(WINDOW).cast("double") * w.slide + w.size
-            return (sdf.join(bounds, KG).where((end > F.col("__lo")) & (end <= F.col("__hi")))
-                    .drop("__lo", "__hi"))
+            return (
+                sdf.join(bounds, KG)
+                .where((end > F.col("__lo")) & (end <= F.col("__hi")))
+                .drop("__lo", "__hi")
+            )
 
         return windowed(left, self.left).join(windowed(right, self.right), [KG, *self.keys, WINDOW])
 
@@ -181,12 +209,17 @@ class JoinOperator(UnitOperator):
         pane = np.floor(frame[TS].to_numpy(dtype=np.float64) / w.pane).astype(np.int64)
         return w.end(w.first_window(pane)), w.end(w.last_window(pane))
 
-    def _in_firing_window(self, frame: pd.DataFrame, prev: dict[int, float], now: dict[int, float]) -> np.ndarray:
+    def _in_firing_window(
+        self, frame: pd.DataFrame, prev: dict[int, float], now: dict[int, float]
+    ) -> np.ndarray:
         first, last = self._window_ends(frame)
-        return (first <= frame[KG].map(now).to_numpy(dtype=np.float64)) & \
-            (last > frame[KG].map(prev).to_numpy(dtype=np.float64))
+        return (first <= frame[KG].map(now).to_numpy(dtype=np.float64)) & (
+            last > frame[KG].map(prev).to_numpy(dtype=np.float64)
+        )
 
-    def _split(self, rows: dict[str, pd.DataFrame | None], kgs: list[int], now: dict[int, float]) -> dict[int, Any]:
+    def _split(
+        self, rows: dict[str, pd.DataFrame | None], kgs: list[int], now: dict[int, float]
+    ) -> dict[int, Any]:
         """Per key group: each side's records still inside a window that has not fired, and the watermark."""
         kept: dict[str, dict[int, pd.DataFrame]] = {}
         for name, frame in rows.items():
@@ -196,12 +229,16 @@ class JoinOperator(UnitOperator):
             alive = self._window_ends(frame)[1] > frame[KG].map(now).to_numpy(dtype=np.float64)
             for kg, part in frame[alive].groupby(KG):
                 kept[name][kg] = part.drop(columns=[KG]).reset_index(drop=True)
-        return {kg: {**{name: kept[name].get(kg, pd.DataFrame()) for name in rows}, "wm": now[kg]} for kg in kgs}
+        return {
+            kg: {**{name: kept[name].get(kg, pd.DataFrame()) for name in rows}, "wm": now[kg]} for kg in kgs
+        }
 
     def encode_state(self, state: Any) -> bytes:
         if state is None:
             return b""
-        return encode_frames({self.left: state[self.left], self.right: state[self.right]}, {"wm": state["wm"]})
+        return encode_frames(
+            {self.left: state[self.left], self.right: state[self.right]}, {"wm": state["wm"]}
+        )
 
     def decode_state(self, data: bytes) -> Any:
         if not data:

@@ -45,8 +45,9 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 class SinkOperator(UnitOperator):
-    def process(self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any],
-                watermarks: dict[int, float]) -> OperatorResult:
+    def process(
+        self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any], watermarks: dict[int, float]
+    ) -> OperatorResult:
         return OperatorResult(batch)
 
     def format(self, df: pd.DataFrame) -> list[str]:

@@ -29,8 +29,9 @@ class SourceOperator(UnitOperator):
         if self.source.generator is not None and self.source.generator not in generators.GENERATORS:
             raise OperatorError(op.name, "source.generator", f"unknown generator {self.source.generator!r}")
 
-    def process(self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any],
-                watermarks: dict[int, float]) -> OperatorResult:
+    def process(
+        self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any], watermarks: dict[int, float]
+    ) -> OperatorResult:
         """Records a source hands on unchanged (a stream source's input, read by the executor)."""
         return OperatorResult(batch)
 
@@ -40,11 +41,13 @@ class SourceOperator(UnitOperator):
         source = self.source
         if source.generator is None:
             return None
-        return generators.frame(spark, source.generator, [], self.key_groups, source.rate_per_second, source.seed,
-                                source.keys)
+        return generators.frame(
+            spark, source.generator, [], self.key_groups, source.rate_per_second, source.seed, source.keys
+        )
 
-    def generate(self, spark: SparkSession, requests: list[tuple[int, int | None, int]]
-                 ) -> tuple[SparkFrame | None, dict[int, tuple[int, int, float]]]:
+    def generate(
+        self, spark: SparkSession, requests: list[tuple[int, int | None, int]]
+    ) -> tuple[SparkFrame | None, dict[int, tuple[int, int, float]]]:
         """Up to ``max_records`` next records of each requested ``(kg, state, max_records)``, as one lazy
         frame (``None`` when no key group has any), and per kg ``(n emitted now, new state, watermark)``,
         computed here without running a Spark job: the executor learns counts and watermarks for free
@@ -62,8 +65,13 @@ class SourceOperator(UnitOperator):
                 parts.append((kg, done, n))
             done += n
             out[kg] = (n, done, math.inf if total is not None and done >= total else (kg + done * k) / rate)
-        df = None if not parts else generators.frame(spark, self.source.generator, parts, k, rate,
-                                                       self.source.seed, self.source.keys)
+        df = (
+            None
+            if not parts
+            else generators.frame(
+                spark, self.source.generator, parts, k, rate, self.source.seed, self.source.keys
+            )
+        )
         return df, out
 
     def encode_state(self, state: Any) -> bytes:

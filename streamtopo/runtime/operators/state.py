@@ -55,8 +55,10 @@ def _from_json(value: Any) -> Any:
 def encode_frames(frames: dict[str, pd.DataFrame], meta: dict[str, Any] | None = None) -> bytes:
     blobs = {name: frame_to_ipc(df) for name, df in frames.items()}
     header = json.dumps(
-        {"meta": {k: _json_safe(v) for k, v in (meta or {}).items()},
-         "frames": [[name, len(blob)] for name, blob in blobs.items()]}
+        {
+            "meta": {k: _json_safe(v) for k, v in (meta or {}).items()},
+            "frames": [[name, len(blob)] for name, blob in blobs.items()],
+        }
     ).encode()
     return b"".join([MAGIC, struct.pack("<I", len(header)), header, *blobs.values()])
 
@@ -66,10 +68,10 @@ def decode_frames(data: bytes) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]
         raise ValueError("not a streamtopo operator state (bad magic)")
     (length,) = struct.unpack_from("<I", data, len(MAGIC))
     offset = len(MAGIC) + 4
-    header = json.loads(data[offset:offset + length])
+    header = json.loads(data[offset : offset + length])
     offset += length
     frames = {}
     for name, size in header["frames"]:
-        frames[name] = ipc_to_frame(data[offset:offset + size])
+        frames[name] = ipc_to_frame(data[offset : offset + size])
         offset += size
     return frames, {k: _from_json(v) for k, v in header["meta"].items()}

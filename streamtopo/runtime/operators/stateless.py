@@ -37,14 +37,17 @@ from streamtopo.runtime.operators.base import (
 class MapOperator(UnitOperator):
     lazy_input = True
 
-    def process(self, spark: SparkSession, batch: Batch, states: dict[int, Any],
-                watermarks: dict[int, float]) -> OperatorResult:
+    def process(
+        self, spark: SparkSession, batch: Batch, states: dict[int, Any], watermarks: dict[int, float]
+    ) -> OperatorResult:
         if is_spark(batch):
             return OperatorResult(lazily(self.name, "select", lambda: self._select(batch)))
         if not len(batch):  # only a punctuation came: nothing to select from (and maybe no columns)
             return OperatorResult(batch)
         batch = ensure_reserved(batch, self.name)
-        return OperatorResult(guarded(self.name, "select", lambda b: to_pandas(self._select(to_spark(spark, b))), batch))
+        return OperatorResult(
+            guarded(self.name, "select", lambda b: to_pandas(self._select(to_spark(spark, b))), batch)
+        )
 
     def _select(self, frame: SparkFrame) -> SparkFrame:
         carried = [f"{c} AS __carry{c}" for c in RESERVED]
@@ -57,14 +60,16 @@ class MapOperator(UnitOperator):
             last.setdefault(name, i)
         keep = sorted(last.values())
         return frame.toDF(*[f"__c{i}" for i in range(len(names))]).select(
-            *[F.col(f"__c{i}").alias(names[i]) for i in keep])
+            *[F.col(f"__c{i}").alias(names[i]) for i in keep]
+        )
 
 
 class FilterOperator(UnitOperator):
     lazy_input = True
 
-    def process(self, spark: SparkSession, batch: Batch, states: dict[int, Any],
-                watermarks: dict[int, float]) -> OperatorResult:
+    def process(
+        self, spark: SparkSession, batch: Batch, states: dict[int, Any], watermarks: dict[int, float]
+    ) -> OperatorResult:
         if is_spark(batch):
             return OperatorResult(lazily(self.name, "expr", lambda: batch.filter(self.op.expr)))
         if not len(batch):

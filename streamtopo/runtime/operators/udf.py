@@ -76,10 +76,14 @@ def load_function(path: str, operator: str) -> UserFunction:
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - any import-time failure of user code is reported
-        raise OperatorError(operator, "function", f"cannot import {path!r}: {type(error).__name__}: {error}") from None
+        raise OperatorError(
+            operator, "function", f"cannot import {path!r}: {type(error).__name__}: {error}"
+        ) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise OperatorError(operator, "function", f"{path!r}: module {module_name!r} has no function {attr!r}")
+        raise OperatorError(
+            operator, "function", f"{path!r}: module {module_name!r} has no function {attr!r}"
+        )
     # Spark's Python workers may not have the user's directory on their path: ship the module by value,
     # and a package found in a UDF directory whole (``mypkg.enrich`` may import ``mypkg.helpers``).
     if module_name != "__main__" and not module_name.startswith(("pandas", "numpy")):
@@ -96,8 +100,9 @@ def apply_per_key_group(fn: UserFunction, frame: pd.DataFrame, operator: str) ->
     for kg, part in frame.groupby(KG, sort=True):
         result = fn(part.reset_index(drop=True))
         if not isinstance(result, pd.DataFrame):
-            raise OperatorError(operator, "function",
-                                f"returned {type(result).__name__}, expected a pandas DataFrame")
+            raise OperatorError(
+                operator, "function", f"returned {type(result).__name__}, expected a pandas DataFrame"
+            )
         result = result.copy()
         if KG not in result.columns:
             result[KG] = kg
@@ -112,8 +117,9 @@ class UdfOperator(UnitOperator):
         super().__init__(op, spec)
         self.fn = load_function(op.function, op.name)
 
-    def process(self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any],
-                watermarks: dict[int, float]) -> OperatorResult:
+    def process(
+        self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any], watermarks: dict[int, float]
+    ) -> OperatorResult:
         if not len(batch):
             return OperatorResult(batch)
         batch = ensure_reserved(batch, self.name)
@@ -145,7 +151,9 @@ class UdfOperator(UnitOperator):
         try:
             schema = spark_schema(sample)
         except Exception as error:  # noqa: BLE001 - unconvertible output types are the function's fault
-            raise OperatorError(self.name, "function", f"output is not convertible to Arrow: {error}") from None
+            raise OperatorError(
+                self.name, "function", f"output is not convertible to Arrow: {error}"
+            ) from None
         columns, fn, name = list(sample.columns), self.fn, self.name
 
         def run(chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:

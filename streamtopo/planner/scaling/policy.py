@@ -1,0 +1,438 @@
+"""How many executors: a target-capacity rule in the spirit of DS2 and Flink's Kubernetes autoscaler.
+
+DS2 (Kalavri et al., OSDI 2018) sizes an operator from its *true processing rate*: records per second of
+busy time, which does not saturate when the operator is overloaded the way observed throughput does.
+Here the whole job is sized at once, because executors host units of every operator:
+
+    demand       = sum_k arrival_k / true_rate_k            cores the input needs (busy seconds / s)
+    steady       = ceil(demand / (c * targetUtilization))   executors of capacity c at the target
+    catch-up     = ceil((demand + backlog_work / catchUp) / c)
+    required     = clamp(max(steady, catch-up), minExecutors, maxExecutors)
+
+``backlog_work = sum_k lag_k / true_rate_k`` is the busy time the backlog needs; a source's lag (records
+a generator has due but not emitted, or a source stream's queue) needs the whole job's work per input
+record, ``lag_k * demand / input``. Catch-up may use the
+full capacity (utilisation 1) rather than the target, so a backlog that the target's headroom drains
+within ``catchUp`` adds no executor: this is what keeps a rate step from overshooting.
+
+The safeguards users of Flink's autoscaler rely on, each with its own reason in the decision:
+
+- a full metric window (``metric_window`` seconds of observations since the last change) before acting,
+  since metrics measured across a rescale describe neither configuration;
+- stabilisation: no decision for ``stabilization`` seconds after a change;
+- a utilisation band: nothing happens while ``demand / capacity`` is within target +- band;
+- delayed scale-down: a scale-down must be wanted for ``scale_down_delay`` seconds in a row, and then
+  goes to the largest count required during that time (so a dip does not remove what the next rise
+  needs; only windows that lie entirely within the wish count, so the samples from before the drop
+  do not hold the count up); capped scale-down: at most ``max_scale_down_fraction`` (a half) of the
+  executors per step;
+- scale-up grace: no scale-down for ``scale_up_grace`` seconds after a scale-up (Flink's
+  ``scale-up.grace-period``), so a peak's noise that triggered a scale-up cannot undo it right after;
+- backlog mode: no scale-down while the lag exceeds ``backlog_seconds`` of input;
+- ALBIC's guard (Section 4.1): no scale-down while the rebalancer's plan leaves a load distance above
+  ``max_load_distance``, since removing executors from an unbalanced job overloads the rest;
+- min/max executors, enforced even inside the stabilisation window.
+
+Pure: the time is an input and the state the rule carries between rounds (:class:`ScalingState`) is
+passed in and returned. :data:`~streamtopo.planner.scaling.rules.RULES` also holds the DStreams-style
+ratio rule (``dstreams``) and ``off``, all with the same signature.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
+from streamtopo.planner.model import AutoscalingSpec
+
+Direction = Literal["up", "down", "none"]
+EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """Parameters of the scaling rules (defaults: Flink autoscaler's, and the spec's)."""
+
+    min_executors: int = 1
+    max_executors: int = 32
+    target_utilization: float = 0.7
+    utilization_band: float = 0.1
+    """Act only when utilisation leaves [target - band, target + band]."""
+    stabilization: float = 300.0
+    metric_window: float = 300.0
+    scale_down_delay: float = 1800.0
+    scale_up_grace: float = 3600.0
+    """No scale-down this long after a scale-up (Flink: job.autoscaler.scale-up.grace-period, 1 h)."""
+    max_scale_down_fraction: float = 0.5
+    """Share of the executors one scale-down may remove (0.5: at most halve)."""
+    catch_up: float = 300.0
+    """Seconds in which the backlog should be processed (Flink's catch-up duration)."""
+    backlog_seconds: float = 30.0
+    """Backlog mode when the lag exceeds this many seconds of input."""
+    max_load_distance: float | None = 10.0
+    """No scale-down while the plan's load distance (percentage points) exceeds this; None: no guard."""
+    executor_capacity: float = 1.0
+    """Cores of a new executor (1.0 = the reference executor loads are measured on)."""
+    dstreams_up_ratio: float = 0.9
+    """DStreams rule: scale out when processing time / batch interval >= this."""
+    dstreams_down_ratio: float = 0.3
+    """DStreams rule: scale in when processing time / batch interval <= this."""
+    dstreams_interval: float = 60.0
+    """DStreams rule: spark.streaming.dynamicAllocation.scalingInterval."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 1 <= self.min_executors <= self.max_executors:
+            problems.append("min_executors must be >= 1 and <= max_executors")
+        if not 0 < self.target_utilization <= 1:
+            problems.append("target_utilization must be in (0, 1]")
+        if not 0 <= self.utilization_band < self.target_utilization:
+            problems.append("utilization_band must be >= 0 and below target_utilization")
+        if not 0 < self.max_scale_down_fraction <= 1:
+            problems.append("max_scale_down_fraction must be in (0, 1]")
+        for name in (
+            "stabilization",
+            "metric_window",
+            "scale_down_delay",
+            "scale_up_grace",
+            "backlog_seconds",
+            "dstreams_interval",
+        ):
+            if not getattr(self, name) >= 0:
+                problems.append(f"{name} must be >= 0")
+        if not self.catch_up > 0 or not self.executor_capacity > 0:
+            problems.append("catch_up and executor_capacity must be > 0")
+        if not 0 <= self.dstreams_down_ratio < self.dstreams_up_ratio:
+            problems.append("dstreams_down_ratio must be >= 0 and below dstreams_up_ratio")
+        if problems:
+            raise ValueError("invalid scaling config: " + "; ".join(problems))
+
+    @classmethod
+    def from_spec(cls, spec: AutoscalingSpec, **overrides: object) -> ScalingConfig:
+        """The rule a StreamTopology's ``spec.autoscaling`` asks for (the metric window is one SPL at least)."""
+        values: dict[str, object] = {
+            "min_executors": spec.min_executors,
+            "max_executors": spec.max_executors,
+            "target_utilization": spec.target_utilization,
+            "stabilization": spec.stabilization,
+            "scale_down_delay": spec.scale_down_delay,
+            "metric_window": max(spec.interval, cls.metric_window),
+            "max_load_distance": spec.albic.max_load_distance,
+            "dstreams_interval": spec.interval,
+        }
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class ScalingObservation:
+    """What one statistics period says about capacity, built by :func:`observe`."""
+
+    time: float
+    """End of the period, seconds (any epoch: only differences matter)."""
+    window: float
+    """Seconds the period's metrics cover (the SPL)."""
+    executors: int
+    """Active executors (not marked for removal)."""
+    capacity: float
+    """Their summed capacity, cores."""
+    input_rate: float
+    """Records per second entering the job (arrivals of key groups no other key group sends to)."""
+    demand: float
+    """Cores needed to process ``input_rate``: sum of arrival / true processing rate."""
+    backlog: float
+    """Records waiting (lag)."""
+    backlog_work: float
+    """Busy seconds the backlog needs."""
+    load_distance: float | None = None
+    """Of the rebalancer's plan for these executors (ALBIC's scale-in guard)."""
+
+
+@dataclass(frozen=True)
+class ScalingState:
+    """What the rules carry from round to round (returned updated, never mutated)."""
+
+    last_change: float | None = None
+    """Time of the last executor change."""
+    last_scale_up: float | None = None
+    """Time of the last scale-up (the grace period runs from it)."""
+    scale_down_since: float | None = None
+    """When the current uninterrupted wish to scale down began."""
+    scale_down_floor: int = 0
+    """Largest count required while the scale-down has been wanted."""
+    history: tuple[tuple[float, float, float], ...] = ()
+    """(time, window, demand) of the observations since the last change, within the metric window."""
+    last_decision: float | None = None
+    """Time the DStreams rule last evaluated (its scaling interval)."""
+
+
+@dataclass(frozen=True)
+class ScalingDecision:
+    """A new executor count, which way it goes, and why."""
+
+    executors: int
+    previous: int
+    direction: Direction
+    reason: str
+    utilization: float = 0.0
+    required: int | None = None
+    """The count the rule computed (before delays and caps)."""
+
+    @property
+    def delta(self) -> int:
+        return self.executors - self.previous
+
+
+Scaler = Callable[[ScalingObservation, ScalingState, ScalingConfig], tuple[ScalingDecision, ScalingState]]
+
+
+def observe(
+    state: AllocationState,
+    plan: Rebalance | None,
+    *,
+    time: float,
+    window: float,
+    arrivals: Mapping[KeyGroupId, float] | None = None,
+) -> ScalingObservation:
+    """Summarise a period's statistics for the scaling rules.
+
+    Per key group the true processing rate is ``rate / (load / 100)`` records per busy second.
+    ``arrivals`` (records/s reaching each key group) default to the processed rate, which is exact
+    unless the group falls behind; a group that did no measurable work borrows the job-wide true rate.
+    The job's input rate counts the key groups that receive no kg-to-kg traffic (the sources; a
+    generator's rate is the records that came due, its target rate). A source's backlog costs the whole
+    job's work per input record (``demand / input_rate``), which is what catching up on it takes.
+    """
+    fed = {dst for (_, dst), value in state.traffic.items() if value > 0}
+    measured = [(kg.rate, kg.load / 100.0) for kg in state.key_groups if kg.load / 100.0 > 0 and kg.rate > 0]
+    busy_total = sum(busy for _, busy in measured)
+    job_rate = sum(rate for rate, _ in measured) / busy_total if busy_total > 0 else math.inf
+    demand = backlog_work = input_rate = backlog = 0.0
+    source_work = source_backlog = 0.0
+    for kg in state.key_groups:
+        arrival = kg.rate if arrivals is None else arrivals.get(kg.id, kg.rate)
+        busy = kg.load / 100.0
+        true_rate = kg.rate / busy if busy > 0 and kg.rate > 0 else job_rate
+        work = 0.0
+        if busy > 0 and kg.rate == 0:
+            demand += busy  # busy without output: the work is real, its rate unknown
+        elif math.isfinite(true_rate):
+            demand += arrival / true_rate
+            work = kg.backlog / true_rate
+        if kg.id in fed:
+            backlog_work += work
+        else:
+            input_rate += arrival
+            source_work += work
+            source_backlog += kg.backlog
+        backlog += kg.backlog
+    # A record waiting at a source (a generator's due records, a source stream's queue) has all of the
+    # job's work ahead of it, not only the source's: the job's busy seconds per input record.
+    backlog_work += source_backlog * demand / input_rate if input_rate > 0 else source_work
+    active = [e for e in state.executors if not e.marked_for_removal]
+    return ScalingObservation(
+        time=time,
+        window=window,
+        executors=len(active),
+        capacity=sum(e.capacity for e in active),
+        input_rate=input_rate,
+        demand=demand,
+        backlog=backlog,
+        backlog_work=backlog_work,
+        load_distance=plan.load_distance if plan is not None else None,
+    )
+
+
+def check_observation(obs: ScalingObservation) -> None:
+    for name in ("time", "window", "capacity", "input_rate", "demand", "backlog", "backlog_work"):
+        value = getattr(obs, name)
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"scaling observation {name}: must be a finite number >= 0, got {value!r}")
+    if obs.executors < 0:
+        raise ValueError(f"scaling observation executors: must be >= 0, got {obs.executors}")
+
+
+def _rate(value: float) -> str:
+    return f"{value / 1000:.3g}k" if value >= 1000 else f"{value:.3g}"
+
+
+def capacity_per_executor(obs: ScalingObservation, config: ScalingConfig) -> float:
+    return obs.capacity / obs.executors if obs.executors and obs.capacity > 0 else config.executor_capacity
+
+
+def hold(
+    obs: ScalingObservation, reason: str, utilization: float = 0.0, required: int | None = None
+) -> ScalingDecision:
+    return ScalingDecision(obs.executors, obs.executors, "none", reason, utilization, required)
+
+
+def change_to(
+    obs: ScalingObservation,
+    state: ScalingState,
+    new: int,
+    reason: str,
+    utilization: float,
+    required: int | None,
+) -> tuple[ScalingDecision, ScalingState]:
+    direction: Direction = "up" if new > obs.executors else "down"
+    decision = ScalingDecision(
+        new,
+        obs.executors,
+        direction,
+        f"scale {direction} {obs.executors} -> {new}: {reason}",
+        utilization,
+        required,
+    )
+    last_up = obs.time if direction == "up" else state.last_scale_up
+    return decision, ScalingState(last_change=obs.time, last_scale_up=last_up, last_decision=obs.time)
+
+
+def enforce_bounds(
+    obs: ScalingObservation, state: ScalingState, config: ScalingConfig
+) -> tuple[ScalingDecision, ScalingState] | None:
+    """minExecutors/maxExecutors hold whatever the other safeguards say."""
+    if obs.executors < config.min_executors:
+        return change_to(
+            obs, state, config.min_executors, f"below minExecutors {config.min_executors}", 0.0, None
+        )
+    if obs.executors > config.max_executors:
+        return change_to(
+            obs, state, config.max_executors, f"above maxExecutors {config.max_executors}", 0.0, None
+        )
+    return None
+
+
+def target_count(demand: float, per_executor: float, config: ScalingConfig) -> int:
+    """Executors of ``per_executor`` cores that run ``demand`` cores at the target utilisation, within bounds."""
+    count = math.ceil(demand / (per_executor * config.target_utilization) - EPS)
+    return min(max(count, config.min_executors), config.max_executors)
+
+
+def decide_target(
+    obs: ScalingObservation, state: ScalingState, config: ScalingConfig
+) -> tuple[ScalingDecision, ScalingState]:
+    """The target-capacity rule with its safeguards (module docstring); returns the decision and new state."""
+    check_observation(obs)
+    if (forced := enforce_bounds(obs, state, config)) is not None:
+        return forced
+    history = tuple(h for h in state.history if h[0] - h[1] >= obs.time - config.metric_window - EPS)
+    history += ((obs.time, obs.window, obs.demand),)
+    state = replace(state, history=history)
+    if state.last_change is not None and obs.time - state.last_change < config.stabilization - EPS:
+        return hold(
+            obs,
+            f"stabilising: last change {obs.time - state.last_change:.0f} s ago "
+            f"< stabilization {config.stabilization:.0f} s",
+        ), state
+    covered = sum(h[1] for h in history)
+    if covered < config.metric_window - EPS:
+        return hold(obs, f"collecting metrics: {covered:.0f} of {config.metric_window:.0f} s"), state
+
+    demand = sum(h[1] * h[2] for h in history) / covered
+    per_exec = capacity_per_executor(obs, config)
+    target = config.target_utilization
+    steady = target_count(demand, per_exec, config)
+    catch_up = math.ceil((demand + obs.backlog_work / config.catch_up) / per_exec - EPS)
+    required = min(max(steady, catch_up), config.max_executors)
+    utilization = demand / (obs.executors * per_exec) if obs.executors else math.inf
+    true_rate = obs.input_rate / demand if demand > 0 else math.inf
+    facts = (
+        f"input {_rate(obs.input_rate)} rec/s, true capacity {_rate(true_rate * per_exec)} rec/s/executor, "
+        f"utilisation {utilization:.2f} vs target {target:g}"
+    )
+    in_band = abs(utilization - target) <= config.utilization_band + EPS
+    backlog_mode = obs.backlog > config.backlog_seconds * obs.input_rate and obs.backlog > 0
+
+    if required > obs.executors:
+        if in_band and catch_up <= obs.executors:
+            return hold(obs, f"within band: {facts}", utilization, required), _no_scale_down(state)
+        why = (
+            f"backlog {obs.backlog:.0f} records to catch up within {config.catch_up:.0f} s"
+            if catch_up > steady
+            else f"target {target:g} needs {required}"
+        )
+        return change_to(obs, state, required, f"{facts}; {why}", utilization, required)
+    if required == obs.executors:
+        return hold(obs, f"at target: {facts}", utilization, required), _no_scale_down(state)
+    if backlog_mode:
+        return hold(
+            obs,
+            f"backlog mode: lag {obs.backlog:.0f} records > {config.backlog_seconds:g} s of input; "
+            f"no scale-down",
+            utilization,
+            required,
+        ), _no_scale_down(state)
+    if in_band:
+        return hold(obs, f"within band: {facts}", utilization, required), _no_scale_down(state)
+    if state.last_scale_up is not None and obs.time - state.last_scale_up < config.scale_up_grace - EPS:
+        return hold(
+            obs,
+            f"no scale-down within scale-up grace {config.scale_up_grace:.0f} s "
+            f"(scaled up {obs.time - state.last_scale_up:.0f} s ago): {facts}",
+            utilization,
+            required,
+        ), _no_scale_down(state)
+    if (
+        config.max_load_distance is not None
+        and obs.load_distance is not None
+        and obs.load_distance > config.max_load_distance
+    ):
+        return hold(
+            obs,
+            f"no scale-down: the plan's load distance {obs.load_distance:.1f} > maxLD "
+            f"{config.max_load_distance:g}",
+            utilization,
+            required,
+        ), _no_scale_down(state)
+    since = obs.time if state.scale_down_since is None else state.scale_down_since
+    floor = state.scale_down_floor if state.scale_down_since is not None else 0
+    if obs.time - since >= config.metric_window - EPS:  # the window lies within the wish: no pre-drop samples
+        floor = max(floor, required)
+    state = replace(state, scale_down_since=since, scale_down_floor=floor)
+    floor = floor or required
+    if obs.time - since < config.scale_down_delay - EPS:
+        return hold(
+            obs,
+            f"scale-down to {floor} wanted for {obs.time - since:.0f} s of scaleDownDelay "
+            f"{config.scale_down_delay:.0f} s: {facts}",
+            utilization,
+            required,
+        ), state
+    capped = math.ceil(obs.executors * (1 - config.max_scale_down_fraction) - EPS)
+    new = max(floor, capped, config.min_executors)
+    cap_note = (
+        f" (capped from {floor}: at most {config.max_scale_down_fraction:g} per step)"
+        if capped > floor
+        else ""
+    )
+    return change_to(
+        obs, state, new, f"{facts}; target {target:g} needs {floor}{cap_note}", utilization, required
+    )
+
+
+def _no_scale_down(state: ScalingState) -> ScalingState:
+    return replace(state, scale_down_since=None, scale_down_floor=0)
+
+
+def decide_off(
+    obs: ScalingObservation, state: ScalingState, config: ScalingConfig
+) -> tuple[ScalingDecision, ScalingState]:
+    """No scaling: the executor count stays (only min/max are enforced)."""
+    check_observation(obs)
+    return enforce_bounds(obs, state, config) or (hold(obs, "scaling off"), state)
+
+
+__all__ = [
+    "Scaler",
+    "ScalingConfig",
+    "ScalingDecision",
+    "ScalingObservation",
+    "ScalingState",
+    "decide_off",
+    "decide_target",
+    "observe",
+    "target_count",
+]

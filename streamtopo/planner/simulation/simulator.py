@@ -1,0 +1,441 @@
+"""A discrete-time model of a running job, driven by a scenario, to compare rebalancing and scaling policies.
+
+Each period of ``interval`` seconds (one SPL):
+
+1. the workload gives every source key group a rate (steps, diurnal cycle, Zipf skew, spikes, noise),
+   which propagates along the operators' kg-to-kg patterns (one-to-one, forward, full) scaled by
+   selectivities: the arrivals of every unit and the kg-to-kg traffic ``out[g_i][g_j]``;
+2. a unit's CPU work is ``arrival x cost_per_record`` plus, for every record it sends to or receives
+   from a unit on *another* executor, ``serialization_per_record`` (ALBIC, Section 4.3.2: crossing
+   executors costs serialisation and deserialisation CPU, so collocation lowers the load);
+3. every executor spends its ``capacity x interval`` busy seconds on its units' pending records
+   (backlog plus arrivals), shared in proportion to demand when overloaded; a unit migrated at the
+   start of the period is paused for ``pause_seconds + state_bytes / bytes_per_second`` and cannot work
+   meanwhile, so its backlog grows; what is not processed is the backlog of the next period. A policy
+   that routes a key group's records to several executors instead of moving it (PoTC: the plan's
+   ``details["shares"]``) splits its work accordingly, records cross executors with the matching
+   probability, and the owner pays ``details["merge_overhead"]`` x its work for merging the partial states;
+4. the statistics (gLoad_k = 100 x work, the rate, state bytes as memory and migration cost, backlog,
+   traffic) go to one round of ALBIC's Algorithm 1 (:func:`adapt`) with the chosen rebalancing policy
+   and scaling rule; its assignment and executor set are what the next period runs on.
+
+The statistics are the steady-state view a true-rate measurement reconstructs (DS2): load and rate at
+the arrival rate, so an overloaded executor's key groups do not look lighter than they are.
+
+Reported per period, measured on the allocation that ran in it: load distance (max |load - mean| over
+active executors, percentage points), load index (total load per input record relative to period 0;
+ALBIC's "current average load / load after initialisation", normalised by the input so a changing
+rate does not hide collocation), collocation factor, migrations decided, executors, utilisation,
+backlog. Pure and deterministic under the scenario's seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from streamtopo.planner.adaptation import AdaptationConfig, Rebalancer, adapt
+from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupId, KeyGroupStats
+from streamtopo.planner.scaling.policy import ScalingConfig, ScalingState
+from streamtopo.planner.simulation.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class PeriodReport:
+    """One period's figures (the JSON ``periods`` entries)."""
+
+    period: int
+    time: float
+    input_rate: float
+    executors: int
+    """Executors running in the period (draining ones included)."""
+    active_executors: int
+    load_distance: float
+    load_index: float
+    collocation_factor: float
+    migrations: int
+    """Key groups the round at the end of the period moves."""
+    backlog: float
+    """Unprocessed records at the end of the period."""
+    utilization: float
+    """Demand over the running executors' capacity (above 1: overloaded)."""
+    scaling: str
+    """up, down or none."""
+    executors_next: int
+    reason: str
+    safe: bool = False
+    """The round kept the current allocation because the statistics were unusable."""
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    policy: str
+    scaling: str
+    scenario: str
+    periods: list[PeriodReport]
+    summary: dict[str, float | int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        """The ``--format json`` contract: ``policy``, ``periods``, ``summary`` (plus names)."""
+        return {
+            "policy": self.policy,
+            "scaling": self.scaling,
+            "scenario": self.scenario,
+            "periods": [asdict(p) for p in self.periods],
+            "summary": dict(self.summary),
+        }
+
+
+class _Job:
+    """The scenario's units, edges and costs as arrays (index = unit)."""
+
+    def __init__(self, scenario: Scenario):
+        self.scenario = scenario
+        ops = scenario.by_name()
+        self.order = scenario.order()
+        self.units: list[KeyGroupId] = [(name, k) for name in self.order for k in range(ops[name].key_groups)]
+        self.index = {u: i for i, u in enumerate(self.units)}
+        self.cost = np.array([ops[name].cost_per_record for name, _ in self.units])
+        self.selectivity = np.array([ops[name].selectivity for name, _ in self.units])
+        self.state_bytes = np.array([ops[name].state_bytes for name, _ in self.units])
+        src, dst, share = [], [], []
+        for name in self.order:
+            op = ops[name]
+            for upstream in op.inputs:
+                for i, j, s in _pattern(op.pattern, ops[upstream].key_groups, op.key_groups):
+                    src.append(self.index[(upstream, i)])
+                    dst.append(self.index[(name, j)])
+                    share.append(s)
+        self.src, self.dst, self.share = np.array(src, dtype=int), np.array(dst, dtype=int), np.array(share)
+        self.sources = [name for name in self.order if not ops[name].inputs]
+        self.source_weight = {
+            name: _zipf(ops[name].key_groups, scenario.workload.skew) for name in self.sources
+        }
+
+    def arrivals(self, period: int, rng: np.random.Generator) -> np.ndarray:
+        """Records/s reaching every unit in ``period`` (sources from the workload, the rest propagated)."""
+        w = self.scenario.workload
+        rate = w.rate
+        for step in sorted(w.steps, key=lambda s: s.at):
+            if step.at <= period:
+                rate = step.rate
+        if w.diurnal is not None:
+            t = period * self.scenario.interval
+            rate *= 1 + w.diurnal.amplitude * math.sin(2 * math.pi * (t - w.diurnal.phase) / w.diurnal.period)
+        arrival = np.zeros(len(self.units))
+        for name in self.sources:
+            weights = self.source_weight[name].copy()
+            for spike in w.spikes:
+                if spike.at <= period < spike.at + spike.duration:
+                    chosen = spike.key_groups if spike.key_groups is not None else range(len(weights))
+                    for kg in chosen:
+                        weights[kg] *= spike.factor
+            first = self.index[(name, 0)]
+            arrival[first : first + len(weights)] = rate * weights
+        if w.noise > 0:
+            arrival *= np.clip(1 + w.noise * rng.standard_normal(len(arrival)), 0.0, None)
+        # Propagate in topological order: units are laid out by operator in that order, edges likewise.
+        for s, d, share in zip(self.src, self.dst, self.share):
+            arrival[d] += arrival[s] * self.selectivity[s] * share
+        return arrival
+
+    def input_rate(self, arrival: np.ndarray) -> float:
+        """Records/s entering the job: the source units' arrivals."""
+        return float(
+            sum(
+                arrival[self.index[(name, 0)] : self.index[(name, 0)] + len(self.source_weight[name])].sum()
+                for name in self.sources
+            )
+        )
+
+    def traffic(self, arrival: np.ndarray) -> dict[tuple[KeyGroupId, KeyGroupId], float]:
+        """out[g_i][g_j] in records/s."""
+        traffic: dict[tuple[KeyGroupId, KeyGroupId], float] = {}
+        for s, d, rate in zip(self.src, self.dst, self.edge_rates(arrival)):
+            pair = (self.units[s], self.units[d])
+            traffic[pair] = traffic.get(pair, 0.0) + float(rate)
+        return traffic
+
+    def edge_rates(self, arrival: np.ndarray) -> np.ndarray:
+        return arrival[self.src] * self.selectivity[self.src] * self.share
+
+    def work(self, arrival: np.ndarray, share: np.ndarray) -> np.ndarray:
+        """CPU seconds per second of every unit, given the share of each unit on each executor."""
+        work = arrival * self.cost
+        crossing = (
+            self.edge_rates(arrival) * self.crossing(share) * self.scenario.costs.serialization_per_record
+        )
+        np.add.at(work, self.src, crossing)
+        np.add.at(work, self.dst, crossing)
+        return work
+
+    def crossing(self, share: np.ndarray) -> np.ndarray:
+        """Per edge, the probability that a record leaves its executor (0 or 1 unless units are split)."""
+        return 1.0 - (share[self.src] * share[self.dst]).sum(axis=1)
+
+
+def _pattern(pattern: str, k_up: int, k_down: int) -> list[tuple[int, int, float]]:
+    """(upstream kg, downstream kg, share of the upstream kg's output)."""
+    if pattern == "one-to-one":
+        return [(i, i, 1.0) for i in range(k_up)]
+    if pattern == "forward":
+        return [(i, i % k_down, 1.0) for i in range(k_up)]
+    return [(i, j, 1.0 / k_down) for i in range(k_up) for j in range(k_down)]
+
+
+def _zipf(n: int, exponent: float) -> np.ndarray:
+    weights = 1.0 / np.arange(1, n + 1) ** exponent
+    return weights / weights.sum()
+
+
+def initial_executors(scenario: Scenario) -> list[ExecutorInfo]:
+    spec = scenario.executors
+    caps = spec.capacities or [spec.capacity] * spec.initial
+    return [ExecutorInfo(name=f"executor-{i}", capacity=float(c)) for i, c in enumerate(caps)]
+
+
+def initial_assignment(
+    job: _Job, executors: list[ExecutorInfo], rng: np.random.Generator
+) -> dict[KeyGroupId, str]:
+    """Round-robin by key-group index, or a seeded random even split (the default: no free collocation)."""
+    names = [e.name for e in executors]
+    if job.scenario.executors.placement == "round-robin":
+        return {u: names[u[1] % len(names)] for u in job.units}
+    order = rng.permutation(len(job.units))
+    return {job.units[k]: names[pos % len(names)] for pos, k in enumerate(order)}
+
+
+def scaling_config(scenario: Scenario) -> ScalingConfig:
+    s = scenario.scaling
+    return ScalingConfig(
+        min_executors=s.min_executors,
+        max_executors=s.max_executors,
+        target_utilization=s.target_utilization,
+        utilization_band=s.utilization_band,
+        stabilization=s.stabilization,
+        metric_window=s.metric_window,
+        scale_down_delay=s.scale_down_delay,
+        scale_up_grace=s.scale_up_grace,
+        max_scale_down_fraction=s.max_scale_down_fraction,
+        catch_up=s.catch_up,
+        backlog_seconds=s.backlog_seconds,
+        max_load_distance=s.max_load_distance,
+        executor_capacity=scenario.executors.capacity,
+        dstreams_interval=scenario.interval,
+    )
+
+
+def simulate(
+    scenario: Scenario,
+    *,
+    policy: str | None = None,
+    scaling: str | None = None,
+    periods: int | None = None,
+    seed: int | None = None,
+    rebalance: Rebalancer | None = None,
+    policy_config: object | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimulationResult:
+    """Run ``scenario`` (its own policy, scaling rule, length and seed unless overridden).
+
+    ``rebalance`` replaces the registered policy (tests, custom policies); ``progress(done, total)`` is
+    called after every period (the CLI draws a progress bar with it).
+    """
+    policy = policy or scenario.policy
+    rule = scaling or scenario.scaling.rule
+    total = periods or scenario.periods
+    seed = scenario.seed if seed is None else seed
+    rng = np.random.default_rng(seed)
+    job = _Job(scenario)
+    config = AdaptationConfig(
+        policy=policy,
+        scaling=rule,
+        scaling_config=scaling_config(scenario),
+        max_migrations=scenario.migration.max_migrations,
+        max_migration_cost=scenario.migration.max_migration_cost,
+        policy_config=policy_config,
+    )
+    executors = initial_executors(scenario)
+    assignment = initial_assignment(job, executors, rng)
+    backlog = np.zeros(len(job.units))
+    pause = np.zeros(len(job.units))
+    scaling_state = ScalingState()
+    faults = {f.at: f.kind for f in scenario.faults}
+    reports: list[PeriodReport] = []
+    shares: dict[KeyGroupId, dict[str, float]] | None = None
+    merge_overhead = 0.0
+    per_record0 = 0.0
+    T = scenario.interval
+
+    for period in range(total):
+        arrival = job.arrivals(period, rng)
+        names = [e.name for e in executors]
+        share, owner = _shares(job, names, assignment, shares)
+        capacity = np.array([e.capacity for e in executors])
+        active = np.array([not e.marked_for_removal for e in executors])
+        work = job.work(arrival, share)
+        merge = merge_overhead * work * ((share > 0).sum(axis=1) > 1)
+        executor_work = share.T @ work + np.bincount(owner, weights=merge, minlength=len(names))
+        backlog = _process(arrival, work, share, merge, owner, capacity, backlog, pause, T, job.cost)
+
+        stats = [
+            KeyGroupStats(
+                id=u,
+                load=100.0 * work[k],
+                memory=float(job.state_bytes[k]),
+                migration_cost=float(job.state_bytes[k]),
+                rate=float(arrival[k]),
+                backlog=float(backlog[k]),
+            )
+            for k, u in enumerate(job.units)
+        ]
+        state = AllocationState(
+            executors=list(executors),
+            key_groups=stats,
+            assignment=dict(assignment),
+            traffic=job.traffic(arrival),
+        )
+        input_rate = job.input_rate(arrival)
+        per_record = float(executor_work.sum()) / input_rate if input_rate > 0 else 0.0
+        if period == 0:
+            per_record0 = per_record
+        result = adapt(
+            _inject(state, faults.get(period)),
+            scaling_state,
+            time=(period + 1) * T,
+            window=T,
+            config=config,
+            rebalance=rebalance,
+            seed=seed,
+        )
+        edges = job.edge_rates(arrival)
+        inside = float((edges * (1.0 - job.crossing(share))).sum())
+        reports.append(
+            PeriodReport(
+                period=period,
+                time=(period + 1) * T,
+                input_rate=input_rate,
+                executors=len(executors),
+                active_executors=int(active.sum()),
+                load_distance=_load_distance(100.0 * executor_work, capacity, active),
+                load_index=per_record / per_record0 if per_record0 > 0 else 1.0,
+                collocation_factor=inside / float(edges.sum()) if edges.sum() > 0 else 0.0,
+                migrations=len(result.migrations),
+                backlog=float(backlog.sum()),
+                utilization=float(executor_work.sum()) / float(capacity.sum()),
+                scaling=result.decision.direction,
+                executors_next=len(result.executors),
+                reason=result.reason,
+                safe=result.safe,
+            )
+        )
+        moved = {kg for kg, _, _ in result.migrations}
+        pause = np.array(
+            [
+                scenario.migration.pause_seconds + job.state_bytes[k] / scenario.migration.bytes_per_second
+                if u in moved
+                else 0.0
+                for k, u in enumerate(job.units)
+            ]
+        )
+        assignment, executors, scaling_state = result.assignment, result.executors, result.scaling_state
+        if result.rebalance is not None:  # a safe decision keeps the routing as it was
+            shares = result.rebalance.details.get("shares")
+            merge_overhead = float(result.rebalance.details.get("merge_overhead", 0.0))
+        config = replace(config, policy_config=result.policy_config)
+        if progress is not None:
+            progress(period + 1, total)
+    return SimulationResult(
+        policy=policy, scaling=rule, scenario=scenario.name, periods=reports, summary=summarise(reports)
+    )
+
+
+def _shares(
+    job: _Job,
+    names: list[str],
+    assignment: dict[KeyGroupId, str],
+    shares: dict[KeyGroupId, dict[str, float]] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Unit x executor matrix of the share of each unit's records each executor processes, and the
+    owner (state holder) of each unit. A unit sits wholly on its executor unless the policy routes it
+    to several (PoTC's ``details["shares"]``)."""
+    slot = {n: i for i, n in enumerate(names)}
+    share = np.zeros((len(job.units), len(names)))
+    owner = np.array([slot[assignment[u]] for u in job.units], dtype=int)
+    for k, u in enumerate(job.units):
+        split = shares.get(u) if shares else None
+        if split and all(e in slot for e in split):
+            for e, fraction in split.items():
+                share[k, slot[e]] = fraction
+        else:
+            share[k, owner[k]] = 1.0
+    return share, owner
+
+
+def _load_distance(loads: np.ndarray, capacity: np.ndarray, active: np.ndarray) -> float:
+    """ALBIC's load distance (max |load_i - mean| over active executors, percentage points) on executor
+    loads that may include split key groups and merge overhead, which albic.metrics does not model."""
+    utilization = loads / capacity
+    mean = loads.sum() / capacity[active].sum()
+    return float(np.abs(utilization[active] - mean).max())
+
+
+def _process(
+    arrival: np.ndarray,
+    work: np.ndarray,
+    share: np.ndarray,
+    merge: np.ndarray,
+    owner: np.ndarray,
+    capacity: np.ndarray,
+    backlog: np.ndarray,
+    pause: np.ndarray,
+    T: float,
+    cost: np.ndarray,
+) -> np.ndarray:
+    """Step 3: spend each executor's busy seconds on its units' pending records; return the new backlog.
+
+    Each executor shares its capacity in proportion to demand: its part of every unit's records (and
+    the merge work of split units it owns); a paused unit cannot use more than ``T - pause`` seconds.
+    """
+    per_record = np.where(arrival > 0, work / np.where(arrival > 0, arrival, 1.0), cost)
+    pending = backlog + arrival * T
+    need = pending * per_record
+    want = np.minimum(need[:, None] * share, np.clip(T - pause, 0.0, T)[:, None] * capacity[None, :])
+    demand = want.sum(axis=0) + np.bincount(owner, weights=merge * T, minlength=len(capacity))
+    scale = np.minimum(1.0, capacity * T / np.where(demand > 0, demand, 1.0))
+    spent = (want * scale[None, :]).sum(axis=1)
+    done = np.where(need > 0, spent / np.where(need > 0, need, 1.0), 1.0)
+    return np.maximum(pending * (1.0 - done), 0.0)
+
+
+def _inject(state: AllocationState, kind: str | None) -> AllocationState:
+    """A scenario fault: the statistics gap the controller could see (see docs/simulate.md)."""
+    if kind is None:
+        return state
+    first = state.key_groups[0]
+    if kind == "missing-key-group":
+        return replace(state, key_groups=state.key_groups[1:])
+    if kind == "nan-load":
+        return replace(state, key_groups=[replace(first, load=float("nan")), *state.key_groups[1:]])
+    return replace(state, executors=[replace(state.executors[0], capacity=0.0), *state.executors[1:]])
+
+
+def summarise(reports: list[PeriodReport]) -> dict[str, float | int]:
+    """The JSON ``summary``: mean/max load distance, migrations, final load index, executor changes."""
+    distances = [r.load_distance for r in reports]
+    return {
+        "load_distance_mean": float(np.mean(distances)),
+        "load_distance_max": float(np.max(distances)),
+        "migrations_total": int(sum(r.migrations for r in reports)),
+        "load_index_final": reports[-1].load_index,
+        "collocation_factor_final": reports[-1].collocation_factor,
+        "executor_changes": int(sum(1 for r in reports if r.scaling != "none")),
+        "executors_final": reports[-1].executors_next,
+        "executors_max": max(max(r.executors, r.executors_next) for r in reports),
+        "backlog_final": reports[-1].backlog,
+        "backlog_max": float(max(r.backlog for r in reports)),
+        "safe_decisions": int(sum(1 for r in reports if r.safe)),
+    }
