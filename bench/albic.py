@@ -88,7 +88,9 @@ def run_periods(
             }
         )
         if policy == "albic":
-            config = replace(config, collocations=tuple(result.details["collocation_constraints"]))
+            config = config.model_copy(
+                update={"collocations": tuple(result.details["collocation_constraints"])}
+            )
         state = drift(replace(state, assignment=result.assignment), seed=10_000 + seed + period)
         if progress is not None:
             progress.advance(task)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, get_args
 
 import typer
 
-from streamtopo.planner.model import RebalancePolicy
+from streamtopo.planner.model import AlbicSpec, RebalancePolicy
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -135,7 +135,7 @@ def run_simulate(
         "scaling": scaling,
         "periods": periods,
         "seed": seed,
-        "policy_config": solver_config(policy or scenario.policy, deterministic_time),
+        "policy_config": solver_config(policy or scenario.policy, scenario.albic, deterministic_time),
     }
     if output_format == "table":
         from rich.progress import Progress
@@ -153,14 +153,15 @@ def run_simulate(
     return 0
 
 
-def solver_config(policy: str, deterministic_time: float | None) -> object | None:
-    """The MILP-based policies' config for ``--deterministic-time`` (None: the policy's defaults)."""
+def solver_config(policy: str, albic: AlbicSpec, deterministic_time: float | None) -> object | None:
+    """The MILP-based policies' config for ``--deterministic-time`` (None: the scenario's, as
+    :func:`~streamtopo.planner.simulation.simulator.simulate` builds it)."""
     if deterministic_time is None or policy not in ("albic", "milp"):
         return None
     from streamtopo.planner.rebalance.albic import AlbicConfig, MilpConfig
 
     milp = MilpConfig(deterministic_time=deterministic_time)
-    return milp if policy == "milp" else AlbicConfig(milp=milp)
+    return milp if policy == "milp" else AlbicConfig.from_spec(albic).model_copy(update={"milp": milp})
 
 
 def _fail(err: Console, problems: list[str]) -> int:

@@ -503,7 +503,6 @@ def adaptation_config(
     policy_config = AlbicConfig.from_spec(auto.albic, collocations) if auto.policy == "albic" else None
     return AdaptationConfig(
         policy=auto.policy,
-        scaling="target",
         scaling_config=scaling,
         max_migrations=auto.max_migrations_per_round,
         max_migration_cost=auto.max_migration_cost,

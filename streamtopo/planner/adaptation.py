@@ -30,7 +30,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupId, Rebalance
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState, ExecutorInfo, Rebalance
 from streamtopo.planner.scaling.policy import (
     ScalingConfig,
     ScalingDecision,
@@ -49,8 +50,6 @@ class AdaptationConfig:
 
     policy: str = "albic"
     """A name of streamtopo.planner.rebalance.registry.REBALANCERS."""
-    scaling: str = "target"
-    """``target``, ``dstreams`` or ``off``."""
     scaling_config: ScalingConfig = field(default_factory=ScalingConfig)
     max_migrations: int | None = 10
     max_migration_cost: float | None = None
@@ -109,7 +108,7 @@ def adapt(
     try:
         _validate(state)
         rebalance = rebalance or _registered(config.policy)
-        rule = scaler(config.scaling)
+        rule = scaler(config.scaling_config.rule)
         names = {e.name for e in state.executors}
         hosted = set(state.assignment.values())
         terminated = [e.name for e in state.executors if e.marked_for_removal and e.name not in hosted]  # 1-3
@@ -156,16 +155,16 @@ def carry_over(policy_config: object | None, rebalance: Rebalance) -> object | N
     """The policy config of the next round: ALBIC keeps the collocations it made (Algorithm 2, step 2
     maintains existing collocated pairs), which it returns in ``details["collocation_constraints"]``
     and reads back from ``AlbicConfig.collocations``. Other policies' configs pass through unchanged."""
+    from streamtopo.planner.rebalance.albic.collocation import AlbicConfig
+
     pairs = rebalance.details.get("collocation_constraints")
-    if pairs is None:
+    if not isinstance(pairs, list | tuple):
         return policy_config
     if policy_config is None:
-        from streamtopo.planner.rebalance.albic.collocation import AlbicConfig
-
         policy_config = AlbicConfig()
-    if not hasattr(policy_config, "collocations"):
+    if not isinstance(policy_config, AlbicConfig):
         return policy_config
-    return replace(policy_config, collocations=tuple((a, b) for a, b in pairs))
+    return policy_config.model_copy(update={"collocations": tuple((a, b) for a, b in pairs)})
 
 
 def safe_decision(

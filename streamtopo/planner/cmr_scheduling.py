@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
 
@@ -84,7 +84,7 @@ def ranks(queues: Sequence[UnitQueue], policy: str) -> dict[str, float]:
     """Table 3.4's rank of every queue under ``policy`` (higher is served first)."""
     _check_policy(policy)
     _check_units(queues)
-    rank = {
+    rank: Callable[[UnitQueue], float] = {
         "odf": lambda q: -q.front_ts,
         "ydf": lambda q: q.front_ts,
         "cto": lambda q: -float(q.bfs_order),

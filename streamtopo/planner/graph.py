@@ -98,7 +98,7 @@ def rates(
     edge_rate: dict[tuple[str, str], float] = {}
     for name in order:
         op = by_name[name]
-        if op.kind == "source":
+        if op.source is not None:
             input_rate[name] = op.source.rate_per_second
         else:
             input_rate[name] = sum(edge_rate[(u, name)] for u in op.inputs)

@@ -9,6 +9,7 @@ place that converts, so every caller gets the same scaling and the same determin
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pymetis
@@ -52,7 +53,7 @@ def metis_labels(
     sym.eliminate_zeros()
     top = float(sym.data.max()) if sym.nnz else 1.0
     edge = np.maximum(1, np.round(sym.data / top * EDGE_RESOLUTION)).astype(np.int64)
-    kwargs: dict = {}
+    kwargs: dict[str, Any] = {}
     if vertex_weights is not None:
         w = np.asarray(vertex_weights, dtype=float)
         kwargs["vweights"] = np.maximum(

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 import networkx as nx
 import yaml
@@ -37,9 +37,9 @@ from pydantic_core import PydanticCustomError
 
 from streamtopo.planner.expressions import expression_problem
 
-API_GROUP = "streamtopo.dev"
-API_VERSION = f"{API_GROUP}/v1alpha1"
-KIND = "StreamTopology"
+API_VERSION: Final = "streamtopo.dev/v1alpha1"
+API_GROUP = API_VERSION.partition("/")[0]
+KIND: Final = "StreamTopology"
 
 OperatorKind = Literal["source", "map", "filter", "aggregate", "join", "udf", "sink"]
 GeneratorName = Literal["trades", "quotes", "words", "sequence"]
@@ -423,8 +423,54 @@ class AlbicSpec(Model):
     """sF: a pair is a collocation candidate when out > avg * sF."""
 
 
-class AutoscalingSpec(Model):
-    """The statistics-period loop: ALBIC rebalancing plus horizontal scaling of executors."""
+class ScalingRuleSpec(Model):
+    """The horizontal scaling rule and its bounds: the one definition that ``spec.autoscaling``, the
+    simulator's scenario files and the rules themselves (planner/scaling, ``ScalingConfig``) share.
+    Defaults follow the Flink Kubernetes Operator's autoscaler (docs/scaling.md)."""
+
+    rule: Literal["target", "dstreams", "off"] = "target"
+    """``target``: executors for the target utilisation (and the backlog); ``dstreams``: Spark's
+    processing-time ratio rule; ``off``: only min/max are enforced."""
+    min_executors: int = Field(default=1, ge=1, le=MAX_EXECUTORS)
+    max_executors: int = Field(default=32, ge=1, le=MAX_EXECUTORS)
+    target_utilization: float = Field(default=0.7, gt=0, le=1)
+    utilization_band: float = Field(default=0.1, ge=0, lt=1)
+    """Act only when utilisation leaves [target - band, target + band]."""
+    stabilization: Duration = 300.0
+    """No scaling decision for this long after a change."""
+    metric_window: Duration = 300.0
+    """Rates are averaged over this window (at least one statistics period)."""
+    scale_down_delay: Duration = 1800.0
+    """A scale-down must be wanted this long before it happens."""
+    scale_up_grace: Duration = 3600.0
+    """No scale-down this long after a scale-up (Flink: job.autoscaler.scale-up.grace-period)."""
+    max_scale_down_fraction: float = Field(default=0.5, gt=0, le=1)
+    """Share of the executors one scale-down may remove (0.5: at most halve)."""
+    catch_up: Duration = 300.0
+    """Seconds in which a backlog should be processed (Flink's catch-up duration)."""
+    backlog_seconds: Duration = 30.0
+    """Backlog mode when the lag exceeds this many seconds of input."""
+    dstreams_up_ratio: float = Field(default=0.9, gt=0)
+    """``dstreams``: scale out when processing time / batch interval >= this."""
+    dstreams_down_ratio: float = Field(default=0.3, ge=0)
+    """``dstreams``: scale in when processing time / batch interval <= this."""
+
+    @model_validator(mode="after")
+    def _rule_bounds(self) -> ScalingRuleSpec:
+        if self.min_executors > self.max_executors:
+            raise field_error("minExecutors", "minExecutors is larger than maxExecutors")
+        if self.utilization_band >= self.target_utilization:
+            raise field_error("utilizationBand", "utilizationBand must be below targetUtilization")
+        if self.catch_up <= 0:
+            raise field_error("catchUp", "catchUp must be positive")
+        if self.dstreams_down_ratio >= self.dstreams_up_ratio:
+            raise field_error("dstreamsDownRatio", "dstreamsDownRatio must be below dstreamsUpRatio")
+        return self
+
+
+class AutoscalingSpec(ScalingRuleSpec):
+    """The statistics-period loop: ALBIC rebalancing plus horizontal scaling of executors (the scaling
+    rule's fields are the ones ``streamtopo simulate`` scenarios use)."""
 
     enabled: bool = True
     """``false`` is the same as ``mode: Off``."""
@@ -435,17 +481,10 @@ class AutoscalingSpec(Model):
     interval: Duration = 60.0
     """SPL, the statistics period."""
     policy: RebalancePolicy = "albic"
-    min_executors: int = Field(default=1, ge=1, le=MAX_EXECUTORS)
-    max_executors: int = Field(default=32, ge=1, le=MAX_EXECUTORS)
-    target_utilization: float = Field(default=0.7, gt=0, le=1)
     max_migrations_per_round: int | None = Field(default=10, ge=0, le=100_000)
     max_migration_cost: NonNegative | None = None
     """Bound on the summed migration cost (state bytes) per round instead of a count."""
     albic: AlbicSpec = Field(default_factory=AlbicSpec)
-    stabilization: Duration = 300.0
-    """No scaling decision for this long after a change."""
-    scale_down_delay: Duration = 1800.0
-    """A scale-down must be wanted this long before it happens."""
 
     @property
     def acting(self) -> Literal["Auto", "Recommend", "Off"]:
@@ -454,8 +493,6 @@ class AutoscalingSpec(Model):
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSpec:
-        if self.min_executors > self.max_executors:
-            raise field_error("minExecutors", "minExecutors is larger than maxExecutors")
         if self.interval < MIN_INTERVAL:
             raise field_error(
                 "interval", f"the SPL interval must be at least {MIN_INTERVAL:g}s (got {self.interval:g}s)"
@@ -1117,7 +1154,7 @@ def read_document(source: str | Path | Mapping[str, Any]) -> Any:
     if isinstance(source, Mapping):
         _check_depth(source, "(document)")
         return source
-    text, origin = source, "(text)"
+    origin = "(text)"
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).exists()):
         origin = str(source)
         try:
@@ -1130,8 +1167,10 @@ def read_document(source: str | Path | Mapping[str, Any]) -> Any:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
             raise TopologyError([(origin, f"not UTF-8 text (byte {error.start})")]) from None
-    elif isinstance(source, str) and "\n" not in source and source.endswith((".yaml", ".yml", ".json")):
+    elif "\n" not in source and source.endswith((".yaml", ".yml", ".json")):
         raise TopologyError([(source, "no such file")])
+    else:
+        text = source
     if len(text) > MAX_DOCUMENT_BYTES:
         raise TopologyError([(origin, f"larger than {MAX_DOCUMENT_BYTES // 2**20} MiB")])
     try:
@@ -1168,7 +1207,7 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             if isinstance(key, list | dict):
                 raise yaml.constructor.ConstructorError(
                     None, None, "a mapping key must be a scalar", key_node.start_mark

@@ -105,7 +105,7 @@ class Plan:
 def pe_size(graph: nx.DiGraph, members: Iterable[Node]) -> float:
     """COLA's SIZE(S) = w(S) + w(delta(S)), in CPU cores."""
     inside = set(members)
-    size = sum(graph.nodes[n]["w"] for n in inside)
+    size: float = sum(graph.nodes[n]["w"] for n in inside)
     for n in inside:
         size += sum(d["w"] for _, v, d in graph.out_edges(n, data=True) if v not in inside)
         size += sum(d["w"] for u, _, d in graph.in_edges(n, data=True) if u not in inside)
@@ -115,7 +115,7 @@ def pe_size(graph: nx.DiGraph, members: Iterable[Node]) -> float:
 def cut_weight(graph: nx.DiGraph, groups: Sequence[Iterable[Node]]) -> float:
     """C: total weight of arcs whose ends are in different groups."""
     group_of = {n: i for i, members in enumerate(groups) for n in members}
-    return sum(d["w"] for u, v, d in graph.edges(data=True) if group_of[u] != group_of[v])
+    return float(sum(d["w"] for u, v, d in graph.edges(data=True) if group_of[u] != group_of[v]))
 
 
 def evaluate(
@@ -128,19 +128,19 @@ def evaluate(
     details: dict[str, Any] | None = None,
 ) -> Plan:
     """Score a partition of ``graph`` into PEs placed on ``hosts``; raises if a node is missing or twice."""
-    groups = [tuple(sorted(g, key=_order_key)) for g in groups]
-    seen = [n for g in groups for n in g]
+    pe_members = [tuple(sorted(g, key=_order_key)) for g in groups]
+    seen = [n for g in pe_members for n in g]
     if len(seen) != len(set(seen)) or set(seen) != set(graph.nodes):
         missing = set(graph.nodes) - set(seen)
         raise ValueError(
             f"a plan must cover every node exactly once (missing {len(missing)}, "
             f"duplicated {len(seen) - len(set(seen))})"
         )
-    if len(hosts) != len(groups):
+    if len(hosts) != len(pe_members):
         raise ValueError("one host per PE")
     pes = tuple(
         PE(name=f"pe-{i}", members=g, size=pe_size(graph, g), host=h)
-        for i, (g, h) in enumerate(zip(groups, hosts))
+        for i, (g, h) in enumerate(zip(pe_members, hosts))
     )
     load = {h.name: 0.0 for h in cluster.hosts}
     for pe in pes:
@@ -154,11 +154,11 @@ def evaluate(
         capacity=capacity,
         load=load,
         max_utilization=max(load[h] / capacity[h] for h in capacity),
-        communication_cost=cut_weight(graph, groups),
-        violations=tuple(violations(groups, hosts, constraints)) if constraints else (),
+        communication_cost=cut_weight(graph, pe_members),
+        violations=tuple(violations(pe_members, hosts, constraints)) if constraints else (),
         details=details or {},
     )
 
 
-def _order_key(node: Node) -> tuple:
+def _order_key(node: Node) -> tuple[str, str]:
     return (operator_of(node), str(node))

@@ -118,3 +118,14 @@ def test_bad_scenarios_exit_2_naming_the_field(tmp_path: Path) -> None:
 
     result = simulate(tmp_path / "missing.yaml")
     assert result.exit_code == 2 and "cannot read" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted((ROOT / "examples/scenarios").glob("*.yaml")), ids=lambda p: p.stem)
+def test_two_runs_of_a_shipped_scenario_print_identical_json(path: Path) -> None:
+    """ALBIC's limits are deterministic time, not wall time: the same scenario gives the same decisions
+    on any machine and under any load, so its JSON (every period's figures) is byte-identical."""
+    first, second = (simulate(path, "--policy", "albic", "--format", "json") for _ in range(2))
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.output)["periods"]
+    assert first.output == second.output

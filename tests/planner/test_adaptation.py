@@ -30,7 +30,7 @@ def state_with(loads: dict[str, list[float]], marked: tuple[str, ...] = ()) -> A
 
 def config(scaling: str = "target", max_migrations: int = 10) -> AdaptationConfig:
     return AdaptationConfig(
-        policy="test", scaling=scaling, scaling_config=FAST, max_migrations=max_migrations
+        policy="test", scaling_config=FAST.model_copy(update={"rule": scaling}), max_migrations=max_migrations
     )
 
 
@@ -189,7 +189,9 @@ def test_every_registered_policy_drains_set_b_and_fills_new_executors(policy: st
             scaling_state,
             time=time,
             window=60,
-            config=AdaptationConfig(policy=policy, scaling="off", scaling_config=FAST, max_migrations=2),
+            config=AdaptationConfig(
+                policy=policy, scaling_config=FAST.model_copy(update={"rule": "off"}), max_migrations=2
+            ),
         )
         assert not result.safe, result.reason
         marked = {e.name for e in result.executors if e.marked_for_removal}
@@ -206,7 +208,7 @@ def test_every_registered_policy_drains_set_b_and_fills_new_executors(policy: st
         ScalingState(),
         time=60,
         window=60,
-        config=AdaptationConfig(policy=policy, scaling="target", scaling_config=FAST, max_migrations=6),
+        config=AdaptationConfig(policy=policy, scaling_config=FAST, max_migrations=6),
     )
     assert result.added == [f"executor-{i}" for i in range(2, 8)]
     receivers = {to for _, _, to in result.rebalance.migrations}

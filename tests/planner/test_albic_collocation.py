@@ -165,7 +165,9 @@ def test_collocation_constraints_are_carried_across_rounds():
     kept = first.details["collocation_constraints"]
     assert kept and all(first.assignment[a] == first.assignment[b] for a, b in kept)
     nxt = drift(replace(state, assignment=first.assignment), seed=1)
-    second = albic_rebalance(nxt, max_migrations=6, config=replace(config, collocations=tuple(kept)), seed=1)
+    second = albic_rebalance(
+        nxt, max_migrations=6, config=config.model_copy(update={"collocations": tuple(kept)}), seed=1
+    )
     pair = first.details["new_constraint"]["pair"]
     assert pair in second.details["collocation_constraints"]
     assert all(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -141,7 +140,7 @@ def test_a_rise_cancels_a_pending_scale_down() -> None:
 
 
 def test_no_scale_down_within_the_scale_up_grace() -> None:
-    config = replace(CFG, stabilization=0, scale_down_delay=0, scale_up_grace=600)
+    config = CFG.model_copy(update=dict(stabilization=0, scale_down_delay=0, scale_up_grace=600))
     series = [obs(60, 2, 3.5), obs(120, 2, 3.5)]  # up to 5 at 120
     decisions, state = run(series, config)
     assert decisions[1].executors == 5 and state.last_scale_up == 120
@@ -174,7 +173,7 @@ def test_plan_load_distance_guards_scale_down() -> None:
 
 
 def test_min_and_max_executors() -> None:
-    config = replace(CFG, max_executors=4)
+    config = CFG.model_copy(update=dict(max_executors=4))
     decisions, _ = run([obs(60, 2, 35.0), obs(120, 2, 35.0)], config)
     assert decisions[1].executors == 4
     decisions, _ = run([obs(60, 6, 1.0)], config)  # above max: corrected at once, window or not
@@ -198,7 +197,7 @@ def test_config_from_spec_and_validation() -> None:
     cfg = ScalingConfig.from_spec(spec)
     assert (cfg.min_executors, cfg.max_executors, cfg.target_utilization) == (2, 9, 0.6)
     assert (cfg.stabilization, cfg.scale_down_delay, cfg.metric_window) == (120, 900, 600)
-    with pytest.raises(ValueError, match="utilization_band"):
+    with pytest.raises(ValueError, match="utilizationBand"):
         ScalingConfig(utilization_band=0.8)
 
 
@@ -231,7 +230,7 @@ def test_observe_uses_true_processing_rates() -> None:
 
 
 def test_dstreams_ratio_rule() -> None:
-    cfg = replace(CFG, dstreams_interval=60)
+    cfg = CFG.model_copy(update=dict(dstreams_interval=60))
 
     def once(executors: int, demand: float) -> tuple[str, int]:
         d, _ = decide_dstreams(obs(60, executors, demand), ScalingState(), cfg)
@@ -286,7 +285,7 @@ def test_a_sources_backlog_costs_the_whole_jobs_work_per_record() -> None:
     o = observe(state, None, time=60, window=60)
     assert o.input_rate == pytest.approx(1000) and o.demand == pytest.approx(1.0)
     assert o.backlog_work == pytest.approx(60.0)
-    decision, _ = decide_target(o, ScalingState(), replace(CFG, metric_window=60, catch_up=30))
+    decision, _ = decide_target(o, ScalingState(), CFG.model_copy(update=dict(metric_window=60, catch_up=30)))
     assert (
         decision.executors == 3
     )  # 1 core of demand + 60 busy s in 30 s: catch-up needs 3 one-core executors

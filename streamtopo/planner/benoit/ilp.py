@@ -27,6 +27,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ortools.sat.python.cp_model import IntVar
+
 from streamtopo.planner.benoit.problem import NodeRef, Objective, Problem, Usage, evaluate
 from streamtopo.planner.rebalance.albic.solver import CpSatModel, SolveLimits
 
@@ -85,7 +87,7 @@ class _Program:
         self.unit = min(finite) / SCALE if finite else 1.0
         self.x = {(a.name, n.name): {u: self.m.bool() for u in self.procs} for a, n in problem.nodes()}
         self.used = {u: self.m.bool() for u in self.procs}
-        self.flows: dict[str, list[object]] = defaultdict(list)
+        self.flows: dict[str, list[IntVar]] = defaultdict(list)
         """Processor -> flow variables through its card; pair key 'u|v' -> flow variables on its link."""
         for row in self.x.values():
             self.m.exactly_one(list(row.values()))
@@ -100,14 +102,14 @@ class _Program:
     def _demand(self, bytes_per_second: float) -> int:
         return math.ceil(bytes_per_second / self.unit - 1e-9)
 
-    def _at_least(self, var: object, demand: int, conditions: list[object]) -> None:
+    def _at_least(self, var: IntVar, demand: int, conditions: list[IntVar]) -> None:
         """var >= demand * (sum(conditions) - (len - 1)): the demand applies when every condition holds."""
         k = len(conditions)
         self.m.linear([var, *conditions], [1, *([-demand] * k)], -demand * (k - 1), math.inf)
 
     def _compute(self) -> None:
         platform = self.problem.platform
-        loads: dict[tuple[str, str], object] = {}
+        loads: dict[tuple[str, str], IntVar] = {}
         for app, node in self.problem.nodes():
             work = self.problem.operators[node.operator].work
             for u in self.procs:
@@ -123,7 +125,7 @@ class _Program:
                 self.m.linear(terms, [1] * len(terms), -math.inf, SCALE)
 
     def _communication(self) -> None:
-        sends: dict[tuple[str, str, str], object] = {}
+        sends: dict[tuple[str, str, str], IntVar] = {}
         for app in self.problem.applications:
             for parent in app.nodes:
                 for child_name in parent.children:
@@ -146,8 +148,8 @@ class _Program:
                             )
 
     def _downloads(self) -> None:
-        self.servers: dict[tuple[str, str], dict[str | None, object]] = {}
-        gets: dict[tuple[str, str, str | None], object] = {}
+        self.servers: dict[tuple[str, str], dict[str | None, IntVar]] = {}
+        gets: dict[tuple[str, str, str | None], IntVar] = {}
         for app, node in self.problem.nodes():
             for obj_name in node.objects:
                 obj = self.problem.objects[obj_name]
@@ -158,7 +160,7 @@ class _Program:
                     x = self.x[(app.name, node.name)][u]
                     choices = self.servers.get((obj_name, u))
                     if choices is None:
-                        holders = sorted(obj.holders) or [None]
+                        holders: list[str | None] = [*sorted(obj.holders)] or [None]
                         choices = self.servers[(obj_name, u)] = {v: self.m.bool() for v in holders}
                     self.m.linear([*choices.values(), x], [1] * len(choices) + [-1], 0, math.inf)
                     for v, z in choices.items():
@@ -179,7 +181,7 @@ class _Program:
     def _top(self, obj: str) -> float:
         return max(a.frequency(obj) for a in self.problem.applications)
 
-    def _flow(self, u: str, v: str | None, var: object) -> None:
+    def _flow(self, u: str, v: str | None, var: IntVar) -> None:
         """A flow between u and v (None: outside the platform) uses both cards and their link."""
         self.flows[u].append(var)
         if v is not None:

@@ -123,13 +123,17 @@ def _objects(params: InstanceParams, platform: Platform, rng: random.Random) -> 
     return objects
 
 
+_TreeNode = tuple[str, tuple[int, ...], tuple[str, ...]]
+"""(operator, indices of its children in the same list, objects it downloads)."""
+
+
 class _Grower:
     """Grows application trees, reusing whole sub-trees of earlier applications with probability ``reuse``."""
 
     def __init__(self, params: InstanceParams, rng: random.Random, objects: list[str]) -> None:
         self.params, self.rng, self.objects = params, rng, objects
         self.operators: dict[str, Operator] = {}
-        self.subtrees: list[list[tuple[str, tuple[int, ...], tuple[str, ...]]]] = []
+        self.subtrees: list[list[_TreeNode]] = []
         """Sub-trees grown so far, each as (operator, child positions, objects) in post-order."""
 
     def fresh_operator(self) -> str:
@@ -151,7 +155,7 @@ class _Grower:
         frequencies = {o: _uniform(self.rng, p.frequency) for o in sorted(used)}
         return Application(name, nodes, rho=_uniform(self.rng, p.rho), frequencies=frequencies)
 
-    def _tree(self, size: int) -> list[tuple[str, tuple[int, ...], tuple[str, ...]]]:
+    def _tree(self, size: int) -> list[_TreeNode]:
         """A binary tree of ``size`` operators in post-order; leaves download one or two objects."""
         fits = [t for t in self.subtrees if len(t) <= size]
         if fits and self.rng.random() < self.params.reuse:
@@ -170,7 +174,7 @@ class _Grower:
         right = size - 1 - left
         return self._join(self._tree(left), self._tree(right) if right else [])
 
-    def _join(self, left: list, right: list) -> list[tuple[str, tuple[int, ...], tuple[str, ...]]]:
+    def _join(self, left: list[_TreeNode], right: list[_TreeNode]) -> list[_TreeNode]:
         """A fresh operator over one or two sub-trees (one object download when it has a single child)."""
         shifted = [(op, tuple(c + len(left) for c in kids), objs) for op, kids, objs in right]
         tree = left + shifted

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 Objective = Literal["proc-nb", "proc-power", "bw-sum", "bw-max"]
 OBJECTIVES: tuple[Objective, ...] = ("proc-nb", "proc-power", "bw-sum", "bw-max")
@@ -32,6 +32,9 @@ EPSILON = 1e-9
 
 NodeRef = tuple[str, str]
 """(application, node): one node of one application tree."""
+ComputeKey = str | tuple[str, str]
+"""What is computed once: an operator (sharing) or an (application, operator) pair (no reuse)."""
+_K = TypeVar("_K")
 
 
 @dataclass(frozen=True)
@@ -203,9 +206,9 @@ class Usage:
         self._apps = {a.name: a for a in problem.applications}
         self._nodes = {(a.name, n.name): n for a, n in problem.nodes()}
         self._parents = {a.name: a.parents() for a in problem.applications}
-        self.compute: dict[tuple[object, str], float] = {}
+        self.compute: dict[tuple[ComputeKey, str], float] = {}
         """(operator key, processor) -> evaluations per second (the max over nodes placed there)."""
-        self.comm: dict[tuple[object, str, str], float] = {}
+        self.comm: dict[tuple[ComputeKey, str, str], float] = {}
         """(operator key, sender, receiver) -> bytes per second."""
         self.downloads: dict[tuple[str, str], float] = {}
         """(object, processor) -> bytes per second."""
@@ -220,7 +223,7 @@ class Usage:
 
     # -- building -----------------------------------------------------------------------------------------
 
-    def key(self, ref: NodeRef) -> object:
+    def key(self, ref: NodeRef) -> ComputeKey:
         operator = self._nodes[ref].operator
         return operator if self.share else (ref[0], operator)
 
@@ -289,8 +292,8 @@ class _Trial:
     def __init__(self, usage: Usage) -> None:
         self.usage = usage
         self.placement: dict[NodeRef, str] = {}
-        self.compute: dict[tuple[object, str], float] = {}
-        self.comm: dict[tuple[object, str, str], float] = {}
+        self.compute: dict[tuple[ComputeKey, str], float] = {}
+        self.comm: dict[tuple[ComputeKey, str, str], float] = {}
         self.downloads: dict[tuple[str, str], float] = {}
         self.servers: dict[tuple[str, str], str | None] = {}
 
@@ -341,7 +344,7 @@ class _Trial:
         )
 
     @staticmethod
-    def _raise(mine: dict, theirs: dict, key: object, value: float) -> None:
+    def _raise(mine: dict[_K, float], theirs: dict[_K, float], key: _K, value: float) -> None:
         current = max(mine.get(key, 0.0), theirs.get(key, 0.0))
         if value > current:
             mine[key] = value
@@ -352,7 +355,7 @@ class _Trial:
         card: dict[str, float] = defaultdict(float)
         link: dict[frozenset[str], float] = defaultdict(float)
         for (key, u), rate in self.compute.items():
-            operator = key if usage.share else key[1]  # type: ignore[index]
+            operator = key if isinstance(key, str) else key[1]
             work = usage.problem.operators[operator].work
             cpu[u] += (rate - usage.compute.get((key, u), 0.0)) * work / platform.processor(u).speed
         for (key, u, v), rate in self.comm.items():

@@ -28,6 +28,11 @@ from streamtopo.planner.placement.constraints import GraphConstraints
 from streamtopo.planner.placement.lpt import lpt_schedule
 from streamtopo.planner.plan import Plan, evaluate, pe_size
 
+ConstraintId = tuple[str, int]
+"""(constraint kind, index): ``("pex", 0)`` is the first PE exlocation."""
+Tag = tuple[ConstraintId, int]
+"""(constraint id, side): which side of a constraint a node is on."""
+
 
 def place(
     graph: nx.DiGraph,
@@ -42,11 +47,12 @@ def place(
     A PE whose members' selectors no single host satisfies is placed unrestricted; the checker then
     reports the resource-matching violation in the plan.
     """
-    groups = [list(g) for g in groups]
-    sizes = [pe_size(graph, g) for g in groups]
-    allowed = [_allowed_hosts(g, constraints, cluster) or None for g in groups]
+    pes = [list(g) for g in groups]
+    sizes = [pe_size(graph, g) for g in pes]
+    allowed = [_allowed_hosts(g, constraints, cluster) or None for g in pes]
     hosts = lpt_schedule(sizes, cluster.capacity, allowed)
-    return evaluate(graph, cluster, groups, hosts, algorithm, constraints, details)
+    assert hosts is not None  # a PE no host matches is placed unrestricted, so LPT places every PE
+    return evaluate(graph, cluster, pes, hosts, algorithm, constraints, details)
 
 
 def _allowed_hosts(
@@ -99,7 +105,7 @@ def fint_plan(
     index = {n: i for i, n in enumerate(nodes)}
     groups: dict[int, list[Node]] = {i: [n] for i, n in enumerate(nodes)}
     tags = _conflict_tags(constraints, index)
-    group_tags: dict[int, frozenset[tuple]] = {i: tags.get(i, frozenset()) for i in groups}
+    group_tags: dict[int, frozenset[Tag]] = {i: tags.get(i, frozenset()) for i in groups}
     size = {i: pe_size(graph, [n]) for i, n in enumerate(nodes)}
     between: dict[int, dict[int, float]] = {i: {} for i in groups}
     for u, v, data in graph.edges(data=True):
@@ -151,9 +157,7 @@ def fint_plan(
     )
 
 
-def _conflict_tags(
-    constraints: GraphConstraints | None, index: dict[Node, int]
-) -> dict[int, frozenset[tuple]]:
+def _conflict_tags(constraints: GraphConstraints | None, index: dict[Node, int]) -> dict[int, frozenset[Tag]]:
     """Per node, tags that two fused PEs may not both carry with different values.
 
     A tag is (constraint id, side): each set of a PE/host exlocation, each HA replica (and the nodes
@@ -162,9 +166,9 @@ def _conflict_tags(
     """
     if constraints is None:
         return {}
-    tags: dict[int, set[tuple]] = {}
+    tags: dict[int, set[Tag]] = {}
 
-    def mark(cid: tuple, side: int, nodes: Iterable[Node]) -> None:
+    def mark(cid: ConstraintId, side: int, nodes: Iterable[Node]) -> None:
         for n in nodes:
             tags.setdefault(index[n], set()).add((cid, side))
 
@@ -175,9 +179,9 @@ def _conflict_tags(
         for side, members in enumerate(sets):
             mark(("hex", k), side, members)
     for k, group in enumerate(constraints.high_availability):
-        for side, members in enumerate(group.replicas):
-            mark(("ha", k), side, members)
-        inside = {n for members in group.replicas for n in members}
+        for side, replica in enumerate(group.replicas):
+            mark(("ha", k), side, replica)
+        inside = {n for replica in group.replicas for n in replica}
         mark(("ha", k), -1, (n for n in index if n not in inside))
     dedicated = [*constraints.pe_dedication, *constraints.host_dedication]
     for k, (_, members) in enumerate(dedicated):
@@ -186,9 +190,9 @@ def _conflict_tags(
     return {i: frozenset(t) for i, t in tags.items()}
 
 
-def _conflict(a: frozenset[tuple], b: frozenset[tuple]) -> bool:
+def _conflict(a: frozenset[Tag], b: frozenset[Tag]) -> bool:
     """True when the groups sit on different sides of one constraint."""
-    sides_a: dict[tuple, set[int]] = {}
+    sides_a: dict[ConstraintId, set[int]] = {}
     for cid, side in a:
         sides_a.setdefault(cid, set()).add(side)
     return any(cid in sides_a and sides_a[cid] != {side} for cid, side in b)

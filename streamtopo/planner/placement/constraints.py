@@ -130,7 +130,7 @@ def _replica_position(node: Node) -> tuple[str, int]:
 
 def _colocation_classes(graph: nx.DiGraph, names: Sequence[str]) -> list[tuple[str, NodeSet]]:
     """Split a co-location group into the node sets that must be together (by replica, by kg)."""
-    classes: dict[tuple, set[Node]] = {}
+    classes: dict[tuple[int, int], set[Node]] = {}
     counts = {graph.nodes[n].get("key_groups") for n in graph.nodes if operator_of(n) in names}
     per_kg = graph.graph.get("name") == "unit" and len(counts) == 1
     for node, data in graph.nodes(data=True):
@@ -144,7 +144,7 @@ def _colocation_classes(graph: nx.DiGraph, names: Sequence[str]) -> list[tuple[s
     ]
 
 
-def _class_label(key: tuple, per_kg: bool) -> str:
+def _class_label(key: tuple[int, int], per_kg: bool) -> str:
     replica, kg = key
     parts = ([f"replica {replica}"] if replica else []) + ([f"kg {kg}"] if per_kg else [])
     return f" ({', '.join(parts)})" if parts else ""

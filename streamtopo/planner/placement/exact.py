@@ -18,10 +18,12 @@ Weights are scaled to integers (micro-cores); the returned plan is re-scored in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import combinations
 
 import networkx as nx
 from ortools.sat.python import cp_model
+from ortools.sat.python.cp_model import IntVar, LinearExpr
 
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import Node
@@ -86,32 +88,33 @@ def exact_plan(
                         model.add(var == 0)
         model.add_exactly_one(x for row in a[v] for x in row if x is not None)
 
-    def on(v: int, h: int):
-        return sum(x for x in a[v][h] if x is not None)
+    def on(v: int, h: int) -> LinearExpr:
+        return LinearExpr.sum([x for x in a[v][h] if x is not None])
 
-    both_cache: dict[tuple[int, int], list[list]] = {}
+    both_cache: dict[tuple[int, int], list[list[IntVar | int]]] = {}
 
-    def both(u: int, v: int) -> list[list]:
+    def both(u: int, v: int) -> list[list[IntVar | int]]:
         """both[h][j] = u and v share slot (h, j)."""
         key = (min(u, v), max(u, v))
         if key not in both_cache:
             grid = []
             for h in range(len(hosts)):
-                row = []
+                row: list[IntVar | int] = []
                 for j in range(slots):
-                    if a[u][h][j] is None or a[v][h][j] is None:
+                    x_u, x_v = a[u][h][j], a[v][h][j]
+                    if x_u is None or x_v is None:
                         row.append(0)
                         continue
                     b = model.new_bool_var(f"b{key}_{h}_{j}")
-                    model.add_bool_and([a[u][h][j], a[v][h][j]]).only_enforce_if(b)
-                    model.add_bool_or([a[u][h][j].Not(), a[v][h][j].Not(), b])
+                    model.add_bool_and([x_u, x_v]).only_enforce_if(b)
+                    model.add_bool_or([x_u.Not(), x_v.Not(), b])
                     row.append(b)
                 grid.append(row)
             both_cache[key] = grid
         return both_cache[key]
 
-    def same_pe(u: int, v: int):
-        return sum(sum(row) for row in both(u, v))
+    def same_pe(u: int, v: int) -> LinearExpr:
+        return LinearExpr.sum([b for row in both(u, v) for b in row])
 
     w_node = [round(graph.nodes[n]["w"] * SCALE) for n in nodes]
     arcs = [(index[u], index[v], round(d["w"] * SCALE)) for u, v, d in graph.edges(data=True)]
@@ -160,7 +163,7 @@ def exact_plan(
             (h, j)
             for h in range(len(hosts))
             for j in range(slots)
-            if a[v][h][j] is not None and solver.value(a[v][h][j])
+            if (x := a[v][h][j]) is not None and solver.value(x)
         )
         groups.setdefault((h, j), []).append(node)
     keys = sorted(groups)
@@ -176,7 +179,12 @@ def exact_plan(
 
 
 def _add_constraints(
-    model: cp_model.CpModel, constraints: GraphConstraints, index: dict[Node, int], n_hosts: int, on, same_pe
+    model: cp_model.CpModel,
+    constraints: GraphConstraints,
+    index: dict[Node, int],
+    n_hosts: int,
+    on: Callable[[int, int], LinearExpr],
+    same_pe: Callable[[int, int], LinearExpr],
 ) -> None:
     """The six constraint kinds (and dedication) as CP-SAT constraints over the slot variables."""
     hosts = range(n_hosts)
@@ -203,13 +211,13 @@ def _add_constraints(
     for level, entries in (("pe", constraints.pe_dedication), ("host", constraints.host_dedication)):
         for _, members in entries:
             inside = {index[n] for n in members}
-            for x in inside:
-                for y in set(index.values()) - inside:
+            for p in inside:
+                for q in set(index.values()) - inside:
                     if level == "pe":
-                        model.add(same_pe(x, y) == 0)
+                        model.add(same_pe(p, q) == 0)
                     else:
                         for h in hosts:
-                            model.add(on(x, h) + on(y, h) <= 1)
+                            model.add(on(p, h) + on(q, h) <= 1)
     for ha in constraints.high_availability:
         used = [[model.new_bool_var("") for _ in hosts] for _ in ha.replicas]
         for r, replica in enumerate(ha.replicas):

@@ -19,7 +19,7 @@ import networkx as nx
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import logical_graph, unit_graph
 from streamtopo.planner.model import StreamTopologySpec
-from streamtopo.planner.placement.baselines import BASELINES
+from streamtopo.planner.placement.baselines import BASELINES, fint_plan
 from streamtopo.planner.placement.constraints import GraphConstraints, expand_constraints
 from streamtopo.planner.plan import Plan
 
@@ -50,7 +50,7 @@ def plan_fusion(
 
         return cola_plan(graph, cluster, constraints, options, seed)
     if algorithm == "fint":
-        return BASELINES["fint"](graph, cluster, constraints, seed, gamma=_gamma(options))
+        return fint_plan(graph, cluster, constraints, seed, gamma=_gamma(options))
     if algorithm in BASELINES:
         return BASELINES[algorithm](graph, cluster, constraints, seed)
     raise ValueError(

@@ -17,9 +17,10 @@ def lpt_schedule(
 ) -> list[str] | None:
     """Host of each PE; ``allowed[i]`` restricts PE i (resource matching). None if a PE has no host."""
     load = dict.fromkeys(capacity, 0.0)
-    hosts: list[str | None] = [None] * len(sizes)
+    hosts = [""] * len(sizes)
     for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        candidates = [h for h in capacity if allowed is None or allowed[i] is None or h in allowed[i]]
+        only = allowed[i] if allowed is not None else None
+        candidates = [h for h in capacity if only is None or h in only]
         if not candidates:
             return None
         best = min(candidates, key=lambda h: ((load[h] + sizes[i]) / capacity[h], h))

@@ -34,7 +34,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState, Rebalance
 from streamtopo.planner.rebalance.albic.metrics import build_rebalance
 from streamtopo.planner.rebalance.albic.moves import MoveBook
 from streamtopo.planner.rebalance.albic.state import check_budget, index_state

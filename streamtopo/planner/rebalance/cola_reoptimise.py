@@ -26,7 +26,8 @@ import networkx as nx
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState, Rebalance
 from streamtopo.planner.metis import metis_labels, weight_matrix
 from streamtopo.planner.rebalance.albic.metrics import build_rebalance
 from streamtopo.planner.rebalance.albic.state import StateIndex, check_budget, index_state
@@ -75,7 +76,7 @@ def _fusion_assignment(
         g.add_edge(a, b, w=value * config.serialization_cost, rate=value, record_bytes=0)
     cluster = Cluster(hosts=[Host(name=ix.names[i], cpu=float(ix.capacity[i])) for i in active])
     plan = plan_fusion(g, cluster, algorithm="cola", seed=seed)
-    return {m: pe.host for pe in plan.pes for m in pe.members}
+    return {m: pe.host for pe in plan.pes for m in pe.members if isinstance(m, tuple) and pe.host is not None}
 
 
 def cola_rebalance(

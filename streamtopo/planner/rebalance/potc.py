@@ -21,7 +21,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 
-from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState, Rebalance
 from streamtopo.planner.rebalance.albic.metrics import build_rebalance
 from streamtopo.planner.rebalance.albic.state import check_budget, index_state
 

@@ -147,9 +147,10 @@ def aeolus_plan(
             f"dop({name}) = min{{dop > ppt * r_i = {ppt[name]:.3g} * {rate:.6g}}} = {dop[name]} (Eq. 2)"
         )
 
-    producers = [op.name for op in spec.operators if op.kind == "source"]
-    for name in producers:
-        size_consumer(name, by_name[name].source.rate_per_second)
+    sources = {op.name: op.source for op in spec.operators if op.source is not None}
+    producers = list(sources)
+    for name, source in sources.items():
+        size_consumer(name, source.rate_per_second)
     done = set(producers)
     while producers:
         for p in producers:  # lines 3-11

@@ -45,86 +45,37 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
-from streamtopo.planner.model import AutoscalingSpec
+from pydantic import Field
+
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState, Rebalance
+from streamtopo.planner.model import AutoscalingSpec, ScalingRuleSpec
 
 Direction = Literal["up", "down", "none"]
 EPS = 1e-9
 
 
-@dataclass(frozen=True)
-class ScalingConfig:
-    """Parameters of the scaling rules (defaults: Flink autoscaler's, and the spec's)."""
+class ScalingConfig(ScalingRuleSpec):
+    """What the rules read: the rule's spec (:class:`~streamtopo.planner.model.ScalingRuleSpec`, the one
+    definition of its fields and defaults) plus what the caller knows about its platform."""
 
-    min_executors: int = 1
-    max_executors: int = 32
-    target_utilization: float = 0.7
-    utilization_band: float = 0.1
-    """Act only when utilisation leaves [target - band, target + band]."""
-    stabilization: float = 300.0
-    metric_window: float = 300.0
-    scale_down_delay: float = 1800.0
-    scale_up_grace: float = 3600.0
-    """No scale-down this long after a scale-up (Flink: job.autoscaler.scale-up.grace-period, 1 h)."""
-    max_scale_down_fraction: float = 0.5
-    """Share of the executors one scale-down may remove (0.5: at most halve)."""
-    catch_up: float = 300.0
-    """Seconds in which the backlog should be processed (Flink's catch-up duration)."""
-    backlog_seconds: float = 30.0
-    """Backlog mode when the lag exceeds this many seconds of input."""
-    max_load_distance: float | None = 10.0
+    max_load_distance: float | None = Field(default=10.0, ge=0)
     """No scale-down while the plan's load distance (percentage points) exceeds this; None: no guard."""
-    executor_capacity: float = 1.0
+    executor_capacity: float = Field(default=1.0, gt=0)
     """Cores of a new executor (1.0 = the reference executor loads are measured on)."""
-    dstreams_up_ratio: float = 0.9
-    """DStreams rule: scale out when processing time / batch interval >= this."""
-    dstreams_down_ratio: float = 0.3
-    """DStreams rule: scale in when processing time / batch interval <= this."""
-    dstreams_interval: float = 60.0
-    """DStreams rule: spark.streaming.dynamicAllocation.scalingInterval."""
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not 1 <= self.min_executors <= self.max_executors:
-            problems.append("min_executors must be >= 1 and <= max_executors")
-        if not 0 < self.target_utilization <= 1:
-            problems.append("target_utilization must be in (0, 1]")
-        if not 0 <= self.utilization_band < self.target_utilization:
-            problems.append("utilization_band must be >= 0 and below target_utilization")
-        if not 0 < self.max_scale_down_fraction <= 1:
-            problems.append("max_scale_down_fraction must be in (0, 1]")
-        for name in (
-            "stabilization",
-            "metric_window",
-            "scale_down_delay",
-            "scale_up_grace",
-            "backlog_seconds",
-            "dstreams_interval",
-        ):
-            if not getattr(self, name) >= 0:
-                problems.append(f"{name} must be >= 0")
-        if not self.catch_up > 0 or not self.executor_capacity > 0:
-            problems.append("catch_up and executor_capacity must be > 0")
-        if not 0 <= self.dstreams_down_ratio < self.dstreams_up_ratio:
-            problems.append("dstreams_down_ratio must be >= 0 and below dstreams_up_ratio")
-        if problems:
-            raise ValueError("invalid scaling config: " + "; ".join(problems))
+    dstreams_interval: float = Field(default=60.0, ge=0)
+    """``dstreams``: spark.streaming.dynamicAllocation.scalingInterval (the statistics period)."""
 
     @classmethod
     def from_spec(cls, spec: AutoscalingSpec, **overrides: object) -> ScalingConfig:
         """The rule a StreamTopology's ``spec.autoscaling`` asks for (the metric window is one SPL at least)."""
-        values: dict[str, object] = {
-            "min_executors": spec.min_executors,
-            "max_executors": spec.max_executors,
-            "target_utilization": spec.target_utilization,
-            "stabilization": spec.stabilization,
-            "scale_down_delay": spec.scale_down_delay,
-            "metric_window": max(spec.interval, cls.metric_window),
-            "max_load_distance": spec.albic.max_load_distance,
-            "dstreams_interval": spec.interval,
-        }
-        values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]
+        values: dict[str, object] = {name: getattr(spec, name) for name in ScalingRuleSpec.model_fields}
+        values.update(
+            metric_window=max(spec.interval, spec.metric_window),
+            max_load_distance=spec.albic.max_load_distance,
+            dstreams_interval=spec.interval,
+        )
+        return cls.model_validate({**values, **overrides})
 
 
 @dataclass(frozen=True)

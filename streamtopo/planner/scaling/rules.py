@@ -1,4 +1,4 @@
-"""The scaling rules by name, as ``spec.autoscaling.scaling.rule`` and ``simulate --scaling`` name them."""
+"""The scaling rules by name, as ``spec.autoscaling.rule``, scenario files and ``simulate --scaling`` name them."""
 
 from __future__ import annotations
 

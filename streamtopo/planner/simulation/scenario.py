@@ -14,7 +14,7 @@ from typing import Any, Literal
 import networkx as nx
 from pydantic import Field, ValidationError, model_validator
 
-from streamtopo.planner.model import Duration, Model, RebalancePolicy, problems_of
+from streamtopo.planner.model import AlbicSpec, Duration, Model, RebalancePolicy, ScalingRuleSpec, problems_of
 
 Pattern = Literal["one-to-one", "forward", "full"]
 
@@ -124,34 +124,6 @@ class MigrationSpec(Model):
     """State transfer speed: the pause grows by state_bytes / bytes_per_second."""
 
 
-class ScalingSpec(Model):
-    """The scaling rule and its bounds (see docs/scaling.md)."""
-
-    rule: Literal["target", "dstreams", "off"] = "target"
-    min_executors: int = Field(default=1, ge=1)
-    max_executors: int = Field(default=32, ge=1)
-    target_utilization: float = Field(default=0.7, gt=0, le=1)
-    utilization_band: float = Field(default=0.1, ge=0, lt=1)
-    stabilization: Duration = 300.0
-    metric_window: Duration = 300.0
-    scale_down_delay: Duration = 1800.0
-    scale_up_grace: Duration = 3600.0
-    max_scale_down_fraction: float = Field(default=0.5, gt=0, le=1)
-    catch_up: Duration = 300.0
-    backlog_seconds: Duration = 30.0
-    max_load_distance: float | None = Field(default=10.0, ge=0)
-
-    @model_validator(mode="after")
-    def _bounds(self) -> ScalingSpec:
-        if self.min_executors > self.max_executors:
-            raise ValueError("minExecutors is larger than maxExecutors")
-        if self.utilization_band >= self.target_utilization:
-            raise ValueError("utilizationBand must be below targetUtilization")
-        if self.catch_up <= 0:
-            raise ValueError("catchUp must be positive")
-        return self
-
-
 class FaultSpec(Model):
     """A statistics gap injected at one period, to see the safe decision at work."""
 
@@ -175,7 +147,9 @@ class Scenario(Model):
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     costs: CostsSpec = Field(default_factory=CostsSpec)
     migration: MigrationSpec = Field(default_factory=MigrationSpec)
-    scaling: ScalingSpec = Field(default_factory=ScalingSpec)
+    scaling: ScalingRuleSpec = Field(default_factory=ScalingRuleSpec)
+    albic: AlbicSpec = Field(default_factory=AlbicSpec)
+    """ALBIC's Algorithm 2 parameters (``--policy albic``); maxLoadDistance also guards scale-down."""
     faults: list[FaultSpec] = Field(default_factory=list)
 
     def by_name(self) -> dict[str, OperatorSpec]:

@@ -34,11 +34,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import cast
 
 import numpy as np
 
+from streamtopo.contracts import KeyGroupId
 from streamtopo.planner.adaptation import AdaptationConfig, Rebalancer, adapt
-from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupId, KeyGroupStats
+from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
+from streamtopo.planner.rebalance.albic.collocation import AlbicConfig
 from streamtopo.planner.scaling.policy import ScalingConfig, ScalingState
 from streamtopo.planner.simulation.scenario import Scenario
 
@@ -160,11 +163,12 @@ class _Job:
         return traffic
 
     def edge_rates(self, arrival: np.ndarray) -> np.ndarray:
-        return arrival[self.src] * self.selectivity[self.src] * self.share
+        rates: np.ndarray = arrival[self.src] * self.selectivity[self.src] * self.share
+        return rates
 
     def work(self, arrival: np.ndarray, share: np.ndarray) -> np.ndarray:
         """CPU seconds per second of every unit, given the share of each unit on each executor."""
-        work = arrival * self.cost
+        work: np.ndarray = arrival * self.cost
         crossing = (
             self.edge_rates(arrival) * self.crossing(share) * self.scenario.costs.serialization_per_record
         )
@@ -174,7 +178,8 @@ class _Job:
 
     def crossing(self, share: np.ndarray) -> np.ndarray:
         """Per edge, the probability that a record leaves its executor (0 or 1 unless units are split)."""
-        return 1.0 - (share[self.src] * share[self.dst]).sum(axis=1)
+        leaving: np.ndarray = 1.0 - (share[self.src] * share[self.dst]).sum(axis=1)
+        return leaving
 
 
 def _pattern(pattern: str, k_up: int, k_down: int) -> list[tuple[int, int, float]]:
@@ -188,7 +193,8 @@ def _pattern(pattern: str, k_up: int, k_down: int) -> list[tuple[int, int, float
 
 def _zipf(n: int, exponent: float) -> np.ndarray:
     weights = 1.0 / np.arange(1, n + 1) ** exponent
-    return weights / weights.sum()
+    shares: np.ndarray = weights / weights.sum()
+    return shares
 
 
 def initial_executors(scenario: Scenario) -> list[ExecutorInfo]:
@@ -209,22 +215,13 @@ def initial_assignment(
 
 
 def scaling_config(scenario: Scenario) -> ScalingConfig:
-    s = scenario.scaling
-    return ScalingConfig(
-        min_executors=s.min_executors,
-        max_executors=s.max_executors,
-        target_utilization=s.target_utilization,
-        utilization_band=s.utilization_band,
-        stabilization=s.stabilization,
-        metric_window=s.metric_window,
-        scale_down_delay=s.scale_down_delay,
-        scale_up_grace=s.scale_up_grace,
-        max_scale_down_fraction=s.max_scale_down_fraction,
-        catch_up=s.catch_up,
-        backlog_seconds=s.backlog_seconds,
-        max_load_distance=s.max_load_distance,
-        executor_capacity=scenario.executors.capacity,
-        dstreams_interval=scenario.interval,
+    return ScalingConfig.model_validate(
+        {
+            **scenario.scaling.model_dump(),
+            "max_load_distance": scenario.albic.max_load_distance,
+            "executor_capacity": scenario.executors.capacity,
+            "dstreams_interval": scenario.interval,
+        }
     )
 
 
@@ -241,10 +238,14 @@ def simulate(
 ) -> SimulationResult:
     """Run ``scenario`` (its own policy, scaling rule, length and seed unless overridden).
 
-    ``rebalance`` replaces the registered policy (tests, custom policies); ``progress(done, total)`` is
-    called after every period (the CLI draws a progress bar with it).
+    ``rebalance`` replaces the registered policy (tests, custom policies); ``policy_config`` replaces the
+    policy's config (ALBIC's comes from the scenario's ``albic`` section, as the operator's comes from
+    ``spec.autoscaling.albic``); ``progress(done, total)`` is called after every period (the CLI draws a
+    progress bar with it).
     """
     policy = policy or scenario.policy
+    if policy_config is None and policy == "albic":
+        policy_config = AlbicConfig.from_spec(scenario.albic)
     rule = scaling or scenario.scaling.rule
     total = periods or scenario.periods
     seed = scenario.seed if seed is None else seed
@@ -252,8 +253,7 @@ def simulate(
     job = _Job(scenario)
     config = AdaptationConfig(
         policy=policy,
-        scaling=rule,
-        scaling_config=scaling_config(scenario),
+        scaling_config=scaling_config(scenario).model_copy(update={"rule": rule}),
         max_migrations=scenario.migration.max_migrations,
         max_migration_cost=scenario.migration.max_migration_cost,
         policy_config=policy_config,
@@ -343,8 +343,10 @@ def simulate(
         )
         assignment, executors, scaling_state = result.assignment, result.executors, result.scaling_state
         if result.rebalance is not None:  # a safe decision keeps the routing as it was
-            shares = result.rebalance.details.get("shares")
-            merge_overhead = float(result.rebalance.details.get("merge_overhead", 0.0))
+            # C-MR's rebalancer splits units across executors (details["shares"]); the others do not.
+            details = result.rebalance.details
+            shares = cast("dict[KeyGroupId, dict[str, float]] | None", details.get("shares"))
+            merge_overhead = float(cast(float, details.get("merge_overhead", 0.0)))
         config = replace(config, policy_config=result.policy_config)
         if progress is not None:
             progress(period + 1, total)

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupId, KeyGroupStats
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,18 @@ The plan kept is the one achieving the final s (the paper's "stars" between phas
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import networkx as nx
 
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.placement.cola import oracle
-from streamtopo.planner.placement.cola.basic import FEASIBLE, Run, start
+from streamtopo.planner.placement.cola.basic import Run, start
 from streamtopo.planner.placement.cola.options import ColaOptions, NoValidPlan
 from streamtopo.planner.placement.cola.partition import Partition
 from streamtopo.planner.placement.cola.placement import Schedule
 from streamtopo.planner.placement.cola.postprocess import postprocess
-from streamtopo.planner.placement.cola.refine import refine_moves
+from streamtopo.planner.placement.cola.refine import FEASIBLE, refine_moves
 from streamtopo.planner.placement.cola.validity import (
     counting_problems,
     diagnose,
@@ -128,7 +130,7 @@ def _polish(run: Run, partition: Partition, found: Schedule) -> Schedule:
     return polished if polished is not None and polished.utilization < found.utilization else found
 
 
-def _improves(run: Run):
+def _improves(run: Run) -> Callable[[Partition, Partition, Schedule], Schedule | None]:
     """Advanced mergeability: a valid, feasible schedule with f(U', C') <= f(U, C)."""
 
     def accept(trial: Partition, current: Partition, schedule: Schedule) -> Schedule | None:
@@ -140,7 +142,7 @@ def _improves(run: Run):
     return accept
 
 
-def _hopeless(run: Run):
+def _hopeless(run: Run) -> Callable[[Schedule, float, float, float], bool]:
     """A merge whose PE alone would overload the largest host, or whose PE size already pushes
     f(U, C - saving) above the current f, can never be accepted (U >= merged SIZE / max B_h)."""
     largest = max(run.capacity.values())

@@ -109,7 +109,7 @@ class Run:
 def _local_pairs(partition: Partition, i: int, limit: int = 4096) -> np.ndarray:
     """Phase-1 exlocated pairs inside PE i, as local indices (capped; any one pair guides the cut)."""
     p = partition.pes[i]
-    pairs = []
+    pairs: list[np.ndarray] = []
     for _, a, b in partition.violated_separations(i):
         left, right = np.flatnonzero(a[p]), np.flatnonzero(b[p])
         grid = np.array(np.meshgrid(left, right, indexing="ij")).reshape(2, -1).T
@@ -146,21 +146,21 @@ def basic_cola(
     """Split the largest PE until LPT finds a feasible schedule, then post-process."""
     run = start(graph, cluster, constraints, options, seed, "lpt", GraphConstraints())
     partition = Partition.initial(run.atoms, run.cons)
-    found = run.schedule(partition)
+    found = _lpt(run, partition)
     best = (found.utilization, partition.copy(), found)
     while found.utilization > FEASIBLE:
         i = oracle.largest(partition)
         if i is None:  # every PE is one (super) operator and still no fit: the best infeasible plan
             return run.plan(best[1], best[2], {"phase": "infeasible"})
         run.split(partition, i, phase=3)
-        found = run.schedule(partition)
+        found = _lpt(run, partition)
         if found.utilization < best[0]:
             best = (found.utilization, partition.copy(), found)
     merges = 0
     if options.postprocess:
 
-        def feasible(trial: Partition, *_) -> Schedule | None:
-            s = run.schedule(trial)
+        def feasible(trial: Partition, *_: object) -> Schedule | None:
+            s = _lpt(run, trial)
             return s if s.utilization <= FEASIBLE else None
 
         largest = max(run.capacity.values())
@@ -171,3 +171,10 @@ def basic_cola(
     if options.refine_moves:
         partition, found, moved = refine_moves(partition, found, run.capacity, (0.0, 1.0))
     return run.plan(partition, found, {"postprocess_merges": merges, "refine_moves": moved})
+
+
+def _lpt(run: Run, partition: Partition) -> Schedule:
+    """Basic COLA's schedule: LPT with no resource matching, which always finds every PE a host."""
+    found = run.schedule(partition)
+    assert found is not None, "LPT without resource matching places every PE"
+    return found

@@ -83,8 +83,8 @@ def ip_schedule(
         model.add(load[h] <= z)  # (3)
     for twins in _interchangeable(problem, hosts):
         # Symmetry breaking: identical hosts are used in decreasing order of load (same optimum).
-        for a, b in pairwise(twins):
-            model.add(load[a] >= load[b])
+        for heavier, lighter in pairwise(twins):
+            model.add(load[heavier] >= load[lighter])
     model.minimize(z)
     if hint is not None:
         for (p, h), var in x.items():
@@ -105,7 +105,7 @@ def ip_schedule(
 
 def _interchangeable(problem: PlacementProblem, hosts: list[str]) -> list[list[str]]:
     """Classes of hosts no constraint tells apart: same capacity and same membership in every R_p."""
-    classes: dict[tuple, list[str]] = {}
+    classes: dict[tuple[object, ...], list[str]] = {}
     for h in hosts:
         key = (problem.capacity[h], tuple(a is None or h in a for a in problem.allowed))
         classes.setdefault(key, []).append(h)

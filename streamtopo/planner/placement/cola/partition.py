@@ -9,17 +9,18 @@ forced immediately on all the other replicas", and the partitioner sees the repl
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
 import scipy.sparse as sp
 
-from streamtopo.planner.graph import operator_of
+from streamtopo.planner.graph import Node, operator_of
 from streamtopo.planner.placement.cola.options import NoValidPlan
 from streamtopo.planner.placement.cola.placement import PlacementProblem
 from streamtopo.planner.placement.cola.preprocess import AtomGraph
-from streamtopo.planner.placement.constraints import GraphConstraints
+from streamtopo.planner.placement.constraints import GraphConstraints, HAGroup
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class AtomConstraints:
 def restate(atoms: AtomGraph, constraints: GraphConstraints) -> AtomConstraints:
     """Map node-level constraints to atom arrays; raise NoValidPlan on contradictions inside atoms."""
 
-    def arr(nodes) -> np.ndarray:
+    def arr(nodes: Iterable[Node]) -> np.ndarray:
         return np.unique(np.array([atoms.atom_of[n] for n in nodes], dtype=np.int64))
 
     def mask(indices: np.ndarray) -> np.ndarray:
@@ -100,7 +101,9 @@ def restate(atoms: AtomGraph, constraints: GraphConstraints) -> AtomConstraints:
     return out
 
 
-def _resource_separations(atoms: AtomGraph, mask) -> list[tuple[str, np.ndarray, np.ndarray]]:
+def _resource_separations(
+    atoms: AtomGraph, mask: Callable[[np.ndarray], np.ndarray]
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """Super operators whose allowed host sets are disjoint can never share a PE."""
     groups: dict[frozenset[str], list[int]] = {}
     for a, allowed in enumerate(atoms.allowed):
@@ -121,7 +124,7 @@ def _resource_separations(atoms: AtomGraph, mask) -> list[tuple[str, np.ndarray,
     return out
 
 
-def _replica_image(atoms: AtomGraph, ha) -> np.ndarray | None:
+def _replica_image(atoms: AtomGraph, ha: HAGroup) -> np.ndarray | None:
     """Position-wise correspondence of the replicas' super operators (None if not a bijection)."""
     sequences = [[atoms.atom_of[n] for n in replica] for replica in ha.replicas]
     first = list(dict.fromkeys(sequences[0]))
@@ -172,17 +175,19 @@ class Partition:
         """One PE per HA replica, per dedicated operator, and a catch-all PE for the rest."""
         taken = np.zeros(atoms.n, dtype=bool)
         replica = _replica_keys(cons)
-        pes = []
+        pes: list[np.ndarray] = []
         for _, members, _ in cons.dedicated:
             fresh = members[~taken[members]]
             taken[fresh] = True
-            pieces: dict[tuple, list[int]] = {}  # a replicated dedicated operator: one PE per replica
+            pieces: dict[
+                tuple[int, int] | tuple[()], list[int]
+            ] = {}  # a replicated dedicated operator: one PE per replica
             for a in fresh.tolist():
                 pieces.setdefault(replica.get(a, ()), []).append(a)
             pes.extend(np.array(piece, dtype=np.int64) for piece in pieces.values())
         for ha in cons.high_availability:
-            for replica in ha.replicas:
-                ids = np.array(sorted(replica), dtype=np.int64)
+            for atoms_of_replica in ha.replicas:
+                ids = np.array(sorted(atoms_of_replica), dtype=np.int64)
                 fresh = ids[~taken[ids]] if len(ids) else ids
                 taken[fresh] = True
                 pes.append(fresh)
@@ -222,18 +227,19 @@ class Partition:
         p = self.pes[i]
         return [(label, a, b) for label, a, b in self.cons.separations if a[p].any() and b[p].any()]
 
-    def node_groups(self) -> list[list]:
+    def node_groups(self) -> list[list[Node]]:
         return [self.atoms.nodes(p) for p in self.pes]
 
     # ------------------------------------------------------------------ moves
 
-    def _mirror(self, i: int) -> tuple[int, np.ndarray] | None:
-        """(group, positions) when PE i lies in an isomorphic HA replica."""
+    def _mirror(self, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(the group's image, positions) when PE i lies in an isomorphic HA replica."""
         first = int(self.pes[i][0])
         if first not in self._where:
             return None
-        g = self._where[first][0]
-        return g, np.array([self._where[int(a)][2] for a in self.pes[i]], dtype=np.int64)
+        image = self.cons.high_availability[self._where[first][0]].image
+        assert image is not None  # _where holds the atoms of isomorphic groups only
+        return image, np.array([self._where[int(a)][2] for a in self.pes[i]], dtype=np.int64)
 
     def split_view(self, i: int) -> tuple[sp.csr_matrix, np.ndarray]:
         """The subgraph the partitioner sees for PE i: averaged over isomorphic replicas."""
@@ -241,8 +247,8 @@ class Partition:
         if mirror is None:
             p = self.pes[i]
             return self.atoms.adj[p][:, p], self.atoms.w[p]
-        g, positions = mirror
-        images = self.cons.high_availability[g].image[:, positions]
+        image, positions = mirror
+        images = image[:, positions]
         adj = sum(self.atoms.adj[row][:, row] for row in images) / len(images)
         return sp.csr_matrix(adj), self.atoms.w[images].mean(axis=0)
 
@@ -252,8 +258,7 @@ class Partition:
         if mirror is None:
             self._replace([i], [self.pes[i][side], self.pes[i][~side]])
             return
-        g, positions = mirror
-        image = self.cons.high_availability[g].image
+        image, positions = mirror
         targets = [self._pe_holding(int(image[r, positions[0]])) for r in range(len(image))]
         parts = [
             part
@@ -277,8 +282,8 @@ class Partition:
         if mi is None:
             moves = [(i, j)]
         else:
-            g = mi[0]
-            image = self.cons.high_availability[g].image
+            assert mj is not None  # both mirrored or neither (checked above)
+            image = mi[0]
             moves = [
                 (self._pe_holding(int(image[r, mi[1][0]])), self._pe_holding(int(image[r, mj[1][0]])))
                 for r in range(len(image))
@@ -295,7 +300,7 @@ class Partition:
             [np.concatenate([self.pes[a], self.pes[b]]) for a, b in moves],
         )
 
-    def _tag(self, i: int) -> tuple:
+    def _tag(self, i: int) -> tuple[str | None, tuple[int, int] | tuple[()]]:
         """Which HA replica and dedicated operator PE i belongs to (merges stay within one tag)."""
         first = int(self.pes[i][0])
         dedicated = next((label for label, members, _ in self.cons.dedicated if first in members), None)
@@ -339,8 +344,10 @@ class Partition:
             for a, b in combinations(sets, 2):
                 exlocated.append((frozenset(pe_of[a].tolist()), frozenset(pe_of[b].tolist())))
         for ha in self.cons.high_availability:
-            for a, b in combinations(ha.replicas, 2):
-                exlocated.append((frozenset(int(pe_of[x]) for x in a), frozenset(int(pe_of[x]) for x in b)))
+            for one, other in combinations(ha.replicas, 2):
+                exlocated.append(
+                    (frozenset(int(pe_of[x]) for x in one), frozenset(int(pe_of[x]) for x in other))
+                )
         for _, members, host in self.cons.dedicated:
             if host:
                 mine = frozenset(pe_of[members].tolist())

@@ -13,7 +13,7 @@ for the summed edge (moving u removes the whole u-v weight from both PEs' cuts).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -22,6 +22,9 @@ import scipy.sparse as sp
 
 from streamtopo.planner.graph import Node
 from streamtopo.planner.placement.constraints import GraphConstraints
+
+Find = Callable[[Node], Node]
+"""Union-find's find: the representative of a node's class."""
 
 LEMMA_TOLERANCE = 1e-12
 
@@ -107,7 +110,7 @@ def preprocess(graph: nx.DiGraph, constraints: GraphConstraints, lemma1: bool = 
     return build_atoms(graph, constraints, find, fusions)
 
 
-def _mirror_colocation(constraints: GraphConstraints, find, parent: dict[Node, Node]) -> None:
+def _mirror_colocation(constraints: GraphConstraints, find: Find, parent: dict[Node, Node]) -> None:
     """Isomorphic HA replicas share their PE structure, so operators PE-colocated in one replica are
     colocated at the same positions in every replica."""
     for ha in constraints.high_availability:
@@ -122,7 +125,7 @@ def _mirror_colocation(constraints: GraphConstraints, find, parent: dict[Node, N
 
 
 def _lemma1(
-    graph: nx.DiGraph, constraints_free: set[Node], find, parent: dict[Node, Node]
+    graph: nx.DiGraph, constraints_free: set[Node], find: Find, parent: dict[Node, Node]
 ) -> list[tuple[Node, Node]]:
     """Iterated Lemma 1 on the undirected weighted graph of unconstrained nodes.
 
@@ -137,7 +140,7 @@ def _lemma1(
             nbr[v][u] = nbr[v].get(u, 0.0) + float(d["w"])
     free = set(constraints_free)  # PE-colocated nodes are constrained, so every free node is a root
     degree = {n: sum(nbr[n].values()) for n in graph.nodes}
-    fusions = []
+    fusions: list[tuple[Node, Node]] = []
     work = sorted(free, key=str)
     queued = set(work)
     while work:
@@ -170,7 +173,9 @@ def _lemma1(
     return fusions
 
 
-def build_atoms(graph: nx.DiGraph, constraints: GraphConstraints, find, fusions=()) -> AtomGraph:
+def build_atoms(
+    graph: nx.DiGraph, constraints: GraphConstraints, find: Find, fusions: Sequence[tuple[Node, Node]] = ()
+) -> AtomGraph:
     """Contract every class of ``find`` into one atom (deterministic atom order)."""
     classes: dict[Node, list[Node]] = {}
     for n in graph.nodes:

@@ -205,7 +205,13 @@ def refine(adj: sp.csr_matrix, w: np.ndarray, side: np.ndarray, max_moves: int |
     return side
 
 
-def lr_cut(adj, w, sweeper: Sweeper, options: ColaOptions, separate=None) -> tuple[float, np.ndarray]:
+def lr_cut(
+    adj: sp.csr_matrix,
+    w: np.ndarray,
+    sweeper: Sweeper,
+    options: ColaOptions,
+    separate: np.ndarray | None = None,
+) -> tuple[float, np.ndarray]:
     """Leighton-Rao: sweep balls of the GK metric around every vertex; keep the best prefix."""
     demand = np.outer(w, w)
     if separate is not None and len(separate):
@@ -214,11 +220,12 @@ def lr_cut(adj, w, sweeper: Sweeper, options: ColaOptions, separate=None) -> tup
         demand[separate[:, 1], separate[:, 0]] += extra
     np.fill_diagonal(demand, 0.0)
     metric = concurrent_flow_metric(adj, demand, options.epsilon, options.gk_max_steps)
-    best = (np.inf, None)
+    best: tuple[float, np.ndarray] | None = None
     for order in leighton_rao_orders(metric):
         found = sweeper.best(order)
-        if found[0] < best[0]:
+        if best is None or found[0] < best[0]:
             best = found
+    assert best is not None  # one sweep order per vertex
     return best
 
 
@@ -265,22 +272,24 @@ def _inverse_iteration(
         values, ritz = np.linalg.eigh(x.T @ (matrix @ x))
         x = x @ ritz
         if abs(values[0] - previous) <= tolerance * max(abs(values[0]), 1e-300):
-            return x[:, 0]
+            return np.asarray(x[:, 0])
         previous = values[0]
     residual = np.linalg.norm(matrix @ x[:, 0] - values[0] * x[:, 0])
-    return x[:, 0] if residual <= 1e-3 * max(float(abs(matrix).max()), 1e-300) else None
+    return np.asarray(x[:, 0]) if residual <= 1e-3 * max(float(abs(matrix).max()), 1e-300) else None
 
 
 def metis_bisection(adj: sp.csr_matrix, w: np.ndarray, seed: int = 0) -> np.ndarray:
     """pymetis 2-way partition balanced by operator weight."""
-    side = metis_labels(adj, 2, w, seed=seed) == 0
+    side: np.ndarray = metis_labels(adj, 2, w, seed=seed) == 0
     if side.all() or not side.any():
         side = np.zeros(len(w), dtype=bool)
         side[int(np.argmax(w))] = True
     return side
 
 
-def _group_components(labels: np.ndarray, count: int, w: np.ndarray, separate) -> np.ndarray:
+def _group_components(
+    labels: np.ndarray, count: int, w: np.ndarray, separate: np.ndarray | None
+) -> np.ndarray:
     """Whole components onto two sides, heaviest first onto the lighter side; an exlocated pair that
     straddles components starts on opposite sides."""
     weight = np.bincount(labels, weights=w, minlength=count)
@@ -298,10 +307,16 @@ def _group_components(labels: np.ndarray, count: int, w: np.ndarray, separate) -
             load[s] += weight[c]
     if (side_of == 0).all():
         side_of[int(np.argmin(weight))] = 1
-    return side_of[labels] == 0
+    side: np.ndarray = side_of[labels] == 0
+    return side
 
 
-def _ensure_separation(adj, sweeper: Sweeper, separate: np.ndarray, candidates: dict) -> dict:
+def _ensure_separation(
+    adj: sp.csr_matrix,
+    sweeper: Sweeper,
+    separate: np.ndarray,
+    candidates: dict[str, tuple[float, np.ndarray]],
+) -> dict[str, tuple[float, np.ndarray]]:
     """Add a cut that surely separates the first exlocated pair if no candidate separates any pair."""
 
     def separates(side: np.ndarray) -> bool:

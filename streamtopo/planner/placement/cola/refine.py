@@ -169,7 +169,18 @@ def refine_moves(
     return refined, Schedule(placed, float((final_load / cap).max()), schedule.method), moves
 
 
-def _gains(load, cap, pe_host, label, conn, w, deg, wu, wc, mean) -> np.ndarray:
+def _gains(
+    load: np.ndarray,
+    cap: np.ndarray,
+    pe_host: np.ndarray,
+    label: np.ndarray,
+    conn: np.ndarray,
+    w: np.ndarray,
+    deg: np.ndarray,
+    wu: float,
+    wc: float,
+    mean: float,
+) -> np.ndarray:
     """Change of w_U U + w_C C / mean for every (operator, target PE); inf where U would exceed 1."""
     n = len(label)
     utilization = load / cap
@@ -181,7 +192,7 @@ def _gains(load, cap, pe_host, label, conn, w, deg, wu, wc, mean) -> np.ndarray:
     new_a = np.where(same, (load[ha] + d_a + d_b) / cap[ha], (load[ha] + d_a) / cap[ha])
     new_b = np.where(same, new_a, (load[hb] + d_b) / cap[hb])
     new_u = np.maximum(_max_excluding(utilization, ha, hb), np.maximum(new_a, new_b))
-    gain = wu * (new_u - utilization.max()) + wc * (own - conn) / mean
+    gain: np.ndarray = wu * (new_u - utilization.max()) + wc * (own - conn) / mean
     gain[new_u > FEASIBLE] = np.inf
     return gain
 

@@ -34,8 +34,7 @@ def constrained_lpt(problem: PlacementProblem) -> list[str] | None:
         candidates = [
             h
             for h in problem.capacity
-            if all(problem.allowed[p] is None or h in problem.allowed[p] for p in block)
-            and not (on_host[h] & enemies)
+            if all(_may_host(problem.allowed[p], h) for p in block) and not (on_host[h] & enemies)
         ]
         if not candidates:
             return None
@@ -79,3 +78,8 @@ def schedule(
     if greedy is None:
         return None
     return Schedule(greedy, problem.utilization(greedy), "lpt")
+
+
+def _may_host(allowed: frozenset[str] | None, host: str) -> bool:
+    """Resource matching: ``allowed`` None means any host."""
+    return allowed is None or host in allowed

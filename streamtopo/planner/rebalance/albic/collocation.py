@@ -29,12 +29,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import networkx as nx
 import numpy as np
+from pydantic import Field
 
-from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState, Rebalance
 from streamtopo.planner.metis import metis_labels, weight_matrix
 from streamtopo.planner.model import AlbicSpec
 from streamtopo.planner.rebalance.albic.metrics import load_distance
@@ -51,19 +53,11 @@ from streamtopo.planner.rebalance.albic.state import StateIndex, check_budget, i
 Pair = tuple[KeyGroupId, KeyGroupId]
 
 
-@dataclass(frozen=True)
-class AlbicConfig:
-    """Algorithm 2's inputs (paper defaults) plus the MILP settings and the carried-over constraints."""
+class AlbicConfig(AlbicSpec):
+    """Algorithm 2's inputs (:class:`~streamtopo.planner.model.AlbicSpec`, the one definition of them and
+    their paper defaults) plus the MILP settings and the constraints carried over from the last round."""
 
-    max_load_distance: float = 10.0
-    """maxLD, percentage points."""
-    max_partition_load: float = 25.0
-    """maxPL (initial), percentage points."""
-    step_partition_load: float = 5.0
-    """stepPL."""
-    score_factor: float = 1.5
-    """sF."""
-    milp: MilpConfig = field(default_factory=MilpConfig)
+    milp: MilpConfig = Field(default_factory=MilpConfig)
     collocations: tuple[Pair, ...] = ()
     """Collocation pairs returned by the previous round (details["collocation_constraints"])."""
 
@@ -71,13 +65,7 @@ class AlbicConfig:
     def from_spec(cls, spec: AlbicSpec, collocations: Sequence[Pair] = ()) -> AlbicConfig:
         """What a StreamTopology's ``spec.autoscaling.albic`` asks for, with the pairs the previous
         round kept (the caller carries them between rounds; the spec may change in between)."""
-        return cls(
-            max_load_distance=spec.max_load_distance,
-            max_partition_load=spec.max_partition_load,
-            step_partition_load=spec.step_partition_load,
-            score_factor=spec.score_factor,
-            collocations=tuple(collocations),
-        )
+        return cls.model_validate({**spec.model_dump(), "collocations": tuple(collocations)})
 
 
 @dataclass(frozen=True)
@@ -245,7 +233,7 @@ def _pin_feasible(
         allowed = state.rules.allowed_hosts.get(m[0])
         if allowed is not None and host not in allowed:
             return False
-    return sum(ix.memory[ix.kg[m]] for m in members) <= ix.memory_capacity[node] * (1 + 1e-9)
+    return bool(sum(ix.memory[ix.kg[m]] for m in members) <= ix.memory_capacity[node] * (1 + 1e-9))
 
 
 def albic_rebalance(
@@ -354,17 +342,9 @@ def _solve(
 
 def _work(outcome: MilpOutcome) -> float:
     """The deterministic time a solve spent (the work measure its limits count; reported in details)."""
-    return float(outcome.details.get("deterministic_time", 0.0))
+    spent = outcome.details.get("deterministic_time", 0.0)
+    return float(spent) if isinstance(spent, int | float) else 0.0
 
 
 def _with_seconds(outcome: MilpOutcome, seconds: float) -> MilpOutcome:
-    return MilpOutcome(
-        outcome.where,
-        outcome.status,
-        outcome.d,
-        outcome.d_u,
-        outcome.d_l,
-        seconds,
-        outcome.relaxed_5,
-        outcome.details,
-    )
+    return replace(outcome, seconds=seconds)

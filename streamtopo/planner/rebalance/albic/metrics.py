@@ -16,7 +16,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState, Rebalance
 from streamtopo.planner.rebalance.albic.rules import rule_violations
 from streamtopo.planner.rebalance.albic.state import StateIndex, index_state
 
@@ -107,4 +108,5 @@ def keep_current(state: AllocationState, reason: str, details: dict[str, object]
 
 def index_loads(index: StateIndex, where: np.ndarray) -> np.ndarray:
     """Per-executor load (percent of own capacity) for an executor index per key group."""
-    return np.bincount(where, weights=index.load, minlength=len(index.names)) / index.capacity
+    loads: np.ndarray = np.bincount(where, weights=index.load, minlength=len(index.names)) / index.capacity
+    return loads

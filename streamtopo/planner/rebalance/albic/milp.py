@@ -51,7 +51,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from streamtopo.planner.allocation import AllocationState, KeyGroupId, Rebalance
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState, Rebalance
 from streamtopo.planner.rebalance.albic.metrics import build_rebalance
 from streamtopo.planner.rebalance.albic.rules import colocation_units, host_of, rule_operators
 from streamtopo.planner.rebalance.albic.solver import CpSatModel, SolveLimits
@@ -116,6 +117,10 @@ class MilpOutcome:
     """Wall seconds CP-SAT measured (reported only: no decision reads them)."""
     relaxed_5: bool = False
     details: dict[str, object] = field(default_factory=dict)
+    score_current: Score | None = None
+    """:func:`score` of the allocation the solve started from."""
+    score_solution: Score | None = None
+    """:func:`score` of the solution (None when there is none)."""
 
 
 def _balance_matrix(state: AllocationState, ix: StateIndex, resource: str) -> tuple[np.ndarray, str]:
@@ -181,7 +186,7 @@ def _prepare(
     max_migrations: int | None,
     max_migration_cost: float | None,
     config: MilpConfig,
-) -> _Problem | list:
+) -> _Problem | list[KeyGroupId]:
     """Coefficients of the model; returns the unplaceable unit's key groups when one has no node."""
     n_nodes = len(ix.names)
     bal, resource = _balance_matrix(state, ix, config.resource)
@@ -264,7 +269,7 @@ def _solve_neighbourhood(
     movable: np.ndarray,
     config: MilpConfig,
     limits: SolveLimits,
-) -> tuple[np.ndarray | None, str, dict]:
+) -> tuple[np.ndarray | None, str, dict[str, float]]:
     """One MILP solve where only units on ``movable`` nodes (under ``place``) may change node."""
     be = CpSatModel()
     ix, S = pb.ix, config.scale
@@ -277,7 +282,7 @@ def _solve_neighbourhood(
     const_bal = np.zeros(n_nodes, dtype=np.int64)
     const_mem = np.zeros(n_nodes)
     const_cpu = np.zeros(n_nodes)
-    for u_i in np.flatnonzero(fixed):
+    for u_i in np.flatnonzero(fixed).tolist():
         i = columns[u_i][0]
         const_bal[i] += pb.u_bal[i, u_i]
         const_mem[i] += pb.u_mem[u_i]
@@ -290,7 +295,7 @@ def _solve_neighbourhood(
         if cols:
             be.exactly_one(list(cols.values()))
     for (_, bound), uc in zip(pb.cost_rows, pb.u_cost):  # (2)
-        spent = sum(int(uc[columns[u_i][0], u_i]) for u_i in np.flatnonzero(fixed))
+        spent = sum(int(uc[columns[u_i][0], u_i]) for u_i in np.flatnonzero(fixed).tolist())
         terms = [(v, int(uc[i, u_i])) for u_i, cols in enumerate(x) for i, v in cols.items() if uc[i, u_i]]
         be.linear([t[0] for t in terms], [t[1] for t in terms], -math.inf, bound - spent)
     by_node: list[list[tuple[Any, int]]] = [[] for _ in range(n_nodes)]
@@ -454,14 +459,17 @@ def solve_units(
         "rounds": rounds,
         "deterministic_time": spent,
         "columns": info.get("columns", 0),
-        "score_current": start,
     }
     if best is None:
         return MilpOutcome(
-            None, status, seconds=seconds, relaxed_5=bool(info.get("relaxed_5")), details=details
+            None,
+            status,
+            seconds=seconds,
+            relaxed_5=bool(info.get("relaxed_5")),
+            details=details,
+            score_current=start,
         )
     final = score(~ix.marked, node_loads(best), pb.mean)
-    details["score_solution"] = final
     loads = node_loads(best)
     top, low = float(loads.max()), float(loads[~ix.marked].min())
     return MilpOutcome(
@@ -473,6 +481,8 @@ def solve_units(
         seconds=seconds,
         relaxed_5=bool(info.get("relaxed_5")),
         details=details,
+        score_current=start,
+        score_solution=final,
     )
 
 
@@ -671,7 +681,11 @@ def objective_terms(active: np.ndarray, loads: np.ndarray, mean: float) -> tuple
     return d, max(min(d, mean + d - top), 0.0) + max(min(d, low - mean + d), 0.0)
 
 
-def score(active: np.ndarray, loads: np.ndarray, mean: float) -> tuple[float, float, tuple[float, ...]]:
+Score = tuple[float, float, tuple[float, ...]]
+"""(d, d_u + d_l, deviation profile): see :func:`score`."""
+
+
+def score(active: np.ndarray, loads: np.ndarray, mean: float) -> Score:
     """(d, d_u + d_l, deviation profile): the profile lists |load - mean| of nodes in A and the excess
     of nodes in B, largest first. Allocations compare by d, then by the profile (leximax): a round that
     improves the nodes it may touch while another node still sets d counts as progress."""
@@ -679,7 +693,7 @@ def score(active: np.ndarray, loads: np.ndarray, mean: float) -> tuple[float, fl
     return (*objective_terms(active, loads, mean), tuple(np.round(np.sort(dev)[::-1], 6)))
 
 
-def _better(new: tuple, old: tuple, tol: float = 1e-6) -> bool:
+def _better(new: Score, old: Score, tol: float = 1e-6) -> bool:
     if abs(new[0] - old[0]) > tol:
         return new[0] < old[0]
     return new[2] < old[2]
@@ -703,9 +717,9 @@ def solve_to_rebalance(
         **outcome.details,
         **(extra or {}),
     }
-    for key in ("score_current", "score_solution"):
-        if key in details:
-            details[key] = tuple(details[key][:2])  # (d, d_u + d_l); the deviation profile stays internal
+    for key, value in (("score_current", outcome.score_current), ("score_solution", outcome.score_solution)):
+        if value is not None:
+            details[key] = value[:2]  # (d, d_u + d_l); the deviation profile stays internal
     if outcome.where is None:
         return build_rebalance(
             state,
@@ -715,7 +729,8 @@ def solve_to_rebalance(
             reason=f"{policy}: solver {outcome.status}; kept the current allocation",
             details=details,
         )
-    before, after = outcome.details["score_current"], outcome.details["score_solution"]
+    before, after = outcome.score_current, outcome.score_solution
+    assert before is not None and after is not None  # a solution comes with both scores
     moved = int((outcome.where != ix.current).sum())
     if moved and not _better(after, before) and not extra_forces_move(extra):
         return build_rebalance(

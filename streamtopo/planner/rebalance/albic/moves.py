@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streamtopo.planner.allocation import AllocationState, KeyGroupId
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState
 from streamtopo.planner.rebalance.albic.rules import colocation_units, move_allowed
 from streamtopo.planner.rebalance.albic.state import StateIndex
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from streamtopo.planner.allocation import AllocationState, KeyGroupId
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState
 
 
 def host_of(state: AllocationState) -> dict[str, str]:

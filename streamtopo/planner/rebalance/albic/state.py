@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamtopo.planner.allocation import AllocationState, KeyGroupId
+from streamtopo.contracts import KeyGroupId
+from streamtopo.planner.allocation import AllocationState
 
 
 class AllocationError(ValueError):
