@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console
 
 from bench.report import header, markdown, write_section
+from streamtopo.documents import load_topology
 from streamtopo.local.runner import RunOptions, run_topologies
 from streamtopo.planner.benoit.split import split_shared
-from streamtopo.planner.model import load_topology
 
 SECTION = "Sharing at run time"
 FILES = sorted((ROOT / "examples" / "sharing").glob("*.yaml"))

@@ -144,10 +144,11 @@ def _prepare(
 ) -> tuple[list[StreamTopology], dict[str, Path | None]]:
     """Load and check the files; with several, split off their shared part (unless ``no_share``).
     Returns the topologies to run (the shared part first) and each one's file-sink directory."""
+    from streamtopo.documents import load_topology
     from streamtopo.local.runner import check_pipeline, output_dir
     from streamtopo.planner.benoit.split import split_shared
     from streamtopo.planner.benoit.topologies import stream_cycles
-    from streamtopo.planner.model import TopologyError, load_topology
+    from streamtopo.planner.model import TopologyError
 
     loaded = []
     for file in files:

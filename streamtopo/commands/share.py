@@ -114,10 +114,11 @@ def run_share(
 ) -> int:
     """The command's logic; returns the exit code and never raises for bad input."""
     from streamtopo.controller.plan_output import PlanRequest, resolve_cluster
+    from streamtopo.documents import load_topology
     from streamtopo.planner.benoit.heuristics import place_heuristic
     from streamtopo.planner.benoit.ilp import solve_ilp
     from streamtopo.planner.benoit.topologies import sharing_problem
-    from streamtopo.planner.model import TopologyError, load_topology
+    from streamtopo.planner.model import TopologyError
 
     problems: list[tuple[str, str]] = []
     for option, value, choices in (

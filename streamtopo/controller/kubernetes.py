@@ -32,6 +32,7 @@ import yaml
 
 from streamtopo.contracts import ExecutorEntry, RoutingTable, parse_unit
 from streamtopo.controller.platform import DesiredState
+from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.graph import operator_of, replica_name
 from streamtopo.planner.model import (
@@ -41,7 +42,6 @@ from streamtopo.planner.model import (
     StreamTopology,
     StreamTopologySpec,
     TransportSpec,
-    load_topology,
 )
 
 GROUP = "streamtopo.dev"

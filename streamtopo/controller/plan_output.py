@@ -18,8 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from streamtopo.contracts import RoutingTable, unit_key
-from streamtopo.planner.cluster import Cluster, load_cluster
-from streamtopo.planner.model import TopologyError, load_topology
+from streamtopo.documents import load_cluster, load_topology
+from streamtopo.planner.cluster import Cluster
+from streamtopo.planner.model import TopologyError
 from streamtopo.planner.plan import PE, Plan
 
 DEFAULT_HOSTS = 4

@@ -39,6 +39,7 @@ from streamtopo.controller.platform import (
     Platform,
     RuntimeStats,
 )
+from streamtopo.documents import load_topology
 from streamtopo.planner.allocation import (
     AllocationState,
     ExecutorInfo,
@@ -48,7 +49,7 @@ from streamtopo.planner.allocation import (
 )
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import operator_of, replica_name
-from streamtopo.planner.model import StreamTopology, StreamTopologySpec, TopologyError, load_topology
+from streamtopo.planner.model import StreamTopology, StreamTopologySpec, TopologyError
 from streamtopo.planner.plan import Plan
 from streamtopo.planner.scaling.aeolus import entry_batch_sizes
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from streamtopo.planner.model import Model, TopologyError, problems_of, read_document
+from streamtopo.planner.model import Model, TopologyError, parse_document, problems_of
 
 DEFAULT_BANDWIDTH = 1.25e9
 """Bytes per second of a host's card and of a link when the cluster file does not say: 10 Gbit/s."""
@@ -89,10 +88,10 @@ class Cluster(Model):
         return {h.name: h.cpu for h in self.hosts}
 
 
-def load_cluster(source: str | Path | Mapping[str, Any]) -> Cluster:
-    """Read ``hosts: [{name, cpu, memory, labels, network}]`` (and ``links``, ``linkBandwidth``); errors
-    name the field like topology errors do."""
-    data = read_document(source)
+def parse_cluster(source: str | Mapping[str, Any], origin: str = "(text)") -> Cluster:
+    """Validate ``hosts: [{name, cpu, memory, labels, network}]`` (and ``links``, ``linkBandwidth``) from
+    YAML text or data (files: ``streamtopo.documents``); errors name the field like topology errors do."""
+    data = parse_document(source, origin)
     if isinstance(data, list):
         data = {"hosts": data}
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
@@ -1120,17 +1119,17 @@ def problems_of(error: ValidationError) -> list[tuple[str, str]]:
     return problems
 
 
-def load_topology(
-    source: str | Path | Mapping[str, Any], *, udf_modules: Sequence[str] | None = None
+def parse_topology(
+    source: str | Mapping[str, Any], *, origin: str = "(text)", udf_modules: Sequence[str] | None = None
 ) -> StreamTopology:
-    """Read and validate a StreamTopology from a file path, YAML text or a parsed document.
+    """Validate a StreamTopology from YAML text or a parsed document (files: ``streamtopo.documents``).
 
     A bare spec (a mapping with ``operators`` at the top) is accepted too, so that users can keep
     short files for ``streamtopo plan``. Raises :class:`TopologyError` naming every offending field.
     ``udf_modules``: the modules UDFs may come from (the platform's list; None: any outside the standard
     library, for local runs where the user runs their own code).
     """
-    data = read_document(source)
+    data = parse_document(source, origin)
     if isinstance(data, Mapping) and "operators" in data and "spec" not in data:
         data = {"metadata": {"name": "topology"}, "spec": data}
     if not isinstance(data, Mapping):
@@ -1145,8 +1144,8 @@ def load_topology(
     return topology
 
 
-def read_document(source: str | Path | Mapping[str, Any]) -> Any:
-    """YAML from a path or text; a mapping passes through. Errors name the file and line.
+def parse_document(source: str | Mapping[str, Any], origin: str = "(text)") -> Any:
+    """YAML text as data; a mapping passes through. Errors name ``origin`` (the file) and the line.
 
     Tenant input is refused here when it is not UTF-8, larger than MAX_DOCUMENT_BYTES, nested deeper than
     MAX_DEPTH or has a key twice in one mapping (YAML would silently keep the last): never a traceback.
@@ -1154,23 +1153,9 @@ def read_document(source: str | Path | Mapping[str, Any]) -> Any:
     if isinstance(source, Mapping):
         _check_depth(source, "(document)")
         return source
-    origin = "(text)"
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).exists()):
-        origin = str(source)
-        try:
-            raw = Path(source).read_bytes()
-        except OSError as error:
-            raise TopologyError([(origin, f"cannot read file: {error.strerror}")]) from None
-        if len(raw) > MAX_DOCUMENT_BYTES:
-            raise TopologyError([(origin, f"larger than {MAX_DOCUMENT_BYTES // 2**20} MiB")])
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise TopologyError([(origin, f"not UTF-8 text (byte {error.start})")]) from None
-    elif "\n" not in source and source.endswith((".yaml", ".yml", ".json")):
-        raise TopologyError([(source, "no such file")])
-    else:
-        text = source
+    text = source
+    if "\n" not in text and text.endswith((".yaml", ".yml", ".json")):
+        raise TopologyError([(text, "no such file")])  # a path nobody could read, not YAML
     if len(text) > MAX_DOCUMENT_BYTES:
         raise TopologyError([(origin, f"larger than {MAX_DOCUMENT_BYTES // 2**20} MiB")])
     try:

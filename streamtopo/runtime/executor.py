@@ -281,7 +281,8 @@ def run_executor(
 ) -> int:
     """The ``streamtopo executor`` program; returns the exit code (clear messages, no tracebacks): 2 a bad
     pipeline, 3 no transport, 4 a file sink that cannot write (retrying cannot fix any of them)."""
-    from streamtopo.planner.model import TopologyError, load_topology
+    from streamtopo.documents import load_topology
+    from streamtopo.planner.model import TopologyError
     from streamtopo.runtime.operators import OperatorError
     from streamtopo.runtime.operators.udf import UDF_PATH_ENV, extend_import_path
 

@@ -10,8 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from streamtopo.cli import app
+from streamtopo.documents import load_topology
 from streamtopo.planner.benoit.topologies import structural_hashes
-from streamtopo.planner.model import load_topology
 
 ROOT = Path(__file__).parents[2]
 SHARING = sorted((ROOT / "examples/sharing").glob("*.yaml"))

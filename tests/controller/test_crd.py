@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 from streamtopo.controller.crd import CRD_FILENAME, CRD_NAME, crd_manifest, render_crd
 from streamtopo.controller.fieldtable import field_rows, render_reference
 from streamtopo.controller.generated import generated_files, stale_files
-from streamtopo.planner.model import StreamTopologySpec, StreamTopologyStatus, TopologyError, load_topology
+from streamtopo.documents import load_topology
+from streamtopo.planner.model import StreamTopologySpec, StreamTopologyStatus, TopologyError
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_VERSION = "1.30.0"

@@ -12,8 +12,9 @@ from controller_testkit import MemoryPlatform
 
 from streamtopo.controller.kubernetes import render
 from streamtopo.controller.reconcile import adaptation_config, reconcile
+from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
-from streamtopo.planner.model import TopologyError, load_topology
+from streamtopo.planner.model import TopologyError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount.yaml"
 OWNER = {"metadata": {"name": "wordcount", "uid": "0b5c2f3e-0000-4000-8000-000000000002"}}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from controller_testkit import EmulatedKubernetes, free_port, wait_for
 
-from streamtopo.planner.model import load_topology
+from streamtopo.documents import load_topology
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 
@@ -632,7 +632,8 @@ import json, sys
 import streamtopo.controller.operator  # the kopf process's imports
 from streamtopo.controller.planner_worker import WorkerPlanner
 from streamtopo.planner.cluster import Cluster, Host
-from streamtopo.planner.model import TopologyError, load_topology
+from streamtopo.documents import load_topology
+from streamtopo.planner.model import TopologyError
 
 heavy = sorted(m for m in ("ortools", "pyspark", "pymetis") if m in sys.modules)
 topology = load_topology(json.loads(sys.argv[1]))

@@ -17,7 +17,7 @@ from test_reconcile import initial_routing, load_distance, scenario_topology, sk
 from streamtopo.controller.platform import MetricsUnavailable
 from streamtopo.controller.prometheus import PrometheusMetricsSource
 from streamtopo.controller.reconcile import AdaptationLoop
-from streamtopo.planner.model import load_topology
+from streamtopo.documents import load_topology
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(180)]
 

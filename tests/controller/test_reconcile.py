@@ -31,8 +31,8 @@ from streamtopo.controller.reconcile import (
     reconcile,
 )
 from streamtopo.controller.scrape import ScrapeMetricsSource
+from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
-from streamtopo.planner.model import load_topology
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount.yaml"
 
@@ -552,7 +552,7 @@ def test_rendered_objects_are_valid_kubernetes_and_keep_ha_replicas_apart():
     import kubernetes_validate
 
     from streamtopo.controller.kubernetes import render
-    from streamtopo.planner.cluster import load_cluster
+    from streamtopo.documents import load_cluster
 
     root = EXAMPLE.parents[1]
     platform = MemoryPlatform(load_cluster(root / "examples/clusters/small.yaml"))

@@ -15,8 +15,8 @@ from streamtopo.controller.platform import MetricsUnavailable
 from streamtopo.controller.prometheus import PrometheusMetricsSource
 from streamtopo.controller.reconcile import allocation_state
 from streamtopo.controller.scrape import ScrapeMetricsSource
+from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
-from streamtopo.planner.model import load_topology
 from streamtopo.planner.scaling.policy import observe
 from streamtopo.runtime.metrics import ExecutorMetrics, Probe, SourcePace, serve
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
-from streamtopo.planner.model import load_topology
 from streamtopo.planner.placement.baselines import BASELINES, fint_plan, metis_plan, none_plan, single_plan
 from streamtopo.planner.placement.cola import ColaOptions
 from streamtopo.planner.placement.constraints import GraphConstraints, HAGroup, violations

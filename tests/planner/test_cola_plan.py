@@ -10,9 +10,9 @@ from cola_reference import set_partitions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.graph import logical_graph, operator_of, unit_graph
-from streamtopo.planner.model import load_topology
 from streamtopo.planner.placement.cola import (
     ColaOptions,
     NoValidPlan,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.graph import logical_graph, unit_graph
-from streamtopo.planner.model import load_topology
 from streamtopo.planner.placement.constraints import expand_constraints, violations
 from streamtopo.planner.plan import evaluate, pe_size
 

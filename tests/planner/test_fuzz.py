@@ -19,8 +19,9 @@ import yaml
 from typer.testing import CliRunner
 
 from streamtopo.cli import app
+from streamtopo.documents import load_topology
 from streamtopo.planner.expressions import called_functions, expression_problem
-from streamtopo.planner.model import TopologyError, load_topology, to_camel
+from streamtopo.planner.model import TopologyError, to_camel
 
 ROOT = Path(__file__).parents[2]
 BASES = ["vwap.yaml", "wordcount.yaml", "windowed-join.yaml", "ha-pipeline.yaml", "sequence-count.yaml"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from streamtopo.documents import load_topology
 from streamtopo.planner.graph import CommCostModel, OperatorCostModel, logical_graph, rates, unit_graph
-from streamtopo.planner.model import load_topology
 
 COMM = CommCostModel(per_record=1e-6, per_byte=1e-8)
 OPS = OperatorCostModel(

@@ -7,12 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamtopo.planner.model import (
-    TopologyError,
-    format_duration,
-    load_topology,
-    parse_duration,
-)
+from streamtopo.documents import load_topology
+from streamtopo.planner.model import TopologyError, format_duration, parse_duration
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 SRC = {"name": "src", "kind": "source", "source": {"generator": "trades"}}

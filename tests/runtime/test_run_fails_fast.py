@@ -19,7 +19,8 @@ from runtime_support import sequence_topology
 from typer.testing import CliRunner
 
 from streamtopo.cli import app
-from streamtopo.planner.model import StreamTopology, load_topology
+from streamtopo.documents import load_topology
+from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.analysis import analyze_pipeline
 
 STREAMTOPO = str(Path(sys.executable).with_name("streamtopo"))

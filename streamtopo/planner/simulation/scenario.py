@@ -2,7 +2,7 @@
 
 A scenario is plain data validated by pydantic (camelCase or snake_case keys, unknown keys refused);
 :func:`load_scenario` adds the cross-field checks and raises :class:`ScenarioError` naming every
-offending field, as ``load_topology`` does for topologies. Parsing the YAML file is the CLI's job
+offending field, as ``parse_topology`` does for topologies. Parsing the YAML file is the CLI's job
 (the planner does no I/O). Fields, units and defaults are documented in docs/simulate.md.
 """
 

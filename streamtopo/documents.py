@@ -1,0 +1,64 @@
+"""Documents from files: the StreamTopology, cluster and other YAML a user or a pod hands over by path.
+
+The planner parses text and data only (``planner.model.parse_document``, ``parse_topology``,
+``planner.cluster.parse_cluster``): it does no I/O. Reading a file, and refusing one that cannot be read,
+is larger than MAX_DOCUMENT_BYTES or not UTF-8 before it is decoded, happens here, and errors name the
+file. A string that is not an existing path is YAML text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from streamtopo.planner.cluster import Cluster, parse_cluster
+from streamtopo.planner.model import (
+    MAX_DOCUMENT_BYTES,
+    StreamTopology,
+    TopologyError,
+    parse_document,
+    parse_topology,
+)
+
+Source = str | Path | Mapping[str, Any]
+"""A path (``Path``, or a string naming an existing file), YAML text, or parsed data."""
+
+
+def read_text(path: str | Path) -> str:
+    """The file's text; a file that cannot be read, is too large or is not UTF-8 is a TopologyError."""
+    origin = str(path)
+    try:
+        with Path(path).open("rb") as file:
+            raw = file.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as error:
+        raise TopologyError([(origin, f"cannot read file: {error.strerror}")]) from None
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise TopologyError([(origin, f"larger than {MAX_DOCUMENT_BYTES // 2**20} MiB")])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise TopologyError([(origin, f"not UTF-8 text (byte {error.start})")]) from None
+
+
+def _text(source: Source) -> tuple[str | Mapping[str, Any], str]:
+    """(text or data, origin for error messages)."""
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).exists()):
+        return read_text(source), str(source)
+    return source, "(text)"
+
+
+def read_document(source: Source) -> Any:
+    """YAML from a path or text as data (a mapping passes through)."""
+    return parse_document(*_text(source))
+
+
+def load_topology(source: Source, *, udf_modules: Sequence[str] | None = None) -> StreamTopology:
+    """A validated StreamTopology from a path, YAML text or data (:func:`parse_topology`)."""
+    data, origin = _text(source)
+    return parse_topology(data, origin=origin, udf_modules=udf_modules)
+
+
+def load_cluster(source: Source) -> Cluster:
+    """A validated cluster from a path, YAML text or data (:func:`parse_cluster`)."""
+    return parse_cluster(*_text(source))
