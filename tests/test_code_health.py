@@ -70,3 +70,9 @@ def test_the_operator_runs_without_the_runtime_extra():
     result = run(sys.executable, "-c", OPERATOR_WITHOUT_RUNTIME)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--all-namespaces" in result.stdout
+
+
+def test_types_check():
+    """mypy over streamtopo/ ([tool.mypy]: strict on planner/ and contracts.py, checked elsewhere)."""
+    result = run(str(BIN / "mypy"), "--no-incremental")
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]

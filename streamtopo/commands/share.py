@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
-from streamtopo.planner.benoit.heuristics import DEFAULT_HEURISTIC, DEFAULT_STRATEGY, HEURISTICS
+from streamtopo.planner.benoit.heuristics import DEFAULT_HEURISTIC, DEFAULT_STRATEGY, HEURISTICS, Heuristic
 from streamtopo.planner.benoit.problem import OBJECTIVES, Objective
 
 if TYPE_CHECKING:
@@ -155,18 +155,21 @@ def run_share(
             err.print(f"[red]error[/red] {field}: {message}", highlight=False)
         return EXIT_INVALID
 
-    chosen = "random-no-reuse" if no_share else heuristic
-    result = place_heuristic(shared.problem, chosen, strategy, seed)  # type: ignore[arg-type]
-    usage, failure, status = result.usage, result.failure, "heuristic"
+    # Checked against HEURISTICS and OBJECTIVES above.
+    chosen = cast(Heuristic, "random-no-reuse" if no_share else heuristic)
+    goal = cast(Objective, objective)
+    result = place_heuristic(shared.problem, chosen, strategy, seed)
+    usage: Usage | None = result.usage
+    failure, status = result.failure, "heuristic"
     if method == "ilp":
         ilp = solve_ilp(
             shared.problem,
-            objective,
-            deterministic_time=deterministic_time,  # type: ignore[arg-type]
+            goal,
+            deterministic_time=deterministic_time,
             seed=seed,
-            hint=usage.placement if result.feasible else None,
+            hint=usage.placement if usage is not None and result.feasible else None,
         )
-        usage, status = ilp.usage, ilp.status  # type: ignore[assignment]
+        usage, status = ilp.usage, ilp.status
         failure = (
             None
             if ilp.feasible
@@ -183,9 +186,9 @@ def run_share(
         method=method,
         heuristic=chosen,
         strategy=strategy,
-        objective=objective,
+        objective=goal,
         status=status,
-    )  # type: ignore[arg-type]
+    )
     if output_format == "json":
         out.print_json(json.dumps(report))
     else:

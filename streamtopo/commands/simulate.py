@@ -8,6 +8,7 @@ names the field or option).
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, get_args
 
@@ -130,22 +131,24 @@ def run_simulate(
         return _fail(err, [f"{path}: {field}: {message}" for field, message in error.problems])
 
     total = periods or scenario.periods
-    options = {
-        "policy": policy,
-        "scaling": scaling,
-        "periods": periods,
-        "seed": seed,
-        "policy_config": solver_config(policy or scenario.policy, scenario.albic, deterministic_time),
-    }
+    run = partial(
+        simulate,
+        scenario,
+        policy=policy,
+        scaling=scaling,
+        periods=periods,
+        seed=seed,
+        policy_config=solver_config(policy or scenario.policy, scenario.albic, deterministic_time),
+    )
     if output_format == "table":
         from rich.progress import Progress
 
         with Progress(console=err, transient=True) as bar:
             task = bar.add_task(f"simulating {scenario.name}", total=total)
-            result = simulate(scenario, **options, progress=lambda done, _: bar.update(task, completed=done))
+            result = run(progress=lambda done, _: bar.update(task, completed=done))
         _print_table(result, out)
     else:
-        result = simulate(scenario, **options)
+        result = run()
         out.print_json(json.dumps(result.to_dict()))
     if plot is not None:
         plot_simulation([result], plot)

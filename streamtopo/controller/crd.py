@@ -22,8 +22,9 @@ docs/reference.md (:mod:`streamtopo.controller.fieldtable`); ``--check`` reports
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from pydantic import BaseModel
@@ -84,7 +85,7 @@ class _WireDefaults(GenerateJsonSchema):
         default = schema.get("default", NoDefault)
         factory = schema.get("default_factory")
         if default is NoDefault and factory is not None and not schema.get("default_factory_takes_data"):
-            made = factory()
+            made = cast(Callable[[], Any], factory)()  # takes no data (checked above)
             default = {} if isinstance(made, BaseModel) else made
         if default is NoDefault or default is None:
             return NoDefault

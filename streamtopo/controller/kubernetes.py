@@ -24,9 +24,9 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -299,7 +299,7 @@ def render_pod(
         EXECUTOR_LABEL: executor,
         **sched["labels"],
     }
-    env = [{"name": "STREAMTOPO_EXECUTOR", "value": executor}]
+    env: list[dict[str, Any]] = [{"name": "STREAMTOPO_EXECUTOR", "value": executor}]
     if identity["secret"]:
         env.append(
             {
@@ -497,7 +497,7 @@ def pod_health(pod: Mapping[str, Any]) -> PodHealth:
     return PodHealth(phase, ready, problem, restarts)
 
 
-def cluster_from_nodes(nodes: list[Mapping[str, Any]]) -> Cluster:
+def cluster_from_nodes(nodes: Sequence[Mapping[str, Any]]) -> Cluster:
     """Hosts from Node objects: schedulable, Ready (or not yet reporting), allocatable CPU > 0."""
     hosts = []
     for node in nodes:
@@ -685,6 +685,7 @@ def patch_status(api_client: Any, namespace: str, name: str, status: Mapping[str
 def read_topology(api_client: Any, namespace: str, name: str) -> dict[str, Any]:
     from kubernetes import client
 
-    return client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+    found = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, name
     )
+    return cast(dict[str, Any], found)

@@ -172,6 +172,11 @@ def _lock(memo: Any) -> threading.Lock:
         return memo.lock
 
 
+def _key(body: kopf.Body) -> tuple[str, str]:
+    """(namespace, name) of a StreamTopology (namespaced: it always has a namespace)."""
+    return body.metadata.namespace or "", body.metadata.name or ""
+
+
 def _platform(body: Mapping[str, Any]) -> KubernetesPlatform:
     return KubernetesPlatform(body["metadata"]["namespace"], body, STATE.client(), STATE.settings)
 
@@ -181,7 +186,7 @@ def _platform(body: Mapping[str, Any]) -> KubernetesPlatform:
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Plan and apply the spec; an invalid spec leaves the last good deployment untouched."""
-    STATE.topologies.add((body.metadata.namespace, body.metadata.name))
+    STATE.topologies.add(_key(body))
     TOPOLOGIES.set(len(STATE.topologies))
     with _lock(memo), RECONCILE_SECONDS.time():
         platform = _platform(body)
@@ -217,9 +222,7 @@ def _previous(platform: KubernetesPlatform) -> DesiredState | None:
         return None
 
 
-def publish(
-    body: Mapping[str, Any], platform: KubernetesPlatform, outcome: Outcome, *, observed: bool
-) -> None:
+def publish(body: kopf.Body, platform: KubernetesPlatform, outcome: Outcome, *, observed: bool) -> None:
     """Write the outcome: status (conditions merged per API conventions, Ready from the pods), Events.
 
     Called under the topology's lock, so the handlers' and the daemon's writes never interleave. The
@@ -331,8 +334,8 @@ def executor_health(
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 def forget_topology(body: kopf.Body, **_: Any) -> None:
     """Owned objects are garbage-collected through their ownerReferences; only our own memory goes."""
-    STATE.topologies.discard((body.metadata.namespace, body.metadata.name))
-    STATE.failures.pop((body.metadata.namespace, body.metadata.name), None)
+    STATE.topologies.discard(_key(body))
+    STATE.failures.pop(_key(body), None)
     for gauge in (LOAD_DISTANCE, EXECUTORS):
         try:
             gauge.remove(body.metadata.namespace, body.metadata.name)
@@ -370,11 +373,9 @@ def metrics_source(deployment: DesiredState, platform: KubernetesPlatform) -> Me
         if prometheus and prometheus.basic_auth_secret:
             namespace, ref = platform.namespace, prometheus.basic_auth_secret
             return PrometheusMetricsSource(url, credentials=lambda: read_basic_auth(namespace, ref))
-        auth = (
-            os.environ.get("STREAMTOPO_PROMETHEUS_USERNAME"),
-            os.environ.get("STREAMTOPO_PROMETHEUS_PASSWORD"),
-        )
-        return PrometheusMetricsSource(url, auth=auth if all(auth) else None)
+        user = os.environ.get("STREAMTOPO_PROMETHEUS_USERNAME")
+        password = os.environ.get("STREAMTOPO_PROMETHEUS_PASSWORD")
+        return PrometheusMetricsSource(url, auth=(user, password) if user and password else None)
     from streamtopo.controller.scrape import ScrapeMetricsSource
 
     port = STATE.settings.metrics_port
@@ -417,7 +418,7 @@ def read_basic_auth(namespace: str, ref: SecretKeyRef) -> tuple[str, str]:
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_backoff=10.0, cancellation_timeout=10.0)
 async def spl_loop(
-    stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any
+    stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     """Every SPL: one AdaptationLoop step. Every tick: re-plan on node changes, keep pods converged.
 
@@ -512,7 +513,7 @@ def _interval(body: Mapping[str, Any]) -> float:
 
 
 def _replan_if_cluster_changed(
-    body: Mapping[str, Any], memo: Any, platform: KubernetesPlatform, deployment: DesiredState
+    body: kopf.Body, memo: Any, platform: KubernetesPlatform, deployment: DesiredState
 ) -> None:
     memo.nodes_version = STATE.nodes_version
     try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from streamtopo.contracts import RoutingTable, unit_key
@@ -178,21 +178,17 @@ def plan_tables(plan: Plan, routing: RoutingTable | None = None) -> tuple[Table,
     """The PE table and the host table of a plan; with ``routing`` the PE table names each PE's executor
     (the one its first unit is routed to; "-" for an HA replica, which a local run does not start)."""
     pes = Table(title=f"{plan.algorithm} plan on the {plan.graph_kind} graph: {len(plan.pes)} PEs")
-    named = routing is not None
-    columns = [
-        ("PE", "left"),
-        *([("executor", "left")] if named else []),
-        ("operators", "left"),
-        ("host", "left"),
-        ("size (cores)", "right"),
-    ]
+    columns: list[tuple[str, JustifyMethod]] = [("PE", "left")]
+    if routing is not None:
+        columns.append(("executor", "left"))
+    columns += [("operators", "left"), ("host", "left"), ("size (cores)", "right")]
     for column, justify in columns:
         pes.add_column(column, justify=justify)
     for pe in sorted(plan.pes, key=lambda p: (str(p.host), p.name)):
         operators = ", ".join(pe.operators)
         if plan.graph_kind == "unit":
             operators += f"  ({len(pe.members)} units)"
-        executor = [_executor_of(pe, routing)] if named else []
+        executor = [_executor_of(pe, routing)] if routing is not None else []
         pes.add_row(pe.name, *executor, operators, pe.host or "-", f"{pe.size:.3f}")
     hosts = Table(title="hosts")
     for column in ("host", "capacity", "load", "utilisation"):

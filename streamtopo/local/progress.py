@@ -73,7 +73,7 @@ def endpoints(spec: StreamTopologySpec) -> list[Endpoint]:
     sources = [
         Endpoint(op.name, "source", op.source.rate_per_second if op.source.generator else None)
         for op in spec.operators
-        if op.kind == "source"
+        if op.source is not None
     ]
     return sources + [Endpoint(op.name, "sink") for op in spec.operators if op.kind == "sink"]
 

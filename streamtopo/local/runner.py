@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -157,7 +157,7 @@ def output_dir(topology: StreamTopology, output: Path | None) -> Path | None:
     """Where file sinks write: ``output``, else ``./streamtopo-output/<topology>`` (None without file
     sinks), so a run's records are never silently dropped."""
     if output is not None or not any(
-        op.kind == "sink" and op.sink.file is not None for op in topology.spec.operators
+        op.sink is not None and op.sink.file is not None for op in topology.spec.operators
     ):
         return output
     return Path("streamtopo-output") / topology.metadata.name
@@ -294,7 +294,7 @@ def finished(store: StateStore, topology: StreamTopology) -> bool:
     writers all ended)."""
     spec = topology.spec
     if any(
-        op.kind == "source" and op.source.generator is not None and op.source.count is None
+        op.source is not None and op.source.generator is not None and op.source.count is None
         for op in spec.operators
     ):
         return False
@@ -324,7 +324,7 @@ def sink_totals(store: StateStore, topology: StreamTopology) -> dict[str, dict[s
 def finalize_sinks(store: StateStore, topology: StreamTopology, output: Path) -> None:
     """Every file sink to exactly its committed content (the store is the truth, not a killed writer)."""
     for op in topology.spec.operators:
-        if op.kind == "sink" and op.sink.file is not None:
+        if op.sink is not None and op.sink.file is not None:
             for kg in range(topology.spec.key_groups_of(op.name)):
                 _, rec = store.load(unit_key((op.name, kg)))
                 if rec is not None:
@@ -372,7 +372,7 @@ def run_topologies(
         routings.append(routing)
     outputs = outputs or {t.metadata.name: options.output for t in topologies}
     tmp = tempfile.TemporaryDirectory(prefix="streamtopo-run-") if options.workdir is None else None
-    workdir = Path(options.workdir) if options.workdir else Path(tmp.name)
+    workdir = Path(tmp.name) if tmp is not None else Path(options.workdir or ".")
     started = time.time()
     interrupted = threading.Event()
     previous = {}
@@ -391,7 +391,8 @@ def run_topologies(
         for topology, routing in zip(topologies, routings):
             name = topology.metadata.name
             store = StateStore(connect(valkey.url), Keys.of(topology))
-            output = Path(outputs[name]) if outputs.get(name) else None
+            chosen = outputs.get(name)
+            output = Path(chosen) if chosen else None
             platform = LocalPlatform(
                 workdir / name if len(topologies) > 1 else workdir,
                 valkey.url,
@@ -436,6 +437,12 @@ def run_topologies(
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     return summaries
+
+
+class _Display(Protocol):
+    """What a run draws its progress on: rich's Live, one pane of several runs, or nothing."""
+
+    def update(self, renderable: Any) -> None: ...
 
 
 class _Panes:
@@ -504,7 +511,7 @@ class _Run:
         self.failed: str | None = None
         self.done = False
 
-    def tick(self, now: float, live: Live | _NoLive) -> bool:
+    def tick(self, now: float, live: _Display) -> bool:
         """Restarts, drills, the loop's period, progress; True once the run should end."""
         crashed = {n: c for n, c in self.platform.exited().items() if n not in self.restarts}
         if crashed:
@@ -599,6 +606,7 @@ class _Run:
         self.migration_due.done(now)
 
     def _period(self) -> None:
+        assert self.loop is not None  # periods are scheduled only when the run adapts
         step = self.loop.step(time.monotonic())
         self.routing = self.loop.routing
         _record_step(self.summary_log, step)
@@ -626,7 +634,7 @@ class _Run:
                 self.loop.step(time.monotonic())
                 self.next_period = now + self.interval
 
-    def _show(self, now: float, live: Live | _NoLive) -> None:
+    def _show(self, now: float, live: _Display) -> None:
         title = (
             f"{self.topology.metadata.name}: {now - self.started:,.0f}s, "
             f"{len(self.routing.executors)} executors, routing v{self.routing.version}, "
@@ -647,7 +655,7 @@ def sample_records(topology: StreamTopology, output: Path, n: int) -> dict[str, 
     return {
         op.name: SinkSample(sinks.sink_file(output, op, 0).parent, sinks.last_records(output, spec, op, n))
         for op in spec.operators
-        if op.kind == "sink" and op.sink.file is not None
+        if op.sink is not None and op.sink.file is not None
     }
 
 
@@ -659,7 +667,7 @@ def source_backlog(store: StateStore, topology: StreamTopology, now: float) -> i
     spec = topology.spec
     total = 0
     for op in spec.operators:
-        if op.kind == "source" and op.source.generator is not None:
+        if op.source is not None and op.source.generator is not None:
             k = spec.key_groups_of(op.name)
             for kg in range(k):
                 _, rec = store.load(unit_key((op.name, kg)))

@@ -16,8 +16,9 @@ what it returns (:meth:`UdfOperator.output_frame`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import reduce
+from collections.abc import Callable, Sequence
+from functools import partial, reduce
+from typing import TypeVar
 
 import networkx as nx
 from pyspark.sql import DataFrame as SparkFrame
@@ -28,7 +29,12 @@ from pyspark.sql import types as T
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime import spark as sparks
 from streamtopo.runtime.operators import OperatorError, UnitOperator, build_operator
+from streamtopo.runtime.operators.aggregate import AggregateOperator
 from streamtopo.runtime.operators.base import KG, TS, lazily
+from streamtopo.runtime.operators.join import JoinOperator
+from streamtopo.runtime.operators.source import SourceOperator
+from streamtopo.runtime.operators.stateless import FilterOperator, MapOperator
+from streamtopo.runtime.operators.udf import UdfOperator
 from streamtopo.runtime.partitioning import partition_key, route_column, spark_key_kind, unsupported_key
 
 
@@ -85,10 +91,10 @@ def _output(
     spark: SparkSession, op: Operator, operator: UnitOperator, frames: dict[str, SparkFrame]
 ) -> SparkFrame | None:
     """The operator's output over its inputs' frames, through the operator's own Spark code."""
-    if op.kind == "source":
+    if isinstance(operator, SourceOperator):
         return operator.output_frame(spark)
-    if op.kind == "join":
-        _check_join_keys(op, frames)
+    if isinstance(operator, JoinOperator):
+        _check_join_keys(operator, frames)
         return operator.output_frame(*(frames[u] for u in op.inputs))
     # Several inputs reach an operator as one frame, as the executor unions them (lazy records).
     batch = lazily(
@@ -96,12 +102,12 @@ def _output(
         "inputs",
         lambda: reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames.values()),
     )
-    if op.kind == "map":
-        _locate(op.name, "select", op.select, lambda text: batch.selectExpr(text))
+    if isinstance(operator, MapOperator):
+        _locate(op.name, "select", operator.select, lambda text: batch.selectExpr(text))
         return operator.process(spark, batch, {}, {}).output
-    if op.kind == "filter":
+    if isinstance(operator, FilterOperator):
         return operator.process(spark, batch, {}, {}).output
-    if op.kind == "aggregate":
+    if isinstance(operator, AggregateOperator):
         _locate(
             op.name,
             "aggregations",
@@ -109,15 +115,20 @@ def _output(
             lambda sql: batch.groupBy(KG).agg(*map(F.expr, sql)),
         )
         return operator.output_frame(batch)
-    if op.kind == "udf":
+    if isinstance(operator, UdfOperator):
         return operator.output_frame(batch)
     return batch  # a sink: records pass through
 
 
-def _locate(operator: str, field: str, items: list, resolve: Callable[[object], SparkFrame]) -> None:
+_Item = TypeVar("_Item")
+
+
+def _locate(
+    operator: str, field: str, items: Sequence[_Item], resolve: Callable[[_Item], SparkFrame]
+) -> None:
     """Resolve each item of a list field alone, so an error names the item (``select[1]``)."""
     for i, item in enumerate(items):
-        lazily(operator, f"{field}[{i}]", lambda item=item: resolve(item))
+        lazily(operator, f"{field}[{i}]", partial(resolve, item))
 
 
 def _check_key(spec: StreamTopologySpec, op: Operator, producer: str, frame: SparkFrame) -> None:
@@ -149,15 +160,15 @@ def _key_origin(spec: StreamTopologySpec, name: str) -> str:
     return name
 
 
-def _check_join_keys(op: Operator, frames: dict[str, SparkFrame]) -> None:
+def _check_join_keys(join: JoinOperator, frames: dict[str, SparkFrame]) -> None:
     """Both sides' keys must hash alike (numbers and booleans as doubles, strings as strings): Spark would
     compare a string key with a number, but the two are routed to different key groups and never meet."""
-    left, right = op.inputs
-    for column in op.key_by:
+    left, right = join.left, join.right
+    for column in join.keys:
         kinds = {u: frames[u].schema[column].dataType.simpleString() for u in (left, right)}
         if "void" not in kinds.values() and spark_key_kind(kinds[left]) != spark_key_kind(kinds[right]):
             raise OperatorError(
-                op.name,
+                join.name,
                 "keyBy",
                 f"key {column!r} is {kinds[left]} in {left!r} but "
                 f"{kinds[right]} in {right!r}; cast one side so they compare",

@@ -14,12 +14,13 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from streamtopo.runtime.embedded import EmbeddedValkey
-from streamtopo.runtime.transport import Entry, connect, entry_fields
+from streamtopo.runtime.transport import Entry, append, connect, entry_fields
 
 SIZES = (1, 8, 64, 512, 4096)
 """Records per message measured (48-byte sequence-like records)."""
@@ -58,8 +59,10 @@ def measure(url: str, sizes: tuple[int, ...] = SIZES, budget: float = 0.5) -> Ca
         while time.process_time() - started < budget or done < 5:
             fields = entry_fields("calibrate/0", done + 1, 0.0, frame)
             nbytes = sum(len(f) for f in fields)
-            entry_id = client.xadd(stream, dict(zip(fields[::2], fields[1::2])))
-            [(raw_id, raw)] = client.xrange(stream, min=entry_id, max=entry_id)
+            entry_id = append(client, stream, fields)
+            [(raw_id, raw)] = cast(
+                list[tuple[bytes, dict[bytes, bytes]]], client.xrange(stream, entry_id, entry_id)
+            )
             Entry.parse(raw_id, raw).records()
             done += 1
         points.append((size, nbytes, (time.process_time() - started) / done))

@@ -56,6 +56,7 @@ from streamtopo.runtime.flows import (
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
 from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace
 from streamtopo.runtime.operators import OperatorResult, RecordError, combine_inputs
+from streamtopo.runtime.operators.aggregate import AggregateOperator
 from streamtopo.runtime.operators.base import (
     INPUT,
     KG,
@@ -69,6 +70,8 @@ from streamtopo.runtime.operators.base import (
     materialize,
     to_spark,
 )
+from streamtopo.runtime.operators.sink import SinkOperator
+from streamtopo.runtime.operators.source import SourceOperator
 from streamtopo.runtime.operators.state import frame_to_ipc
 from streamtopo.runtime.partitioning import route, route_column
 from streamtopo.runtime.scheduling import DEFAULT_RECORD_BYTES, Backlog, Scheduler, UnitLoad
@@ -140,7 +143,7 @@ class Dataflow:
 
     def _sink_path(self, op: str, kg: int) -> Path | None:
         operator = self.spec.operator(op)
-        if operator.kind == "sink" and operator.sink.file is not None and self.output_dir is not None:
+        if operator.sink is not None and operator.sink.file is not None and self.output_dir is not None:
             return sinks.sink_file(self.output_dir, operator, kg)
         return None
 
@@ -291,17 +294,18 @@ class Dataflow:
 
     def _input_streams(self, unit: Hosted) -> list[str]:
         op = self.spec.operator(unit.op)
-        if op.kind == "source":
+        if op.source is not None:
             return [self.keys.sink_stream(op.source.stream)] if op.source.stream is not None else []
         return [self.keys.stream(u, unit.op, unit.kg) for u in op.inputs]
 
     def _generates(self, op: str) -> bool:
         operator = self.spec.operator(op)
-        return operator.kind == "source" and operator.source.generator is not None
+        return operator.source is not None and operator.source.generator is not None
 
     def _paces(self, units: list[Hosted]) -> dict[int, SourcePace]:
         """Each generator unit's pacing: its records come due as wall time passes."""
         source = self.spec.operator(units[0].op).source
+        assert source is not None  # only generator units are paced
         k = self.spec.key_groups_of(units[0].op)
         return {u.kg: SourcePace(self.t0, source.rate_per_second, u.kg, k, source.count) for u in units}
 
@@ -334,12 +338,14 @@ class Dataflow:
 
         One lazy Spark frame for all the units; it stays in the JVM unless a consumer needs pandas."""
         operator = self.operators[units[0].op]
+        assert isinstance(operator, SourceOperator)  # only source units generate
         paces = self._paces(units)
         requests = self._requests(units, paces, now)
         frame, emitted = operator.generate(self.spark, requests) if requests else (None, {})
         if frame is not None and self.eager:
             frame = materialize(frame)
         out: dict[str, tuple[int | None, float]] = {}
+        counts: dict[str, int] = {}
         for unit in units:
             if unit.kg not in emitted:
                 continue
@@ -351,10 +357,10 @@ class Dataflow:
             unit.rec.records_out += n
             unit.rec.watermark = wm
             self.metrics.unit(self.metrics.records_out, unit.op, unit.kg).inc(n)
-            out[unit.key] = (n, wm)
+            out[unit.key], counts[unit.key] = (n, wm), n
         for unit in units:  # backlog, oldest age and arrivals are read at scrape time (metrics.SourcePace)
             self.metrics.source_progress(unit.op, unit.kg, paces[unit.kg], unit.rec.emitted)
-        return Produced(frame, out, {key: n for key, (n, _) in out.items()})
+        return Produced(frame, out, counts)
 
     def _source_cap(self, op: str, units: int) -> int:
         """Records one unit of source ``op`` may generate this step: everything due up to a cap, so the
@@ -648,6 +654,7 @@ class Dataflow:
                 result = operator.process(self.spark, batch, states, watermarks, **extra)
                 break
             except RecordError as error:
+                assert not is_spark(batch)  # records fail one by one in pandas (a Spark job fails whole)
                 bad = batch.index.intersection(error.rows.index)
                 rows = batch.loc[bad] if len(bad) else batch
                 self._dead_letter(
@@ -662,6 +669,7 @@ class Dataflow:
     def _sink(self, unit: Hosted, df: pd.DataFrame | None, commit: Commit, outcome: StepOutcome) -> None:
         sink = self.spec.operator(unit.op).sink
         operator = self.operators[unit.op]
+        assert sink is not None and isinstance(operator, SinkOperator)  # _sink runs for sink units only
         if df is not None and len(df):
             latency = self.metrics.sink_latency.labels(self.keys.topology, self.name, unit.op)
             for lag in self.clock() - self.t0 - df[TS].to_numpy(dtype=float):
@@ -719,9 +727,9 @@ class Dataflow:
                     flow = Flow(op, frame, set(counts), counts)
                 parts = {pair: LazyPart(flow, *pair) for pair in flow.pairs}
             elif is_spark(produced.frame) and self.operators[v].combines:
-                parts = self._combined(v, produced.frame, dest_key, dest_k)
+                parts = dict(self._combined(v, produced.frame, dest_key, dest_k))
             elif is_spark(produced.frame) and self.downstream[op] == [v]:
-                parts = self._routed(produced.frame, dest_key, dest_k)
+                parts = dict(self._routed(produced.frame, dest_key, dest_k))
             elif (records := produced.pandas()) is not None and len(records):
                 for src, part in records.groupby(KG):
                     dest = route(part, dest_key, dest_k, int(src))
@@ -729,9 +737,12 @@ class Dataflow:
             for unit in units:
                 n_out, wm = produced.units[unit.key]
                 sizes = [part_size(p) for (src, _), p in parts.items() if src == unit.kg]
-                if n_out is None and None not in sizes and not claimed:  # a lazy output learns its size here
-                    self._count_out(unit, sum(sizes))
-                    produced.units[unit.key] = (sum(sizes), wm)
+                known = [size for size in sizes if size is not None]
+                if (
+                    n_out is None and len(known) == len(sizes) and not claimed
+                ):  # a lazy output learns its size
+                    self._count_out(unit, sum(known))
+                    produced.units[unit.key] = (sum(known), wm)
                 expected = self.dests(op, unit.kg).get(v, [])
                 mine = {j: p for (src, j), p in parts.items() if src == unit.kg}
                 for j in sorted(set(expected) | set(mine)):
@@ -752,13 +763,15 @@ class Dataflow:
         return counts
 
     def _combined(
-        self, v: str, frame: SparkFrame, dest_key: list[str] | None, dest_k: int
+        self, v: str, frame: SparkFrame, dest_key: tuple[str, ...] | None, dest_k: int
     ) -> dict[tuple[int, int], Partials]:
         """Map-side combine for aggregate ``v``: its partials per (producing unit, consuming unit), from
         one Spark job in this JVM. A crossing record then costs what a local one does; only a few rows
         per key and bucket are materialised and sent."""
         routed = frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
-        rows = self.operators[v].partials(routed.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG))
+        aggregate = self.operators[v]
+        assert isinstance(aggregate, AggregateOperator)  # only aggregates combine
+        rows = aggregate.partials(routed.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG))
         return {
             (int(src), int(dst)): Partials(part.drop(columns=[SRC]).reset_index(drop=True))
             for (src, dst), part in rows.groupby([SRC, KG])
@@ -766,7 +779,7 @@ class Dataflow:
 
     @staticmethod
     def _routed(
-        frame: SparkFrame, dest_key: list[str] | None, dest_k: int
+        frame: SparkFrame, dest_key: tuple[str, ...] | None, dest_k: int
     ) -> dict[tuple[int, int], pa.Table]:
         """Records that travel whole, per (producing unit, consuming unit): the destination computed in
         the producer's Spark job, the records leaving the JVM once as Arrow (no pandas, no routing in
@@ -820,18 +833,19 @@ class Dataflow:
         stream = self.keys.stream(unit.op, v, j)
         if dkey in self.hosted:
             # Batching is a transport matter: a local consumer gets the whole part in one hand-off.
-            chunks = [None if n == 0 else part.to_pandas() if isinstance(part, pa.Table) else part]
+            chunks: list[Any] = [None if n == 0 else part.to_pandas() if isinstance(part, pa.Table) else part]
         else:
             size = self.batch_records(unit.op, v)
             if isinstance(part, Partials):
                 chunks = part.chunks(size)
+            elif not n:
+                chunks = [None]
             else:
+                # Arrow once, then zero-copy slices.
                 table = (
-                    part
-                    if isinstance(part, pa.Table) or not n
-                    else pa.Table.from_pandas(part, preserve_index=False)
-                )  # once, then zero-copy slices
-                chunks = [table.slice(i, size) for i in range(0, n, size)] if n else [None]
+                    part if isinstance(part, pa.Table) else pa.Table.from_pandas(part, preserve_index=False)
+                )
+                chunks = [table.slice(i, size) for i in range(0, n, size)]
         for index, chunk in enumerate(chunks):
             seq = unit.rec.seq_out.get(dkey, 0) + 1
             unit.rec.seq_out[dkey] = seq

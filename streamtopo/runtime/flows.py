@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
+from typing import TypeAlias
 
 import pandas as pd
 import pyarrow as pa
@@ -83,7 +84,7 @@ class Partials:
         return [Partials(self.frame.iloc[i : i + size]) for i in range(0, rows, size)] or [self]
 
 
-Part = pd.DataFrame | pa.Table | LazyPart | Partials
+Part: TypeAlias = pd.DataFrame | pa.Table | LazyPart | Partials
 """What one producing unit sends one consuming unit in a step: records in pandas or Arrow, records still
 in a lazy flow, or partial aggregates."""
 

@@ -84,7 +84,7 @@ def check_writable(directory: Path) -> None:
 def check_outputs(spec: StreamTopologySpec, output_dir: Path) -> None:
     """:func:`check_writable` for the directory of every file sink of ``spec``."""
     for op in spec.operators:
-        if op.kind == "sink" and op.sink.file is not None:
+        if op.sink is not None and op.sink.file is not None:
             check_writable(sink_file(output_dir, op, 0).parent)
 
 

@@ -22,6 +22,7 @@ import math
 import struct
 import time
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 import redis
 
@@ -78,7 +79,7 @@ return 1
 class Fenced(RuntimeError):
     """A commit or release by an executor that no longer owns the unit (its epoch is stale)."""
 
-    def __init__(self, unit: str, expected: int, actual: str):
+    def __init__(self, unit: str, expected: int, actual: int | str):
         self.unit, self.expected, self.actual = unit, expected, actual
         super().__init__(
             f"{unit}: fenced (committing with epoch {expected}, current epoch {actual or 'none'})"
@@ -180,11 +181,12 @@ class StateStore:
             raise Fenced(unit, epoch, self.ownership(unit).epoch)
 
     def ownership(self, unit: str) -> Ownership:
-        owner, epoch, released = self.client.hmget(self.keys.unit(unit), "owner", "epoch", "released_at")
+        fields = self.client.hmget(self.keys.unit(unit), "owner", "epoch", "released_at")
+        owner, epoch, released = cast(list[bytes | None], fields)  # a bytes client (decode_responses off)
         return Ownership((owner or b"").decode(), int(epoch or 0), float(released) if released else None)
 
     def load(self, unit: str) -> tuple[int, UnitRecord | None]:
-        epoch, rec = self.client.hmget(self.keys.unit(unit), "epoch", "rec")
+        epoch, rec = cast(list[bytes | None], self.client.hmget(self.keys.unit(unit), "epoch", "rec"))
         return int(epoch or 0), UnitRecord.decode(rec) if rec else None
 
     def heartbeat(self, instance: str, ttl: float) -> None:

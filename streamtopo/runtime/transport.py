@@ -27,6 +27,7 @@ import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, cast
 
 import pandas as pd
 import pyarrow as pa
@@ -158,6 +159,7 @@ class Entry:
 
     def table(self) -> pa.Table:
         """The records as an Arrow table (entries of one stream are concatenated before pandas)."""
+        assert self.data is not None  # callers ask entries that carry records (``n`` > 0)
         return ipc_to_table(self.data)
 
     @classmethod
@@ -221,5 +223,5 @@ def read_entries(client: redis.Redis, requests: Iterable[tuple[str, str, int]]) 
 
 def append(client: redis.Redis, stream: str, fields: list[bytes]) -> str:
     """XADD one entry outside a commit (tests, calibration, external producers)."""
-    pairs = dict(zip(fields[::2], fields[1::2]))
-    return client.xadd(stream, pairs).decode()
+    pairs: dict[Any, Any] = dict(zip(fields[::2], fields[1::2]))
+    return cast(bytes, client.xadd(stream, pairs)).decode()

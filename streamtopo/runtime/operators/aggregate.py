@@ -75,11 +75,8 @@ def values_per_second(op: Operator, spec: StreamTopologySpec) -> float:
     """
     input_rate, _ = rates(spec)
     k = spec.key_groups_of(op.name)
-    declared = [
-        spec.operator(name).source.keys
-        for name in _ancestors(spec, op.name)
-        if spec.operator(name).kind == "source" and spec.operator(name).source.keys
-    ]
+    sources = [spec.operator(name).source for name in _ancestors(spec, op.name)]
+    declared = [source.keys for source in sources if source is not None and source.keys]
     keys_per_group = max(1.0, max(declared) / k) if declared else 1.0
     return input_rate[op.name] / k / keys_per_group
 
@@ -237,6 +234,7 @@ class AggregateOperator(UnitOperator):
         self, rows: pd.DataFrame | None, kgs: list[int], states: dict[int, Any], watermarks: dict[int, float]
     ) -> OperatorResult:
         w = self.windowing
+        assert w is not None  # only windowed aggregates fire
         prev = {kg: (states.get(kg) or {}).get("wm", -math.inf) for kg in kgs}
         now = {kg: max(prev[kg], watermarks.get(kg, -math.inf)) for kg in kgs}
         if rows is None or rows.empty:

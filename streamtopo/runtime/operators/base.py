@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pandas as pd
 import pyarrow as pa
@@ -38,6 +38,7 @@ from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
+from typing_extensions import TypeIs
 
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime.spark import temp_dir
@@ -49,7 +50,7 @@ SRC = "__src"
 """On a lazy input an operator counts (``counts_input``): the producing unit of each record."""
 RESERVED = (TS, KG)
 
-Batch = pd.DataFrame | SparkFrame
+Batch: TypeAlias = pd.DataFrame | SparkFrame
 """Records between operators: pandas in the driver, or a lazy Spark DataFrame that has not left the JVM."""
 
 
@@ -141,7 +142,7 @@ PARQUET_ROWS = 20_000
 moves about 100k records per CPU-second into the JVM, Spark's vectorised Parquet reader about 800k."""
 
 
-def is_spark(batch: Batch | None) -> bool:
+def is_spark(batch: Batch | None) -> TypeIs[SparkFrame]:
     return isinstance(batch, SparkFrame)
 
 
@@ -186,7 +187,7 @@ def to_pandas(frame: SparkFrame) -> pd.DataFrame:
     with warnings.catch_warnings():
         # A failing job under Arrow warns before raising; the raise is what we handle (see guarded).
         warnings.filterwarnings("ignore", message="toPandas attempted Arrow optimization")
-        out = frame.toPandas()
+        out: pd.DataFrame = frame.toPandas()
     if KG in out.columns:
         out[KG] = out[KG].astype("int32")
     return out

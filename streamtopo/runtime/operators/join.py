@@ -87,14 +87,15 @@ class JoinOperator(UnitOperator):
         if len(op.inputs) != 2:
             raise OperatorError(op.name, "inputs", f"a join needs exactly two inputs, got {len(op.inputs)}")
         self.left, self.right = op.inputs
+        assert op.key_by is not None and op.window is not None  # a join has both (the model's validator)
         self.keys = list(op.key_by)
         self.windowing = Windowing.of(op.window)
 
     def process(
         self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any], watermarks: dict[int, float]
     ) -> OperatorResult:
-        sides = {self.left: [], self.right: []}
-        kgs = set(states)
+        sides: dict[str, list[pd.DataFrame]] = {self.left: [], self.right: []}
+        seen = set(states)
         if len(batch):
             batch = ensure_reserved(batch, self.name, keep_input=True)
             if INPUT not in batch.columns:
@@ -109,8 +110,8 @@ class JoinOperator(UnitOperator):
                     raise OperatorError(self.name, "keyBy", f"input {name!r} lacks key column(s) {missing}")
                 if len(rows):
                     parts.append(rows)
-            kgs |= set(batch[KG].unique().tolist())
-        kgs = sorted(kgs)
+            seen |= set(batch[KG].unique().tolist())
+        kgs = sorted(seen)
         for kg in kgs:
             state = states.get(kg)
             if state is not None:
@@ -200,8 +201,8 @@ class JoinOperator(UnitOperator):
         bounds = left.sparkSession.createDataFrame([], f"{KG} int, __lo double, __hi double")
         joined = lazily(self.name, "keyBy", lambda: self._joined(left, right, bounds))
         others = [c for c in joined.columns if c not in (*self.keys, KG, WINDOW)]
-        bounds = [F.lit(0.0).alias(WINDOW_START), F.lit(0.0).alias(WINDOW_END)]
-        return joined.select(*bounds, *self.keys, *others, F.lit(0.0).alias(TS), KG)
+        window = [F.lit(0.0).alias(WINDOW_START), F.lit(0.0).alias(WINDOW_END)]
+        return joined.select(*window, *self.keys, *others, F.lit(0.0).alias(TS), KG)
 
     def _window_ends(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """End of the first and of the last window containing each record (numpy, same rule as Spark)."""

@@ -17,7 +17,7 @@ import pandas as pd
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 
-from streamtopo.planner.model import Operator, StreamTopologySpec
+from streamtopo.planner.model import Operator, SourceSpec, StreamTopologySpec
 from streamtopo.runtime import generators
 from streamtopo.runtime.operators.base import OperatorError, OperatorResult, UnitOperator
 
@@ -25,7 +25,8 @@ from streamtopo.runtime.operators.base import OperatorError, OperatorResult, Uni
 class SourceOperator(UnitOperator):
     def __init__(self, op: Operator, spec: StreamTopologySpec):
         super().__init__(op, spec)
-        self.source = op.source
+        assert op.source is not None  # a source operator has its source (the model's validator)
+        self.source: SourceSpec = op.source
         if self.source.generator is not None and self.source.generator not in generators.GENERATORS:
             raise OperatorError(op.name, "source.generator", f"unknown generator {self.source.generator!r}")
 

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime.operators.base import (
     RESERVED,
     Batch,
@@ -37,6 +38,11 @@ from streamtopo.runtime.operators.base import (
 class MapOperator(UnitOperator):
     lazy_input = True
 
+    def __init__(self, op: Operator, spec: StreamTopologySpec):
+        super().__init__(op, spec)
+        assert op.select is not None  # a map has its select list (the model's validator)
+        self.select = op.select
+
     def process(
         self, spark: SparkSession, batch: Batch, states: dict[int, Any], watermarks: dict[int, float]
     ) -> OperatorResult:
@@ -51,7 +57,7 @@ class MapOperator(UnitOperator):
 
     def _select(self, frame: SparkFrame) -> SparkFrame:
         carried = [f"{c} AS __carry{c}" for c in RESERVED]
-        frame = frame.selectExpr(*self.op.select, *carried)
+        frame = frame.selectExpr(*self.select, *carried)
         names = [n.removeprefix("__carry") if n.startswith("__carry") else n for n in frame.columns]
         # A name defined twice ("*, _ts + 60 AS _ts"): the last user definition wins, the carried
         # reserved column only when the user defines none.
@@ -67,14 +73,19 @@ class MapOperator(UnitOperator):
 class FilterOperator(UnitOperator):
     lazy_input = True
 
+    def __init__(self, op: Operator, spec: StreamTopologySpec):
+        super().__init__(op, spec)
+        assert op.expr is not None  # a filter has its expression (the model's validator)
+        self.expr = op.expr
+
     def process(
         self, spark: SparkSession, batch: Batch, states: dict[int, Any], watermarks: dict[int, float]
     ) -> OperatorResult:
         if is_spark(batch):
-            return OperatorResult(lazily(self.name, "expr", lambda: batch.filter(self.op.expr)))
+            return OperatorResult(lazily(self.name, "expr", lambda: batch.filter(self.expr)))
         if not len(batch):
             return OperatorResult(batch)
         batch = ensure_reserved(batch, self.name)
         return OperatorResult(
-            guarded(self.name, "expr", lambda b: to_pandas(to_spark(spark, b).filter(self.op.expr)), batch)
+            guarded(self.name, "expr", lambda b: to_pandas(to_spark(spark, b).filter(self.expr)), batch)
         )

@@ -115,6 +115,7 @@ def apply_per_key_group(fn: UserFunction, frame: pd.DataFrame, operator: str) ->
 class UdfOperator(UnitOperator):
     def __init__(self, op: Operator, spec: StreamTopologySpec):
         super().__init__(op, spec)
+        assert op.function is not None  # a udf operator names its function (the model's validator)
         self.fn = load_function(op.function, op.name)
 
     def process(
