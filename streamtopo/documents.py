@@ -17,7 +17,6 @@ from streamtopo.planner.model import (
     MAX_DOCUMENT_BYTES,
     StreamTopology,
     TopologyError,
-    parse_document,
     parse_topology,
 )
 
@@ -46,11 +45,6 @@ def _text(source: Source) -> tuple[str | Mapping[str, Any], str]:
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).exists()):
         return read_text(source), str(source)
     return source, "(text)"
-
-
-def read_document(source: Source) -> Any:
-    """YAML from a path or text as data (a mapping passes through)."""
-    return parse_document(*_text(source))
 
 
 def load_topology(source: Source, *, udf_modules: Sequence[str] | None = None) -> StreamTopology:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -77,7 +77,6 @@ def _adapt(
     scaling_state: Any,
     now: float,
     window: float,
-    scaling_overrides: Mapping[str, Any],
     seed: int,
     collocations: Collocations,
 ) -> Any:
@@ -88,7 +87,6 @@ def _adapt(
         scaling_state,
         now=now,
         window=window,
-        scaling_overrides=scaling_overrides,
         seed=seed,
         collocations=collocations,
     )
@@ -133,13 +131,10 @@ class WorkerPlanner(Planner):
         *,
         now: float,
         window: float,
-        scaling_overrides: Mapping[str, Any],
         seed: int,
         collocations: Collocations = (),
     ) -> Any:
-        return self._call(
-            _adapt, topology, state, scaling_state, now, window, dict(scaling_overrides), seed, collocations
-        )
+        return self._call(_adapt, topology, state, scaling_state, now, window, seed, collocations)
 
     def _submit(self, function: Callable[..., Any], *args: Any) -> tuple[ProcessPoolExecutor, Future[Any]]:
         """Queue one call; the pool's last call retires it (its worker exits once the queue is done)."""

@@ -240,7 +240,6 @@ class Planner:
         *,
         now: float,
         window: float,
-        scaling_overrides: Mapping[str, Any],
         seed: int,
         collocations: Collocations = (),
     ) -> AdaptationResult:
@@ -253,7 +252,7 @@ class Planner:
             scaling_state,
             time=now,
             window=window,
-            config=adaptation_config(topology, scaling_overrides, collocations),
+            config=adaptation_config(topology, collocations),
             seed=seed,
         )
 
@@ -473,18 +472,14 @@ def executor_loads(
     return load
 
 
-def adaptation_config(
-    topology: StreamTopology,
-    scaling_overrides: Mapping[str, Any] | None = None,
-    collocations: Collocations = (),
-) -> AdaptationConfig:
+def adaptation_config(topology: StreamTopology, collocations: Collocations = ()) -> AdaptationConfig:
     """Algorithm 1's settings from ``spec.autoscaling`` (policy, bounds, scaling rule, ALBIC's
-    Algorithm 2 parameters).
+    Algorithm 2 parameters): the only input besides the observations, for the operator and for
+    ``streamtopo run`` alike (a short local run shortens the spec's windows, local/loop.py).
 
-    ``scaling_overrides`` are ScalingConfig fields the caller sets beyond the spec (``streamtopo run``
-    shortens the metric window for a demo run; the operator passes none). ``collocations`` are the pairs
-    the previous round kept (``AdaptationResult.policy_config.collocations``): they survive the round
-    while ALBIC's parameters follow the spec as it is now. Other policies run with their defaults.
+    ``collocations`` are the pairs the previous round kept (``AdaptationResult.policy_config.collocations``):
+    they survive the round while ALBIC's parameters follow the spec as it is now. Other policies run with
+    their defaults.
     """
     from streamtopo.planner.adaptation import AdaptationConfig
     from streamtopo.planner.rebalance.albic.collocation import AlbicConfig
@@ -495,7 +490,7 @@ def adaptation_config(
     bounds: dict[str, Any] = {"min_executors": pinned, "max_executors": pinned} if pinned is not None else {}
     if topology.spec.executor.resources.cpu is not None:  # executors the loop adds request this much
         bounds["executor_capacity"] = topology.spec.executor.resources.cpu
-    scaling = ScalingConfig.from_spec(auto, **{**dict(scaling_overrides or {}), **bounds})
+    scaling = ScalingConfig.from_spec(auto, **bounds)
     policy_config = AlbicConfig.from_spec(auto.albic, collocations) if auto.policy == "albic" else None
     return AdaptationConfig(
         policy=auto.policy,
@@ -675,12 +670,10 @@ class AdaptationLoop:
         *,
         routing: RoutingTable | None = None,
         seed: int = 0,
-        scaling_overrides: Mapping[str, Any] | None = None,
         planner: Planner = IN_PROCESS,
     ):
         from streamtopo.planner.scaling.policy import ScalingState
 
-        self.scaling_overrides = dict(scaling_overrides or {})
         self.platform = platform
         self.metrics = metrics
         self.topology = topology
@@ -754,7 +747,6 @@ class AdaptationLoop:
             self.scaling_state,
             now=now,
             window=self.interval,
-            scaling_overrides=self.scaling_overrides,
             seed=self.seed,
             collocations=self.collocations,
         )

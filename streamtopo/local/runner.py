@@ -63,7 +63,6 @@ class RunOptions:
     progress_every: float | None = None
     """Without a live display: print a one-line progress summary this often (seconds)."""
     workdir: Path | None = None
-    ready_timeout: float = 180.0
     autoscale: bool | None = None
     """Drive the SPL adaptation loop (ALBIC + scaling); None: ``spec.autoscaling.enabled``."""
     adaptation: Callable[[LocalPlatform, StreamTopology, RoutingTable, float, int], Any] | None = None

@@ -82,10 +82,6 @@ def uniform(column: str, seed: int, stream: int) -> str:
     return f"(shiftrightunsigned(xxhash64({column}, {salt(seed, stream)}L), 11) * {2.0**-53!r}D)"
 
 
-def _double(x: float) -> str:
-    return f"{x!r}D"
-
-
 def _names(pool: tuple[str, ...] | list[str], index: str, count: int, prefix: str) -> str:
     """SQL naming index ``0 <= index < count``: the pool's names first, synthetic ``prefix<i>`` beyond.
     The pool is one string literal split in the JVM (constant-folded once per query): an ``array(...)`` of

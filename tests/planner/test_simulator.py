@@ -66,7 +66,7 @@ def test_skew_splits_the_rate_by_zipf() -> None:
         operators=[{"name": "src", "keyGroups": 2, "costPerRecord": 1e-5}],
     )
     p = simulate(load_scenario(doc), rebalance=keep).periods[0]
-    # kg0 (60k rec/s, 0.6 cores) on executor-0, kg1 (30k, 0.3 cores) on executor-1: mean 45 %, distance 15.
+    # kg0 (60k rec/s, 0.6 cores) on t-e0, kg1 (30k, 0.3 cores) on t-e1: mean 45 %, distance 15.
     assert p.load_distance == pytest.approx(15.0)
 
 
@@ -91,8 +91,8 @@ def test_a_migrated_key_group_pauses() -> None:
         migrations = []
         if not moved:
             moved.append(True)
-            assignment[("src", 0)] = "executor-1"
-            migrations = [(("src", 0), "executor-0", "executor-1")]
+            assignment[("src", 0)] = "t-e1"
+            migrations = [(("src", 0), "t-e0", "t-e1")]
         return Rebalance(
             assignment=assignment, migrations=migrations, load_distance=0.0, collocation_factor=0.0
         )
@@ -110,16 +110,16 @@ def test_a_migrated_key_group_pauses() -> None:
 
 
 def test_split_routing_and_merge_overhead_by_hand() -> None:
-    # One key group, 50k rec/s x 1e-5 = 0.5 cores, on executor-0 of two. A PoTC-like plan routes half of
-    # its records to executor-1 from period 1 on, and the owner pays 10 % of the work for merging:
-    # executor-0 0.25 + 0.05 = 30 %, executor-1 25 %; mean 27.5 % -> load distance 2.5 (period 0: 25).
+    # One key group, 50k rec/s x 1e-5 = 0.5 cores, on t-e0 of two. A PoTC-like plan routes half of
+    # its records to t-e1 from period 1 on, and the owner pays 10 % of the work for merging:
+    # t-e0 0.25 + 0.05 = 30 %, t-e1 25 %; mean 27.5 % -> load distance 2.5 (period 0: 25).
     def split(state: AllocationState, **_) -> Rebalance:
         return Rebalance(
             assignment=dict(state.assignment),
             migrations=[],
             load_distance=0.0,
             collocation_factor=0.0,
-            details={"shares": {("src", 0): {"executor-0": 0.5, "executor-1": 0.5}}, "merge_overhead": 0.1},
+            details={"shares": {("src", 0): {"t-e0": 0.5, "t-e1": 0.5}}, "merge_overhead": 0.1},
         )
 
     doc = scenario(

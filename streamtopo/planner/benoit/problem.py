@@ -21,7 +21,7 @@ an operator result or an object crossing a pair of processors crosses it once at
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -181,15 +181,6 @@ def _has_cycle(app: Application) -> bool:
     return any(state[n] == 0 and visit(n) for n in index)
 
 
-@dataclass(frozen=True)
-class Solution:
-    """A solution: every node on one processor, every downloaded object from one server (None = external)."""
-
-    placement: Mapping[NodeRef, str]
-    servers: Mapping[tuple[str, str], str | None]
-    """(object, downloading processor) -> serving processor; the downloader itself means a local copy."""
-
-
 class Usage:
     """Loads of a (partial) mapping under the model's sharing rules, built incrementally.
 
@@ -248,9 +239,6 @@ class Usage:
     @property
     def used(self) -> set[str]:
         return set(self.placement.values())
-
-    def mapping(self) -> Solution:
-        return Solution(dict(self.placement), dict(self.servers))
 
     # -- reading ------------------------------------------------------------------------------------------
 
@@ -423,8 +411,3 @@ def evaluate(
         trial.add(ref, u)
     trial.commit()
     return usage
-
-
-def unplaced(problem: Problem, placement: Iterable[NodeRef]) -> list[NodeRef]:
-    done = set(placement)
-    return [(a.name, n.name) for a, n in problem.nodes() if (a.name, n.name) not in done]

@@ -38,7 +38,7 @@ from typing import cast
 
 import numpy as np
 
-from streamtopo.contracts import KeyGroupId
+from streamtopo.contracts import KeyGroupId, executor_name, executor_prefix
 from streamtopo.planner.adaptation import AdaptationConfig, Rebalancer, adapt
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
 from streamtopo.planner.rebalance.albic.collocation import AlbicConfig
@@ -200,7 +200,7 @@ def _zipf(n: int, exponent: float) -> np.ndarray:
 def initial_executors(scenario: Scenario) -> list[ExecutorInfo]:
     spec = scenario.executors
     caps = spec.capacities or [spec.capacity] * spec.initial
-    return [ExecutorInfo(name=f"executor-{i}", capacity=float(c)) for i, c in enumerate(caps)]
+    return [ExecutorInfo(name=executor_name(scenario.name, i), capacity=float(c)) for i, c in enumerate(caps)]
 
 
 def initial_assignment(
@@ -214,14 +214,36 @@ def initial_assignment(
     return {job.units[k]: names[pos % len(names)] for pos, k in enumerate(order)}
 
 
-def scaling_config(scenario: Scenario) -> ScalingConfig:
-    return ScalingConfig.model_validate(
+def adaptation_config(
+    scenario: Scenario,
+    *,
+    policy: str | None = None,
+    scaling: str | None = None,
+    policy_config: object | None = None,
+) -> AdaptationConfig:
+    """Algorithm 1's settings from the scenario, as the operator's ``adaptation_config`` takes them from
+    ``spec.autoscaling`` (the scenario's ``scaling`` and ``albic`` sections are the same models), so the
+    simulator's decisions are the operator's on the same observations (tests/controller/
+    test_one_decision_path.py). ``policy``, ``scaling`` and ``policy_config`` override the scenario's."""
+    policy = policy or scenario.policy
+    if policy_config is None and policy == "albic":
+        policy_config = AlbicConfig.from_spec(scenario.albic)
+    scaling_config = ScalingConfig.model_validate(
         {
             **scenario.scaling.model_dump(),
+            "rule": scaling or scenario.scaling.rule,
             "max_load_distance": scenario.albic.max_load_distance,
             "executor_capacity": scenario.executors.capacity,
             "dstreams_interval": scenario.interval,
         }
+    )
+    return AdaptationConfig(
+        policy=policy,
+        scaling_config=scaling_config,
+        max_migrations=scenario.migration.max_migrations,
+        max_migration_cost=scenario.migration.max_migration_cost,
+        policy_config=policy_config,
+        executor_prefix=executor_prefix(scenario.name),
     )
 
 
@@ -243,21 +265,12 @@ def simulate(
     ``spec.autoscaling.albic``); ``progress(done, total)`` is called after every period (the CLI draws a
     progress bar with it).
     """
-    policy = policy or scenario.policy
-    if policy_config is None and policy == "albic":
-        policy_config = AlbicConfig.from_spec(scenario.albic)
-    rule = scaling or scenario.scaling.rule
+    config = adaptation_config(scenario, policy=policy, scaling=scaling, policy_config=policy_config)
+    policy, rule = config.policy, config.scaling_config.rule
     total = periods or scenario.periods
     seed = scenario.seed if seed is None else seed
     rng = np.random.default_rng(seed)
     job = _Job(scenario)
-    config = AdaptationConfig(
-        policy=policy,
-        scaling_config=scaling_config(scenario).model_copy(update={"rule": rule}),
-        max_migrations=scenario.migration.max_migrations,
-        max_migration_cost=scenario.migration.max_migration_cost,
-        policy_config=policy_config,
-    )
     executors = initial_executors(scenario)
     assignment = initial_assignment(job, executors, rng)
     backlog = np.zeros(len(job.units))

@@ -14,12 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-import numpy as np
-
 from streamtopo.contracts import KeyGroupId
 from streamtopo.planner.allocation import AllocationState, Rebalance
 from streamtopo.planner.rebalance.albic.rules import rule_violations
-from streamtopo.planner.rebalance.albic.state import StateIndex, index_state
+from streamtopo.planner.rebalance.albic.state import StateIndex
 
 
 def executor_loads(state: AllocationState, assignment: Mapping[KeyGroupId, str]) -> dict[str, float]:
@@ -98,15 +96,3 @@ def build_rebalance(
         reason=reason,
         details=extra,
     )
-
-
-def keep_current(state: AllocationState, reason: str, details: dict[str, object] | None = None) -> Rebalance:
-    """The safe decision: the current allocation, unchanged, with the reason why."""
-    index = index_state(state)
-    return build_rebalance(state, index, dict(state.assignment), reason=reason, details=details)
-
-
-def index_loads(index: StateIndex, where: np.ndarray) -> np.ndarray:
-    """Per-executor load (percent of own capacity) for an executor index per key group."""
-    loads: np.ndarray = np.bincount(where, weights=index.load, minlength=len(index.names)) / index.capacity
-    return loads
