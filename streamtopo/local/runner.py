@@ -39,6 +39,7 @@ from streamtopo.local.progress import Progress
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import operator_of
 from streamtopo.planner.model import StreamTopology
+from streamtopo.planner.placement.fusion import plan_topology
 from streamtopo.planner.plan import Plan
 from streamtopo.planner.scaling.aeolus import entry_batch_sizes
 from streamtopo.runtime import sinks
@@ -67,8 +68,8 @@ class RunOptions:
     """Drive the SPL adaptation loop (ALBIC + scaling); None: ``spec.autoscaling.enabled``."""
     adaptation: Callable[[LocalPlatform, StreamTopology, RoutingTable, float, int], Any] | None = None
     """Builds the adaptation loop over this run's executors (platform, topology, routing v1, SPL, seed):
-    the controller's (``local.loop.local_loop``), passed in by the command, since the runtime
-    does not import the controller. None: no loop, whatever ``autoscale`` says."""
+    ``local.loop.local_loop`` for ``streamtopo run``. None: no loop, whatever ``autoscale`` says (tests
+    and benchmarks that measure the data plane alone)."""
     interval: float | None = None
     """SPL of this run, seconds; None: :func:`local_interval`."""
     rate_scale: float = 1.0
@@ -179,13 +180,8 @@ def initial_routing(
     hosts: dict[str, str | None] = {}
     plan = None
     if executors is None:
-        try:
-            from streamtopo.planner.placement.fusion import plan_topology
-
-            plan = plan_topology(spec, cluster, seed=seed)
-        except ImportError:
-            plan = None
-        if plan is not None and plan.pes:
+        plan = plan_topology(spec, cluster, seed=seed)
+        if plan.pes:
             for i, pe in enumerate(plan.pes):
                 name = executor_name(topology.metadata.name, i)
                 hosts[name] = pe.host
