@@ -43,6 +43,11 @@ def with_arrivals(series: dict[str, list]) -> dict[str, list]:
     return series
 
 
+MAX_SCRAPE_BYTES = 8 * 2**20
+"""Largest /metrics body read from an executor. Executors run the tenant's image and code, so the
+operator reads a bounded amount (an executor with a few thousand units exports well under 1 MiB)."""
+
+
 def parse_metrics(text: str, topology: str) -> dict[SampleKey, float]:
     """Samples of the runtime's metric names for ``topology``, keyed by (name, sorted labels)."""
     out: dict[SampleKey, float] = {}
@@ -76,13 +81,23 @@ class ScrapeMetricsSource:
         for executor, url in sorted(endpoints.items()):
             try:
                 with urllib.request.urlopen(url, timeout=self.timeout) as response:
-                    text = response.read().decode()
+                    body = response.read(MAX_SCRAPE_BYTES + 1)
             except (urllib.error.URLError, OSError, ValueError) as error:
                 raise MetricsUnavailable(
                     "ScrapeFailed",
                     f"cannot scrape executor {executor} at {url}: {getattr(error, 'reason', error)}",
                 ) from None
-            out[executor] = parse_metrics(text, topology)
+            if len(body) > MAX_SCRAPE_BYTES:
+                raise MetricsUnavailable(
+                    "ScrapeTooLarge",
+                    f"executor {executor} at {url} serves more than {MAX_SCRAPE_BYTES // 2**20} MiB of metrics",
+                )
+            try:
+                out[executor] = parse_metrics(body.decode(), topology)
+            except ValueError as error:  # not UTF-8, or not the exposition format
+                raise MetricsUnavailable(
+                    "ScrapeInvalid", f"executor {executor} at {url} serves no valid metrics: {error}"
+                ) from None
         return out
 
     def collect(self, topology: str, window_seconds: float) -> RuntimeStats:
