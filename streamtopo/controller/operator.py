@@ -364,18 +364,21 @@ def _signature(platform: KubernetesPlatform) -> str:
 def metrics_source(deployment: DesiredState, platform: KubernetesPlatform) -> MetricsSource:
     """Prometheus when the spec or the operator names one, else direct scrape of the executor pods.
 
-    Basic auth: the spec's ``basicAuthSecret`` (read from the topology's namespace every period), else
-    the operator-wide credentials of the chart's ``prometheus.basicAuth`` (environment).
+    Basic auth: the spec's ``basicAuthSecret`` (read from the topology's namespace every period); the
+    operator-wide credentials of the chart's ``prometheus.basicAuth`` (environment) go only to the
+    platform's own Prometheus URL, never to a URL a tenant wrote in the spec.
     """
     prometheus = deployment.topology.spec.metrics.prometheus
-    url = prometheus.url if prometheus else os.environ.get("STREAMTOPO_PROMETHEUS_URL")
+    platform_url = os.environ.get("STREAMTOPO_PROMETHEUS_URL")
+    url = prometheus.url if prometheus else platform_url
     if url:
         if prometheus and prometheus.basic_auth_secret:
             namespace, ref = platform.namespace, prometheus.basic_auth_secret
             return PrometheusMetricsSource(url, credentials=lambda: read_basic_auth(namespace, ref))
         user = os.environ.get("STREAMTOPO_PROMETHEUS_USERNAME")
         password = os.environ.get("STREAMTOPO_PROMETHEUS_PASSWORD")
-        return PrometheusMetricsSource(url, auth=(user, password) if user and password else None)
+        ours = platform_url is not None and url.rstrip("/") == platform_url.rstrip("/")
+        return PrometheusMetricsSource(url, auth=(user, password) if ours and user and password else None)
     from streamtopo.controller.scrape import ScrapeMetricsSource
 
     port = STATE.settings.metrics_port

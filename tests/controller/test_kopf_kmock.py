@@ -627,6 +627,30 @@ def test_prometheus_basic_auth_comes_from_the_secret_reference(
     )
 
 
+def test_platform_prometheus_credentials_never_reach_a_tenants_url(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
+):
+    """The chart's operator-wide Prometheus credentials go to the platform's Prometheus only: a topology
+    naming its own Prometheus URL without a basicAuthSecret gets unauthenticated queries there."""
+    platform = BasicAuthPrometheus("platform", "pl4tform-Secret")
+    tenant = BasicAuthPrometheus("unused", "unused")
+    monkeypatch.setenv("STREAMTOPO_PROMETHEUS_URL", platform.url)
+    monkeypatch.setenv("STREAMTOPO_PROMETHEUS_USERNAME", "platform")
+    monkeypatch.setenv("STREAMTOPO_PROMETHEUS_PASSWORD", "pl4tform-Secret")
+    cluster(kube)
+    doc = topology(exlocated=False)
+    doc["spec"]["metrics"] = {"prometheus": {"url": tenant.url}}
+    try:
+        with operator(kube, monkeypatch):
+            kube.create(CR_PATH, doc)
+            wait_for(lambda: tenant.authorizations, what="the SPL loop queries the tenant's Prometheus")
+    finally:
+        platform.close()
+        tenant.close()
+    assert set(tenant.authorizations) == {None}  # no Authorization header at all
+    assert platform.authorizations == []
+
+
 WORKER_SCRIPT = """
 import json, sys
 import streamtopo.controller.operator  # the kopf process's imports
