@@ -433,6 +433,8 @@ class ScriptedRuntime:
         self.records: dict[tuple[str, int], float] = {}
         self.base: dict[tuple[str, int], tuple[float, float]] = {}
         self.since: dict[tuple[str, int], float] = {}
+        self.traffic: dict[tuple[tuple[str, int], tuple[str, int]], tuple[float, float]] = {}
+        """(src unit, dst unit) -> (records/s, since when): exported by the src unit's owner."""
         self.servers: dict[str, tuple[Any, int]] = {}
         for name in executors:
             self.add_executor(name)
@@ -463,6 +465,12 @@ class ScriptedRuntime:
                 self.busy[unit] = cores
                 self.records[unit] = cores * records_per_busy_second
 
+    def set_traffic(self, rates: Mapping[tuple[tuple[str, int], tuple[str, int]], float]) -> None:
+        """Records/s from one unit to another (the runtime's streamtopo_kg_records counters)."""
+        now = time.time()
+        with self.lock:
+            self.traffic = {pair: (rate, now) for pair, rate in rates.items()}
+
     def _values(self, unit: tuple[str, int], now: float) -> tuple[float, float]:
         busy0, rec0 = self.base.get(unit, (0.0, 0.0))
         elapsed = now - self.since.get(unit, now)
@@ -490,6 +498,11 @@ class _Collector:
         busy = CounterMetricFamily("streamtopo_unit_busy_seconds", "busy", labels=labels)
         rin = CounterMetricFamily("streamtopo_unit_records_in", "in", labels=labels)
         state = GaugeMetricFamily("streamtopo_unit_state_bytes", "state", labels=labels)
+        sent = CounterMetricFamily(
+            "streamtopo_kg_records",
+            "records between units",
+            labels=["topology", "src_operator", "src_kg", "dst_operator", "dst_kg"],
+        )
         backlog = GaugeMetricFamily("streamtopo_unit_backlog_records", "lag", labels=labels)
         now = time.time()
         owners = self.runtime.owner()
@@ -503,4 +516,9 @@ class _Collector:
                 rin.add_metric(values, r - self.baseline[unit][1])
                 state.add_metric(values, 1000.0)
                 backlog.add_metric(values, 0.0)
-        yield from (busy, rin, state, backlog)
+            for (src, dst), (rate, since) in sorted(self.runtime.traffic.items()):
+                if src in mine:  # from when this executor took the unit over, as the runtime counts
+                    start = max(since, self.runtime.since.get(src, since))
+                    pair = [self.runtime.topology, src[0], str(src[1]), dst[0], str(dst[1])]
+                    sent.add_metric(pair, rate * max(0.0, now - start))
+        yield from (busy, rin, state, backlog, sent)

@@ -729,3 +729,92 @@ def test_planning_worker_is_replaced_after_n_calls_without_deadlock():
         planner.shutdown()
     assert len(pids) == 12 and os.getpid() not in pids
     assert len(set(pids)) == 6 and all(pids.count(pid) == 2 for pid in set(pids))
+
+
+HOT_PAIR = [["agg", 0], ["src", 0]]
+"""The pair src/0 -> agg/0 as the loop's state stores a collocation (sorted)."""
+
+
+def hot_topology(name: str, prometheus_url: str, albic: dict[str, Any]) -> dict[str, Any]:
+    """Two keyed operators of 8 key groups; src/0 sends far more to agg/0 than any other pair."""
+    return {
+        "apiVersion": "streamtopo.dev/v1alpha1",
+        "kind": "StreamTopology",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "keyGroups": 8,
+            "operators": [
+                {"name": "src", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": 1000}},
+                {
+                    "name": "agg",
+                    "kind": "aggregate",
+                    "inputs": ["src"],
+                    "keyBy": ["key"],
+                    "window": {"size": "10s"},
+                    "aggregations": ["count(*) AS n"],
+                },
+            ],
+            "fusion": {"algorithm": "none"},
+            "metrics": {"prometheus": {"url": prometheus_url}},
+            "autoscaling": {
+                "interval": "3s",
+                "metricWindow": "3s",
+                "rule": "off",
+                "minExecutors": 1,
+                "maxExecutors": 8,
+                "albic": albic,
+            },
+        },
+    }
+
+
+@pytest.mark.prometheus
+def test_albic_fields_reach_the_operators_decisions(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch, prometheus_factory, scripted_runtime
+):
+    """spec.autoscaling.albic on Kubernetes: two topologies see the same metrics (a real Prometheus
+    scraping scripted executors) and differ only in scoreFactor. With the paper's 1.5 the hot pair is
+    collocated and kept for the next rounds (the loop's state in the routing ConfigMap); with 8, above
+    hot / avg, no pair ever qualifies."""
+    import json
+
+    cluster(kube)
+    executors = {name: [f"{name}-e{i}" for i in range(8)] for name in ("paper", "strict")}
+
+    def owner(name: str):
+        def units() -> dict[tuple[str, int], str]:
+            table = routing(kube, name)
+            return {
+                (u.rsplit("/", 1)[0], int(u.rsplit("/", 1)[1])): e for u, e in table.get("units", {}).items()
+            }
+
+        return units
+
+    runtimes = {name: scripted_runtime(name, executors[name], owner(name)) for name in executors}
+    prometheus = prometheus_factory([t for r in runtimes.values() for t in r.targets()])
+    busy = {(op, kg): 0.05 for op in ("src", "agg") for kg in range(8)}
+    traffic = {(("src", i), ("agg", j)): 10.0 for i in range(8) for j in range(8)}
+    traffic[(("src", 0), ("agg", 0))] = 1000.0
+    for runtime in runtimes.values():
+        runtime.set_rates(busy, records_per_busy_second=2000.0)
+        runtime.set_traffic(traffic)
+
+    def memory(name: str) -> dict[str, Any]:
+        cm = kube.get(f"/api/v1/namespaces/{NS}/configmaps/{name}-routing") or {}
+        return json.loads((cm.get("data") or {}).get("state.json") or "{}")
+
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, hot_topology("paper", prometheus.url, {"scoreFactor": 1.5}))
+        kube.create(CR_PATH, hot_topology("strict", prometheus.url, {"scoreFactor": 8.0}))
+        wait_for(
+            lambda: (
+                len(memory("paper").get("decisions", [])) >= 3
+                and len(memory("strict").get("decisions", [])) >= 3
+            ),
+            timeout=150,
+            what="three applied rounds of each topology",
+        )
+        paper, strict, table = memory("paper"), memory("strict"), routing(kube, "paper")
+    assert HOT_PAIR in [sorted(pair) for pair in paper["collocations"]]  # made, then kept round after round
+    assert table["units"]["src/0"] == table["units"]["agg/0"]
+    assert strict.get("collocations", []) == []  # no pair passes out > avg * 8
