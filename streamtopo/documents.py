@@ -8,13 +8,14 @@ file. A string that is not an existing path is YAML text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from streamtopo.planner.cluster import Cluster, parse_cluster
 from streamtopo.planner.model import (
     MAX_DOCUMENT_BYTES,
+    PlatformPolicy,
     StreamTopology,
     TopologyError,
     parse_topology,
@@ -47,10 +48,10 @@ def _text(source: Source) -> tuple[str | Mapping[str, Any], str]:
     return source, "(text)"
 
 
-def load_topology(source: Source, *, udf_modules: Sequence[str] | None = None) -> StreamTopology:
+def load_topology(source: Source, *, policy: PlatformPolicy | None = None) -> StreamTopology:
     """A validated StreamTopology from a path, YAML text or data (:func:`parse_topology`)."""
     data, origin = _text(source)
-    return parse_topology(data, origin=origin, udf_modules=udf_modules)
+    return parse_topology(data, origin=origin, policy=policy)
 
 
 def load_cluster(source: Source) -> Cluster:

@@ -39,6 +39,7 @@ from streamtopo.planner.model import (
     API_VERSION,
     EXECUTOR_CONFIG_DIR,
     KIND,
+    PlatformPolicy,
     StreamTopology,
     StreamTopologySpec,
     TransportSpec,
@@ -76,8 +77,9 @@ class RenderSettings:
     """(Secret name, key) of the transport password when the topology names none."""
     executor_memory: str = "512Mi"
     service_labels: Mapping[str, str] = field(default_factory=dict)
-    udf_modules: tuple[str, ...] = ()
-    """Modules tenants' UDFs may come from (the chart's executor.udfModules); none by default."""
+    policy: PlatformPolicy = field(default_factory=PlatformPolicy)
+    """What tenants may choose: UDF modules (the chart's executor.udfModules) and image prefixes
+    (executor.allowedImages); nothing beyond the platform's own by default."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> RenderSettings:
@@ -90,10 +92,16 @@ class RenderSettings:
             transport_secret=(secret, env.get("STREAMTOPO_TRANSPORT_SECRET_KEY", "password"))
             if secret
             else None,
-            udf_modules=tuple(
-                m.strip() for m in env.get("STREAMTOPO_UDF_MODULES", "").split(",") if m.strip()
+            policy=PlatformPolicy(
+                udf_modules=_listed(env.get("STREAMTOPO_UDF_MODULES", "")),
+                images=_listed(env.get("STREAMTOPO_ALLOWED_IMAGES", "")),
             ),
         )
+
+
+def _listed(value: str) -> tuple[str, ...]:
+    """A comma-separated chart list (an environment variable) as its items."""
+    return tuple(item.strip() for item in value.split(",") if item.strip())
 
 
 def routing_name(topology: str) -> str:

@@ -197,7 +197,7 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 platform,
                 previous=_previous(platform),
                 planner=STATE.planner,
-                udf_modules=STATE.settings.udf_modules,
+                policy=STATE.settings.policy,
             )
         except NoHosts as error:
             publish(

@@ -44,7 +44,7 @@ from streamtopo.documents import load_topology
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats, PlacementRules
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import operator_of, replica_name
-from streamtopo.planner.model import StreamTopology, StreamTopologySpec, TopologyError
+from streamtopo.planner.model import PlatformPolicy, StreamTopology, StreamTopologySpec, TopologyError
 from streamtopo.planner.plan import Plan
 from streamtopo.planner.scaling.aeolus import entry_batch_sizes
 
@@ -268,20 +268,21 @@ def reconcile(
     force_replan: bool = False,
     seed: int = 0,
     planner: Planner = IN_PROCESS,
-    udf_modules: Sequence[str] | None = None,
+    policy: PlatformPolicy | None = None,
 ) -> Outcome:
     """Validate, plan and apply one StreamTopology; never raises for bad input.
 
     With ``previous`` (the last good deployment, e.g. read back from the routing ConfigMap) and an
     unchanged spec and cluster, the previous state is re-applied as is: a restarted operator converges to
     the same objects and keeps the routing ALBIC reached instead of re-planning from scratch.
-    ``udf_modules``: the platform's allowed UDF modules (None: any outside the standard library).
+    ``policy``: what the platform lets tenants choose (UDF modules, images); None: no platform (a test or a
+    local tool), the user's own code.
     """
     try:
         topology = (
             document
             if isinstance(document, StreamTopology)
-            else load_topology(_spec_only(document), udf_modules=udf_modules)
+            else load_topology(_spec_only(document), policy=policy)
         )
     except TopologyError as error:
         return invalid_outcome("InvalidSpec", error.problems)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import UnionType
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
@@ -111,8 +112,24 @@ MAX_OPERATORS = 512
 MAX_EXECUTORS = 1024
 MAX_RECORD_BYTES = 64 * 2**20
 MIN_INTERVAL = 1.0
-UDF_MODULES = "udf_modules"
-"""Validation-context key: the platform's allowed UDF modules (see :func:`udf_problem`)."""
+"""Bounds on what one tenant's topology may ask for (docs/security.md): counts a planner and a cluster can
+serve, so a huge value is refused at the door instead of hanging a worker."""
+
+
+@dataclass(frozen=True)
+class PlatformPolicy:
+    """What a platform lets its tenants choose (the chart's ``executor`` values), given to validation as
+    its context; no policy (a local run) means the user runs their own code and images."""
+
+    udf_modules: tuple[str, ...] = ()
+    """Modules UDFs may come from, with their submodules; empty: no UDFs."""
+    images: tuple[str, ...] = ()
+    """Image name prefixes ``spec.image`` may use besides the platform's runtime image (the spec's
+    default); empty: only that image."""
+
+
+POLICY = "policy"
+"""Validation-context key of the :class:`PlatformPolicy`."""
 
 
 def udf_problem(function: str, allowed: Sequence[str] | None) -> str | None:
@@ -129,8 +146,16 @@ def udf_problem(function: str, allowed: Sequence[str] | None) -> str | None:
     return None
 
 
-"""Bounds on what one tenant's topology may ask for (docs/security.md): counts a planner and a cluster can
-serve, so a huge value is refused at the door instead of hanging a worker."""
+def image_problem(image: str, default: str, allowed: Sequence[str] | None) -> str | None:
+    """Why an executor image may not run: on a platform, anything but its runtime image (the spec's
+    default) must start with one of the platform's prefixes; tenants' images run tenants' code next to
+    the platform's credentials and nodes."""
+    if allowed is None or image == default or any(image.startswith(prefix) for prefix in allowed):
+        return None
+    listed = ", ".join(allowed) or "none; the platform runs its runtime image only"
+    return f"{image!r} is not among the platform's allowed images (prefixes: {listed})"
+
+
 StreamName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_{][A-Za-z0-9._:{}-]*$", min_length=1, max_length=200)]
 """A named Valkey stream: letters, digits and ``._:-``, ``{}`` for a cluster hash tag."""
 Expression = Annotated[str, Field(min_length=1, max_length=MAX_EXPRESSION)]
@@ -333,7 +358,8 @@ class Operator(Model):
     @model_validator(mode="after")
     def _allowed_udf(self, info: ValidationInfo) -> Operator:
         if self.function is not None:
-            problem = udf_problem(self.function, (info.context or {}).get(UDF_MODULES))
+            policy = (info.context or {}).get(POLICY)
+            problem = udf_problem(self.function, policy.udf_modules if policy else None)
             if problem:
                 raise field_error("function", problem)
         return self
@@ -785,7 +811,9 @@ class ExecutorSpec(Model):
 class StreamTopologySpec(Model):
     """What the user declares."""
 
-    image: str = "streamtopo/runtime:0.1.0"
+    image: str = Field(default="streamtopo/runtime:0.1.0", max_length=512)
+    """The executors' image. On a platform, anything but its runtime image must start with one of the
+    prefixes the platform allows (the chart's executor.allowedImages)."""
     suspend: bool = False
     """Stop every executor and keep the routing table, offsets and state; ``false`` again starts the same
     executors, which resume exactly where they stopped (as Flink's ``job.state: suspended``)."""
@@ -803,6 +831,15 @@ class StreamTopologySpec(Model):
     transport: TransportSpec = Field(default_factory=TransportSpec)
     batching: BatchingSpec = Field(default_factory=BatchingSpec)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+
+    @model_validator(mode="after")
+    def _allowed_image(self, info: ValidationInfo) -> StreamTopologySpec:
+        policy = (info.context or {}).get(POLICY)
+        default = type(self).model_fields["image"].default
+        problem = image_problem(self.image, default, policy.images if policy else None)
+        if problem:
+            raise field_error("image", problem)
+        return self
 
     def operator(self, name: str) -> Operator:
         return self.by_name()[name]
@@ -1120,14 +1157,14 @@ def problems_of(error: ValidationError) -> list[tuple[str, str]]:
 
 
 def parse_topology(
-    source: str | Mapping[str, Any], *, origin: str = "(text)", udf_modules: Sequence[str] | None = None
+    source: str | Mapping[str, Any], *, origin: str = "(text)", policy: PlatformPolicy | None = None
 ) -> StreamTopology:
     """Validate a StreamTopology from YAML text or a parsed document (files: ``streamtopo.documents``).
 
     A bare spec (a mapping with ``operators`` at the top) is accepted too, so that users can keep
     short files for ``streamtopo plan``. Raises :class:`TopologyError` naming every offending field.
-    ``udf_modules``: the modules UDFs may come from (the platform's list; None: any outside the standard
-    library, for local runs where the user runs their own code).
+    ``policy``: what the platform lets tenants choose (UDF modules, images); None on a local run, where
+    the user runs their own code (UDFs still never come from the standard library).
     """
     data = parse_document(source, origin)
     if isinstance(data, Mapping) and "operators" in data and "spec" not in data:
@@ -1135,7 +1172,7 @@ def parse_topology(
     if not isinstance(data, Mapping):
         raise TopologyError([("(document)", "expected a StreamTopology mapping")])
     try:
-        topology = StreamTopology.model_validate(data, context={UDF_MODULES: udf_modules})
+        topology = StreamTopology.model_validate(data, context={POLICY: policy})
     except ValidationError as error:
         raise TopologyError(problems_of(error)) from None
     problems = check_topology(topology.spec)

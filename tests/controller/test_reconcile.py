@@ -33,6 +33,7 @@ from streamtopo.controller.reconcile import (
 from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
+from streamtopo.planner.model import PlatformPolicy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount.yaml"
 
@@ -164,17 +165,39 @@ def test_udfs_come_only_from_the_platforms_modules():
     doc["spec"]["operators"][4]["inputs"] = ["enrich"]
     refused = MemoryPlatform(Cluster.uniform(3, 1.5))
     planned = next(
-        c for c in reconcile(doc, refused, udf_modules=("other",)).conditions if c.type == "Planned"
+        c
+        for c in reconcile(doc, refused, policy=PlatformPolicy(udf_modules=("other",))).conditions
+        if c.type == "Planned"
     )
     assert refused.applied == [] and planned.reason == "InvalidSpec"
     assert "spec.operators[3].function" in planned.message and "team_udfs.words" in planned.message
     allowed = MemoryPlatform(Cluster.uniform(3, 1.5))
-    assert reconcile(doc, allowed, udf_modules=("team_udfs",)).desired is not None
+    assert reconcile(doc, allowed, policy=PlatformPolicy(udf_modules=("team_udfs",))).desired is not None
     doc["spec"]["operators"][3]["function"] = "subprocess:run"
     planned = next(
-        c for c in reconcile(doc, allowed, udf_modules=("subprocess",)).conditions if c.type == "Planned"
+        c
+        for c in reconcile(doc, allowed, policy=PlatformPolicy(udf_modules=("subprocess",))).conditions
+        if c.type == "Planned"
     )
     assert planned.reason == "InvalidSpec" and "standard library" in planned.message
+
+
+def test_executor_images_come_only_from_the_platforms_prefixes():
+    """The chart's executor.allowedImages: on a platform a spec's image is its runtime image or starts
+    with a listed prefix, else it is refused naming spec.image and nothing is applied; a local run (no
+    policy) takes any image."""
+    doc = wordcount()
+    policy = PlatformPolicy(images=("registry.example.com/team-a/",))
+    assert reconcile(doc, MemoryPlatform(Cluster.uniform(3, 1.5)), policy=policy).desired is not None
+    doc["spec"]["image"] = "docker.io/someone/miner:latest"
+    refused = MemoryPlatform(Cluster.uniform(3, 1.5))
+    planned = next(c for c in reconcile(doc, refused, policy=policy).conditions if c.type == "Planned")
+    assert refused.applied == [] and planned.reason == "InvalidSpec"
+    assert "spec.image" in planned.message and "registry.example.com/team-a/" in planned.message
+    doc["spec"]["image"] = "registry.example.com/team-a/runtime:2"
+    assert reconcile(doc, MemoryPlatform(Cluster.uniform(3, 1.5)), policy=policy).desired is not None
+    doc["spec"]["image"] = "docker.io/someone/miner:latest"
+    assert reconcile(doc, MemoryPlatform(Cluster.uniform(3, 1.5))).desired is not None
 
 
 def test_a_plan_over_the_time_limit_is_refused_and_the_worker_replaced():
