@@ -818,3 +818,81 @@ def test_albic_fields_reach_the_operators_decisions(
     assert HOT_PAIR in [sorted(pair) for pair in paper["collocations"]]  # made, then kept round after round
     assert table["units"]["src/0"] == table["units"]["agg/0"]
     assert strict.get("collocations", []) == []  # no pair passes out > avg * 8
+
+
+def hot_runtime(name: str, kube: EmulatedKubernetes, prometheus_factory, scripted_runtime):
+    """Scripted executors for topology ``name`` (as many as it may get) exporting the hot-pair load,
+    each unit from the executor the topology's routing ConfigMap names, and a Prometheus scraping them."""
+
+    def owner() -> dict[tuple[str, int], str]:
+        table = routing(kube, name)
+        return {(u.rsplit("/", 1)[0], int(u.rsplit("/", 1)[1])): e for u, e in table.get("units", {}).items()}
+
+    runtime = scripted_runtime(name, [f"{name}-e{i}" for i in range(8)], owner)
+    busy = {(op, kg): 0.05 for op in ("src", "agg") for kg in range(8)}
+    traffic = {(("src", i), ("agg", j)): 10.0 for i in range(8) for j in range(8)}
+    traffic[(("src", 0), ("agg", 0))] = 1000.0
+    runtime.set_rates(busy, records_per_busy_second=2000.0)
+    runtime.set_traffic(traffic)
+    return prometheus_factory(runtime.targets())
+
+
+@pytest.mark.prometheus
+def test_recommend_mode_acts_on_nothing_until_a_decision_is_approved(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch, prometheus_factory, scripted_runtime
+):
+    """spec.autoscaling.mode Recommend through the API: every period's decision is published in
+    status.recommendation and as an Event, the routing table stays as planned; annotating the topology
+    with streamtopo.dev/approve: <id> applies that decision, once."""
+    cluster(kube)
+    prometheus = hot_runtime("rec", kube, prometheus_factory, scripted_runtime)
+    doc = hot_topology("rec", prometheus.url, {})
+    doc["spec"]["autoscaling"]["mode"] = "Recommend"
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, doc)
+        planned = wait_for(lambda: routing(kube, "rec"), what="the initial routing table")
+        pending = wait_for(
+            lambda: (r := status(kube, "rec").get("recommendation")) and not r["approved"] and r,
+            timeout=120,
+            what="a published recommendation",
+        )
+        assert [e for e in events(kube, "Recommendation") if "rec" in e["involvedObject"]["name"]]
+        assert routing(kube, "rec")["version"] == planned["version"]  # nothing applied meanwhile
+        kube.patch(f"{CR_PATH}/rec", {"metadata": {"annotations": {"streamtopo.dev/approve": pending["id"]}}})
+        approved = wait_for(
+            lambda: (r := status(kube, "rec").get("recommendation")) and r["approved"] and r,
+            timeout=60,
+            what="the approved decision applied",
+        )
+        after = routing(kube, "rec")
+    assert approved["id"] == pending["id"] and after["version"] > planned["version"]
+    assert after["units"] != planned["units"]
+
+
+@pytest.mark.prometheus
+def test_replicas_pin_the_executor_count_and_albic_balances_within(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch, prometheus_factory, scripted_runtime
+):
+    """spec.replicas (what `kubectl scale stopo NAME --replicas N` writes through the scale subresource):
+    the SPL loop brings the executor count to N and keeps it there while it rebalances."""
+    cluster(kube)
+    prometheus = hot_runtime("pin", kube, prometheus_factory, scripted_runtime)
+    doc = hot_topology("pin", prometheus.url, {})
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, doc)
+        wait_for(lambda: routing(kube, "pin"), what="the initial routing table")
+        kube.patch(f"{CR_PATH}/pin", {"spec": {"replicas": 4}})
+        table = wait_for(
+            lambda: (t := routing(kube, "pin")) and len(t["executors"]) == 4 and t,
+            timeout=120,
+            what="4 executors after scaling to 4",
+        )
+        wait_for(lambda: status(kube, "pin").get("executors") == 4, what="status.executors (scale status)")
+        version = table["version"]
+        later = wait_for(
+            lambda: (t := routing(kube, "pin"))["version"] >= version + 2 and t,
+            timeout=60,
+            what="two more rounds",
+        )
+    assert len(later["executors"]) == 4
+    assert set(later["units"].values()) <= set(later["executors"])
