@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from streamtopo.cli import app
 from streamtopo.documents import load_topology
-from streamtopo.planner.benoit.topologies import structural_hashes
+from streamtopo.planner.benoit.topologies import stream_cycles, structural_hashes
 
 ROOT = Path(__file__).parents[2]
 SHARING = sorted((ROOT / "examples/sharing").glob("*.yaml"))
@@ -163,3 +163,18 @@ def test_bad_files_exit_2_naming_the_file(tmp_path: Path) -> None:
     assert "broken.yaml" in result.output and "missing.yaml" in result.output
     twice = share(SHARING[0], SHARING[0])
     assert twice.exit_code == 2 and "twice" in twice.output
+
+
+def test_a_cycle_is_reported_from_the_topology_given_first() -> None:
+    """The same files give the same message on every run (networkx may start a cycle anywhere)."""
+
+    def relay(name: str, read: str, write: str):
+        operators = [
+            {"name": "in", "kind": "source", "source": {"stream": read}},
+            {"name": "out", "kind": "sink", "inputs": ["in"], "sink": {"stream": write}},
+        ]
+        return load_topology({"metadata": {"name": name}, "spec": {"operators": operators}})
+
+    ping, pong = relay("ping", "a", "b"), relay("pong", "b", "a")
+    assert stream_cycles([ping, pong]) == ["ping -> stream b -> pong -> stream a -> ping"]
+    assert stream_cycles([pong, ping]) == ["pong -> stream a -> ping -> stream b -> pong"]

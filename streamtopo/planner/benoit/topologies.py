@@ -21,6 +21,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 
@@ -95,10 +96,15 @@ def stream_cycles(topologies: Sequence[StreamTopology]) -> list[str]:
                 graph.add_edge(topology_name(t), ("stream", scope, op.sink.stream))
             if op.source is not None and op.source.stream:
                 graph.add_edge(("stream", scope, op.source.stream), topology_name(t))
-    return [
-        " -> ".join(n if isinstance(n, str) else f"stream {n[2]}" for n in cycle + cycle[:1])
-        for cycle in nx.simple_cycles(graph)
-    ]
+    order = {topology_name(t): i for i, t in enumerate(topologies)}
+
+    def from_first(cycle: list[Any]) -> list[Any]:
+        """The cycle from its topology given first, so the message is the same on every run."""
+        start = min(range(len(cycle)), key=lambda i: order.get(cycle[i], len(order)))
+        return cycle[start:] + cycle[:start]
+
+    cycles = sorted((from_first(list(c)) for c in nx.simple_cycles(graph)), key=lambda c: [str(n) for n in c])
+    return [" -> ".join(n if isinstance(n, str) else f"stream {n[2]}" for n in c + c[:1]) for c in cycles]
 
 
 def sharing_problem(
