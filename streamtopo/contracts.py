@@ -3,7 +3,8 @@ the others can find and read it. One definition each:
 
 - units and key groups: :data:`KeyGroupId`, :func:`unit_key` (``operator/kg``);
 - executor naming: :func:`executor_name` (``<topology>-e<i>``, in the plan, logs, live view and pods);
-- Valkey keys and stream names: :class:`Keys` (namespace-scoped);
+- Valkey keys and stream names: :class:`Keys` (namespace-scoped), and the environment variables that
+  carry an executor's transport credentials (:data:`TRANSPORT_USERNAME_ENV`, :data:`TRANSPORT_PASSWORD_ENV`);
 - metric names: :class:`Metric` (the executors export them; controller, live view, dashboards read them);
 - the routing table: :class:`RoutingTable` (below).
 
@@ -177,6 +178,19 @@ class Keys:
         """A user-named stream (``sink: {stream: NAME}``, ``source: {stream: NAME}``): the name itself, for
         other programs, prefixed ``<namespace>/`` when the topology has a namespace (namespace-local)."""
         return f"{self.namespace}/{name}" if self.namespace else name
+
+
+def redis_url(url: str) -> str:
+    """A transport URL as redis-py reads it: ``valkey://`` and ``valkeys://`` are aliases of ``redis://``
+    and ``rediss://``."""
+    return url.replace("valkeys://", "rediss://", 1).replace("valkey://", "redis://", 1)
+
+
+TRANSPORT_USERNAME_ENV = "STREAMTOPO_TRANSPORT_USERNAME"
+"""The Valkey ACL user an executor authenticates as (on Kubernetes its topology's own user, from the
+topology's transport Secret); unset means Valkey's default user."""
+TRANSPORT_PASSWORD_ENV = "STREAMTOPO_TRANSPORT_PASSWORD"
+"""That user's password (a secretKeyRef on Kubernetes): passed to the client, never put in a URL."""
 
 
 class Metric:

@@ -54,6 +54,18 @@ def load_topology(source: Source, *, policy: PlatformPolicy | None = None) -> St
     return parse_topology(data, origin=origin, policy=policy)
 
 
+def object_document(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a Kubernetes object the model validates: its name, namespace and spec (the API
+    server owns the rest: uid, annotations, finalizers, status)."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion", "streamtopo.dev/v1alpha1"),
+        "kind": obj.get("kind", "StreamTopology"),
+        "metadata": {k: meta[k] for k in ("name", "namespace") if k in meta},
+        "spec": obj.get("spec"),
+    }
+
+
 def load_cluster(source: Source) -> Cluster:
     """A validated cluster from a path, YAML text or data (:func:`parse_cluster`)."""
     return parse_cluster(*_text(source))

@@ -1,7 +1,11 @@
 """The Kubernetes platform: a DesiredState rendered as owned objects, applied with the kubernetes client.
 
 For a StreamTopology ``<name>`` the operator owns (ownerReferences, so deleting the topology lets the
-garbage collector remove them; no finalizer is needed):
+garbage collector remove them; what lives in Valkey goes in the operator's delete handler):
+
+- Secret ``<name>-transport`` (on the platform's transport, when the operator has its admin password):
+  the topology's own Valkey user and password (:mod:`~streamtopo.controller.transport_acl`).
+- NetworkPolicy ``<name>-executors`` (when the chart enables them): the platform's rules for its executors.
 
 - ConfigMap ``<name>-routing``: ``routing.json`` (the versioned routing table) and ``topology.yaml``
   (the validated spec the executors run). It is also the record of the last good deployment: a restarted
@@ -20,6 +24,8 @@ table, never by restarting executors.
 
 from __future__ import annotations
 
+import base64
+import functools
 import hashlib
 import json
 import os
@@ -30,9 +36,18 @@ from typing import Any, cast
 
 import yaml
 
-from streamtopo.contracts import ExecutorEntry, RoutingTable, parse_unit
+from streamtopo.contracts import (
+    TRANSPORT_PASSWORD_ENV,
+    TRANSPORT_USERNAME_ENV,
+    ExecutorEntry,
+    Keys,
+    RoutingTable,
+    parse_unit,
+    redis_url,
+)
+from streamtopo.controller import transport_acl
 from streamtopo.controller.platform import DesiredState
-from streamtopo.documents import load_topology
+from streamtopo.documents import load_topology, object_document
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.graph import operator_of, replica_name
 from streamtopo.planner.model import (
@@ -73,8 +88,12 @@ class RenderSettings:
     """Executor image for topologies that keep the spec's default image (the chart's runtimeImage)."""
     transport_url: str | None = None
     """Used when a topology keeps the default transport URL (the chart's Valkey)."""
-    transport_secret: tuple[str, str] | None = None
-    """(Secret name, key) of the transport password when the topology names none."""
+    transport_admin_password: str | None = field(default=None, repr=False)
+    """The platform Valkey's admin password: with it every topology on the platform's transport gets its
+    own ACL user and Secret (:mod:`~streamtopo.controller.transport_acl`); executors never see it."""
+    executor_network_policy: Mapping[str, Any] | None = None
+    """``{"ingress": [...], "egress": [...]}`` NetworkPolicy rules for every topology's executors (the
+    chart's networkPolicy values); None renders no NetworkPolicy."""
     executor_memory: str = "512Mi"
     service_labels: Mapping[str, str] = field(default_factory=dict)
     policy: PlatformPolicy = field(default_factory=PlatformPolicy)
@@ -83,25 +102,41 @@ class RenderSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> RenderSettings:
-        secret = env.get("STREAMTOPO_TRANSPORT_SECRET_NAME")
+        rules = env.get("STREAMTOPO_EXECUTOR_NETWORK_POLICY")
         return cls(
             metrics_port=int(env.get("STREAMTOPO_EXECUTOR_METRICS_PORT", "9100")),
             executor_memory=env.get("STREAMTOPO_EXECUTOR_MEMORY") or cls.executor_memory,
             runtime_image=env.get("STREAMTOPO_RUNTIME_IMAGE") or None,
             transport_url=env.get("STREAMTOPO_TRANSPORT_URL") or None,
-            transport_secret=(secret, env.get("STREAMTOPO_TRANSPORT_SECRET_KEY", "password"))
-            if secret
-            else None,
+            transport_admin_password=env.get("STREAMTOPO_TRANSPORT_ADMIN_PASSWORD") or None,
+            executor_network_policy=json.loads(rules) if rules else None,
             policy=PlatformPolicy(
                 udf_modules=_listed(env.get("STREAMTOPO_UDF_MODULES", "")),
                 images=_listed(env.get("STREAMTOPO_ALLOWED_IMAGES", "")),
             ),
         )
 
+    def platform_transport(self, topology: StreamTopology) -> bool:
+        """Whether ``topology`` runs on the platform's Valkey (it keeps the default transport)."""
+        return topology.spec.transport.url == TransportSpec().url
+
+    def own_user(self, topology: StreamTopology) -> bool:
+        """Whether ``topology``'s executors authenticate as the topology's own ACL user."""
+        return bool(self.transport_admin_password) and self.platform_transport(topology)
+
+    def transport_url_of(self, topology: StreamTopology) -> str:
+        url = topology.spec.transport.url
+        return self.transport_url if self.transport_url and self.platform_transport(topology) else url
+
 
 def _listed(value: str) -> tuple[str, ...]:
     """A comma-separated chart list (an environment variable) as its items."""
     return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def executor_selector(topology: str) -> dict[str, str]:
+    """Labels that select exactly ``topology``'s executor pods (Service, NetworkPolicy)."""
+    return {TOPOLOGY_LABEL: topology, "app.kubernetes.io/component": "executor"}
 
 
 def routing_name(topology: str) -> str:
@@ -110,6 +145,11 @@ def routing_name(topology: str) -> str:
 
 def service_name(topology: str) -> str:
     return f"{topology}-metrics"
+
+
+def transport_secret_name(topology: str) -> str:
+    """The Secret holding the topology's own Valkey user and password (keys ``username``, ``password``)."""
+    return f"{topology}-transport"
 
 
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
@@ -185,7 +225,7 @@ def render_service(
         "metadata": _metadata(service_name(desired.name), namespace, owner, labels),
         "spec": {
             "clusterIP": "None",
-            "selector": {TOPOLOGY_LABEL: desired.name, "app.kubernetes.io/component": "executor"},
+            "selector": executor_selector(desired.name),
             "ports": [
                 {"name": "metrics", "port": settings.metrics_port, "targetPort": "metrics", "protocol": "TCP"}
             ],
@@ -260,18 +300,23 @@ def _anti_affinity(topology: str, expressions: list[dict[str, Any]]) -> dict[str
 
 
 def pod_identity(
-    desired: DesiredState, executor: str, entry: ExecutorEntry, settings: RenderSettings
+    desired: DesiredState,
+    executor: str,
+    entry: ExecutorEntry,
+    owner: Mapping[str, Any],
+    settings: RenderSettings,
 ) -> dict:
     """What makes an executor pod what it is; a change replaces the pod (its hash is an annotation)."""
-    transport = desired.topology.spec.transport
-    url = transport.url
-    if settings.transport_url and url == TransportSpec().url:
-        url = settings.transport_url
-    secret = (
-        (transport.password_secret.name, transport.password_secret.key)
-        if transport.password_secret
-        else settings.transport_secret
-    )
+    topology = desired.topology
+    own = topology.spec.transport.password_secret
+    if settings.own_user(topology):
+        digest = hashlib.sha256(transport_password(owner, settings).encode()).hexdigest()[:16]
+        secret = {"name": transport_secret_name(desired.name), "user": "username", "key": "password"}
+        secret["credential"] = digest  # a rotated admin password re-derives it: the pod is replaced
+    elif own is not None:
+        secret = {"name": own.name, "key": own.key}
+    else:
+        secret = None
     image = desired.topology.spec.image
     if settings.runtime_image and image == StreamTopologySpec.model_fields["image"].default:
         image = settings.runtime_image
@@ -280,12 +325,65 @@ def pod_identity(
         "image": image,
         "host": entry.host,
         "cpu": entry.cpu,
-        "transport": url,
-        "secret": list(secret) if secret else None,
+        "transport": settings.transport_url_of(topology),
+        "secret": secret,
         "executor": executor,
         "metricsPort": settings.metrics_port,
         "memory": shape.resources.memory or settings.executor_memory,
         "template": shape.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"resources"}),
+    }
+
+
+def owner_keys(owner: Mapping[str, Any]) -> Keys:
+    """The Valkey keys of the StreamTopology ``owner``."""
+    return Keys(owner["metadata"]["name"], owner["metadata"]["namespace"])
+
+
+def transport_password(owner: Mapping[str, Any], settings: RenderSettings) -> str:
+    """The password of ``owner``'s own Valkey user (derived, see :mod:`transport_acl`)."""
+    if not settings.transport_admin_password:
+        raise ValueError("per-topology Valkey users need the platform's admin password")
+    return transport_acl.password(
+        settings.transport_admin_password, owner_keys(owner), owner["metadata"]["uid"]
+    )
+
+
+def render_transport_secret(
+    desired: DesiredState, namespace: str, owner: Mapping[str, Any], settings: RenderSettings
+) -> dict[str, Any]:
+    """The topology's Valkey user and password, for its executor pods only (secretKeyRef)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": _metadata(
+            transport_secret_name(desired.name), namespace, owner, topology_labels(desired.name)
+        ),
+        "data": {
+            key: base64.b64encode(value.encode()).decode()
+            for key, value in (
+                ("username", transport_acl.acl_user(owner_keys(owner))),
+                ("password", transport_password(owner, settings)),
+            )
+        },
+    }
+
+
+def render_network_policy(
+    desired: DesiredState, namespace: str, owner: Mapping[str, Any], rules: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The executors' NetworkPolicy: the platform's ingress and egress rules for this topology's pods, so
+    executors reach the transport (and DNS) and are reached by the operator and Prometheus, nothing else."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(f"{desired.name}-executors", namespace, owner, topology_labels(desired.name)),
+        "spec": {
+            "podSelector": {"matchLabels": executor_selector(desired.name)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": list(rules.get("ingress") or []),
+            "egress": list(rules.get("egress") or []),
+        },
     }
 
 
@@ -297,7 +395,7 @@ def render_pod(
     desired: DesiredState, executor: str, namespace: str, owner: Mapping[str, Any], settings: RenderSettings
 ) -> dict[str, Any]:
     entry = desired.executors[executor]
-    identity = pod_identity(desired, executor, entry, settings)
+    identity = pod_identity(desired, executor, entry, owner, settings)
     sched = scheduling(desired.topology, desired.routing, executor)
     shape = desired.topology.spec.executor
     template = shape.pod_template
@@ -308,13 +406,14 @@ def render_pod(
         **sched["labels"],
     }
     env: list[dict[str, Any]] = [{"name": "STREAMTOPO_EXECUTOR", "value": executor}]
-    if identity["secret"]:
-        env.append(
-            {
-                "name": "STREAMTOPO_TRANSPORT_PASSWORD",
-                "valueFrom": {"secretKeyRef": {"name": identity["secret"][0], "key": identity["secret"][1]}},
-            }
-        )
+    if secret := identity["secret"]:
+        refs = [(TRANSPORT_PASSWORD_ENV, secret["key"])]
+        if "user" in secret:
+            refs.insert(0, (TRANSPORT_USERNAME_ENV, secret["user"]))
+        env += [
+            {"name": var, "valueFrom": {"secretKeyRef": {"name": secret["name"], "key": key}}}
+            for var, key in refs
+        ]
     env += _wire(shape.env)
     affinity: dict[str, Any] = {}
     terms = [_wire(t.match_expressions) for t in template.node_terms()] or [[]]
@@ -433,9 +532,20 @@ def _wire(models: list[Any]) -> list[dict[str, Any]]:
 def render(
     desired: DesiredState, namespace: str, owner: Mapping[str, Any], settings: RenderSettings | None = None
 ) -> list[dict[str, Any]]:
-    """Every object of a desired state: ConfigMap, Service, then one Pod per executor."""
+    """Every object of a desired state: the transport Secret and NetworkPolicy (when the platform sets
+    them up), ConfigMap, Service, then one Pod per executor."""
     settings = settings or RenderSettings()
     return [
+        *(
+            [render_transport_secret(desired, namespace, owner, settings)]
+            if settings.own_user(desired.topology)
+            else []
+        ),
+        *(
+            [render_network_policy(desired, namespace, owner, settings.executor_network_policy)]
+            if settings.executor_network_policy is not None
+            else []
+        ),
         render_configmap(desired, namespace, owner),
         render_service(desired, namespace, owner, settings),
         *(render_pod(desired, e, namespace, owner, settings) for e in sorted(desired.running)),
@@ -531,6 +641,21 @@ class NoHosts(RuntimeError):
     """The cluster has no node an executor could run on."""
 
 
+class TransportAdminError(RuntimeError):
+    """The operator could not create or remove a topology's Valkey user (the platform's Valkey is down or
+    refuses the admin password); the message names the URL, never a credential."""
+
+
+@functools.lru_cache(maxsize=4)
+def _admin_client(url: str, admin_password: str) -> Any:
+    """One pooled admin connection to the platform's Valkey per process."""
+    import redis
+
+    return redis.Redis.from_url(
+        redis_url(url), password=admin_password, socket_connect_timeout=5.0, socket_timeout=10.0
+    )
+
+
 # ------------------------------------------------------------------------------------------ the platform
 
 
@@ -575,7 +700,32 @@ class KubernetesPlatform:
         return {p["metadata"]["name"]: pod_health(p) for p in self._pods()}
 
     def apply(self, desired: DesiredState) -> None:
-        """ConfigMap first (executors read it), then the Service, then the pods."""
+        """The transport user, its Secret and the NetworkPolicy first (a pod starts only with them), then
+        the ConfigMap (executors read it), the Service, then the pods."""
+        if self.settings.own_user(desired.topology):
+            self._put(
+                render_transport_secret(desired, self.namespace, self.owner, self.settings),
+                self.core.create_namespaced_secret,
+                self.core.patch_namespaced_secret,
+            )
+            self._with_admin(
+                lambda admin: transport_acl.ensure_user(
+                    admin, owner_keys(self.owner), transport_password(self.owner, self.settings)
+                )
+            )
+        if self.settings.executor_network_policy is not None:
+            from kubernetes import client
+
+            net = client.NetworkingV1Api(self.core.api_client)
+            self._ensure(
+                render_network_policy(
+                    desired, self.namespace, self.owner, self.settings.executor_network_policy
+                ),
+                net.read_namespaced_network_policy,
+                net.create_namespaced_network_policy,
+                net.patch_namespaced_network_policy,
+                "spec",
+            )
         self._ensure(
             render_configmap(desired, self.namespace, self.owner),
             self.core.read_namespaced_config_map,
@@ -625,7 +775,42 @@ class KubernetesPlatform:
             memory=data.get("state.json"),
         )
 
+    def remove_transport_data(self, streams: Sequence[str]) -> int:
+        """Delete the topology's Valkey user, keys and the named ``streams`` (keys deleted); nothing to do
+        when the topology is not on the platform's transport with its own user."""
+        try:
+            topology = load_topology(object_document(self.owner))
+        except ValueError:  # never valid, so never deployed: its user and keys were never made
+            return 0
+        if not self.settings.own_user(topology):
+            return 0
+        keys = owner_keys(self.owner)
+        return self._with_admin(lambda admin: transport_acl.remove_topology(admin, keys, streams))
+
+    def _with_admin(self, action: Any) -> Any:
+        """``action(admin client)`` on the platform's Valkey; its errors as :class:`TransportAdminError`."""
+        import redis
+
+        assert self.settings.transport_url and self.settings.transport_admin_password
+        try:
+            return action(_admin_client(self.settings.transport_url, self.settings.transport_admin_password))
+        except redis.RedisError as error:
+            raise TransportAdminError(
+                f"cannot manage the topology's Valkey user at {self.settings.transport_url}: {error}"
+            ) from None
+
     # -------------------------------------------------------------------------------------- helpers
+
+    def _put(self, obj: dict[str, Any], create: Any, patch: Any) -> None:
+        """Create ``obj``, or merge-patch it over an existing one: no read, so no ``get`` permission."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            create(self.namespace, obj)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            patch(obj["metadata"]["name"], self.namespace, obj)
 
     def _pods(self) -> list[dict[str, Any]]:
         response = self.core.list_namespaced_pod(
@@ -697,3 +882,13 @@ def read_topology(api_client: Any, namespace: str, name: str) -> dict[str, Any]:
         GROUP, VERSION, namespace, PLURAL, name
     )
     return cast(dict[str, Any], found)
+
+
+def list_topologies(api_client: Any, namespace: str) -> dict[str, dict[str, Any]]:
+    """Name -> StreamTopology object of every topology in ``namespace``."""
+    from kubernetes import client
+
+    found = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, _preload_content=False
+    )
+    return {item["metadata"]["name"]: item for item in KubernetesPlatform._items(found)}

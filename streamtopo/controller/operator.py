@@ -7,8 +7,9 @@ Run with ``streamtopo operator`` (or ``kopf run -m streamtopo.controller.operato
 - a daemon per topology (the SPL loop): every ``spec.autoscaling.interval`` one
   :class:`~streamtopo.controller.reconcile.AdaptationLoop` step (ALBIC + scaling) on the deployment the
   routing ConfigMap records; between periods it re-plans when Nodes changed and keeps the pods converged
-  (a deleted or failed executor pod is recreated). kopf puts a finalizer on topologies only because
-  daemons need one to be stopped cleanly; owned objects go by garbage collection (ownerReferences).
+  (a deleted or failed executor pod is recreated). Owned objects go by garbage collection
+  (ownerReferences); what Kubernetes cannot collect, the topology's Valkey user, keys and named output
+  streams, goes in a delete handler before kopf releases its finalizer (:func:`remove_transport_data`).
 - Node events mark the cluster as changed; each daemon compares hosts and re-plans if they differ.
 
 Planning (COLA + Aeolus, and ALBIC's Algorithm 1 every SPL) runs in one worker process
@@ -51,6 +52,8 @@ from streamtopo.controller.kubernetes import (
     NoHosts,
     PodHealth,
     RenderSettings,
+    TransportAdminError,
+    list_topologies,
     patch_status,
     read_topology,
     selector,
@@ -199,11 +202,12 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 planner=STATE.planner,
                 policy=STATE.settings.policy,
             )
-        except NoHosts as error:
+        except (NoHosts, TransportAdminError) as error:
+            reason = "NoHosts" if isinstance(error, NoHosts) else "TransportUnavailable"
             publish(
                 body,
                 platform,
-                Outcome(conditions=[ConditionChange("Degraded", "True", "NoHosts", str(error))]),
+                Outcome(conditions=[ConditionChange("Degraded", "True", reason, str(error))]),
                 observed=True,
             )
             raise kopf.TemporaryError(str(error), delay=30) from None
@@ -342,6 +346,47 @@ def forget_topology(body: kopf.Body, **_: Any) -> None:
         except KeyError:  # never measured
             pass
     TOPOLOGIES.set(len(STATE.topologies))
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, retries=20, backoff=15)
+def remove_transport_data(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """Delete the topology's Valkey user, its keys and the named streams its sinks write that no other
+    topology of the namespace reads.
+
+    Under the topology's lock: the daemon (already told to stop) finishes a running period first, and a
+    later one sees ``stopped`` and applies nothing, so no user is re-created after this. While the platform's
+    Valkey is unreachable the deletion waits (retried for about 5 minutes, then kopf gives up and releases
+    the finalizer, logging the error: a topology must not be undeletable).
+    """
+    platform = _platform(body)
+    others = list_topologies(STATE.client(), body.metadata.namespace or "")
+    others.pop(body.metadata.name or "", None)
+    streams = _named_outputs(body, others)
+    with _lock(memo):
+        try:
+            deleted = platform.remove_transport_data(streams)
+        except TransportAdminError as error:
+            raise kopf.TemporaryError(str(error), delay=15) from None
+    if deleted:
+        logger.info(f"removed the topology's Valkey user and {deleted} keys")
+
+
+def _named_outputs(body: Mapping[str, Any], others: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The namespace-local stream keys ``body``'s sinks write that none of ``others`` (name -> topology)
+    reads: the topology's own output, which goes with it."""
+    from streamtopo.contracts import Keys
+
+    def streams(doc: Mapping[str, Any], side: str) -> set[str]:
+        operators = (doc.get("spec") or {}).get("operators")
+        return {
+            str(op[side]["stream"])
+            for op in (operators if isinstance(operators, list) else [])
+            if isinstance(op, Mapping) and isinstance(op.get(side), Mapping) and op[side].get("stream")
+        }
+
+    read = set().union(*(streams(doc, "source") for doc in others.values()))
+    keys = Keys(body["metadata"]["name"], body["metadata"]["namespace"])
+    return sorted(keys.sink_stream(name) for name in streams(body, "sink") - read)
 
 
 # ----------------------------------------------------------------------------------------- nodes

@@ -40,7 +40,7 @@ from streamtopo.controller.platform import (
     Platform,
     RuntimeStats,
 )
-from streamtopo.documents import load_topology
+from streamtopo.documents import load_topology, object_document
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats, PlacementRules
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import operator_of, replica_name
@@ -282,7 +282,7 @@ def reconcile(
         topology = (
             document
             if isinstance(document, StreamTopology)
-            else load_topology(_spec_only(document), policy=policy)
+            else load_topology(object_document(document), policy=policy)
         )
     except TopologyError as error:
         return invalid_outcome("InvalidSpec", error.problems)
@@ -337,17 +337,6 @@ def reconcile(
         cluster=cluster,
         status=plan_status(plan, desired.routing),
     )
-
-
-def _spec_only(document: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a Kubernetes object the model validates (the API server owns the rest)."""
-    meta = document.get("metadata") or {}
-    return {
-        "apiVersion": document.get("apiVersion", "streamtopo.dev/v1alpha1"),
-        "kind": document.get("kind", "StreamTopology"),
-        "metadata": {k: meta[k] for k in ("name", "namespace") if k in meta},
-        "spec": document.get("spec"),
-    }
 
 
 def invalid_outcome(reason: str, problems: Sequence[tuple[str, str]]) -> Outcome:

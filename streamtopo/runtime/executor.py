@@ -28,12 +28,13 @@ import time
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import TypedDict
 
 import networkx as nx
 import pandas as pd
 import psutil
 
-from streamtopo.contracts import Keys, RoutingTable
+from streamtopo.contracts import TRANSPORT_PASSWORD_ENV, TRANSPORT_USERNAME_ENV, Keys, RoutingTable
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime import sinks
 from streamtopo.runtime.dataflow import Dataflow
@@ -135,7 +136,7 @@ class Executor(Handover, Dataflow):
         """Connect (with retries), start the exporter, the heartbeat and Spark."""
         from streamtopo.runtime.spark import get_spark
 
-        self.client = connect(self.transport_url, log=log.warning, password=transport_password())
+        self.client = connect(self.transport_url, log=log.warning, **transport_credentials())
         self.store = StateStore(self.client, self.keys)
         self.client.set(self.keys.clock, repr(self.clock()), nx=True)
         self.t0 = float(self.client.get(self.keys.clock))
@@ -160,7 +161,7 @@ class Executor(Handover, Dataflow):
         client = None
         while not self._closed.is_set():
             try:
-                client = client or connect(self.transport_url, attempts=1, password=transport_password())
+                client = client or connect(self.transport_url, attempts=1, **transport_credentials())
                 ttl = int(self.config.heartbeat_ttl * 1000)
                 client.set(self.keys.heartbeat(self.instance), b"1", px=ttl)
                 if self._warm:
@@ -260,12 +261,20 @@ class Executor(Handover, Dataflow):
             self.metrics.unit(self.metrics.state_bytes, unit.op, unit.kg).set(len(unit.rec.state))
 
 
-def transport_password() -> str | None:
-    """The transport's password from ``STREAMTOPO_TRANSPORT_PASSWORD`` (a secretKeyRef on Kubernetes).
+class Credentials(TypedDict):
+    username: str | None
+    password: str | None
 
-    Passed to the client, never put into the URL, so no log line or error message can carry it.
+
+def transport_credentials() -> Credentials:
+    """The transport's ACL user and password from the environment (secretKeyRefs on Kubernetes).
+
+    Passed to the client, never put into the URL, so no log line or error message can carry them.
     """
-    return os.environ.get("STREAMTOPO_TRANSPORT_PASSWORD") or None
+    return Credentials(
+        username=os.environ.get(TRANSPORT_USERNAME_ENV) or None,
+        password=os.environ.get(TRANSPORT_PASSWORD_ENV) or None,
+    )
 
 
 def run_executor(

@@ -35,6 +35,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from streamtopo.contracts import redis_url
 from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame, ipc_to_table
 
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionError, OSError)
@@ -52,18 +53,20 @@ def connect(
     first_delay: float = 0.25,
     max_delay: float = 4.0,
     log: Callable[[str], None] | None = None,
+    username: str | None = None,
     password: str | None = None,
 ) -> redis.Redis:
     """A client for ``url`` after a successful PING, retried with redis-py's exponential backoff
     (``first_delay``, doubling up to ``max_delay``).
 
     Raises :class:`TransportUnavailable` naming the URL and the last error once ``attempts`` fail.
-    ``valkey://`` URLs are accepted as aliases of ``redis://``. ``password`` (from a Secret, never in the
-    URL) authenticates without appearing in any message. Only the first PING is retried here: the
-    executor's loop handles a transport lost later (it must reload from its last commit, not replay a call).
+    ``valkey://`` URLs are accepted as aliases of ``redis://``. ``username`` and ``password`` (from a
+    Secret, never in the URL) authenticate as that ACL user without appearing in any message. Only the
+    first PING is retried here: the executor's loop handles a transport lost later (it must reload from
+    its last commit, not replay a call).
     """
-    url = url.replace("valkeys://", "rediss://", 1).replace("valkey://", "redis://", 1)
-    extra = {"password": password} if password else {}
+    url = redis_url(url)
+    extra = {"password": password, "username": username} if password else {}
     client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=30.0, **extra)
     backoff = ExponentialBackoff(cap=max_delay, base=first_delay / 2)  # attempt n waits base * 2**n
 

@@ -47,8 +47,14 @@ OBSERVABILITY = {
     "grafanaDashboard": {"enabled": True},
     "prometheusRule": {"enabled": True, "backlogRecords": 500},
 }
+EXTERNAL_TRANSPORT = {
+    "valkey": {"enabled": False},
+    "transport": {"url": "redis://valkey.data.svc:6379", "existingSecret": "valkey-admin"},
+    "networkPolicy": {"transportTo": [{"ipBlock": {"cidr": "10.20.0.0/16"}}]},
+}
 VALUE_SETS = {
     "default": {},
+    "external-transport": EXTERNAL_TRANSPORT,
     "namespaced": NAMESPACED,
     "valkey+monitoring": VALKEY_MONITORING,
     "ha": HA,
@@ -134,7 +140,7 @@ def _containers(pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
 def test_workloads_are_locked_down(rendered: tuple[str, list[Document]]) -> None:
     name, documents = rendered
     workloads = of_kind(documents, "Deployment") + of_kind(documents, "StatefulSet")
-    assert len(workloads) == (2 if name == "valkey+monitoring" else 1)
+    assert len(workloads) == (1 if name == "external-transport" else 2)  # the operator, Valkey
     for workload in workloads:
         pod = workload["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
@@ -174,9 +180,18 @@ def test_operator_deployment(rendered: tuple[str, list[Document]]) -> None:
 
 
 def test_no_secret_value_is_ever_rendered(rendered: tuple[str, list[Document]]) -> None:
-    """Secrets are referenced (secretKeyRef, Secret names), never created or inlined by the chart."""
-    _, documents = rendered
-    assert of_kind(documents, "Secret") == []
+    """Secrets are referenced (secretKeyRef, Secret names), never inlined; the one Secret the chart may
+    create is the chart's Valkey admin password when none is given: random per install, kept on uninstall."""
+    name, documents = rendered
+    generated = of_kind(documents, "Secret")
+    if VALUE_SETS[name].get("valkey", {}).get("existingSecret") or name == "external-transport":
+        assert generated == []
+    else:
+        (secret,) = generated
+        assert secret["metadata"]["name"] == "streamtopo-valkey-auth"
+        assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        (again,) = of_kind(render_chart(VALUE_SETS[name], chart_dir=CHART), "Secret")
+        assert len(secret["data"]["password"]) >= 40 and again["data"] != secret["data"]
     for document in documents:
         text = document.text.lower()
         assert "hunter2" not in text and "requirepass" not in text.replace("--requirepass\n", "")
@@ -193,7 +208,11 @@ def test_secret_references_reach_their_consumers() -> None:
         "name": "prom-auth",
         "key": "password",
     }
-    assert env["STREAMTOPO_TRANSPORT_SECRET_NAME"]["value"] == "valkey-auth"
+    # The admin password goes to the operator only (it makes one ACL user and Secret per topology).
+    assert env["STREAMTOPO_TRANSPORT_ADMIN_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "valkey-auth",
+        "key": "password",
+    }
     assert env["STREAMTOPO_TRANSPORT_URL"]["value"] == "redis://streamtopo-valkey.streamtopo.svc:6379"
     (valkey,) = of_kind(documents, "StatefulSet")
     container = valkey["spec"]["template"]["spec"]["containers"][0]
@@ -301,13 +320,13 @@ NEEDED_IN_NAMESPACE = (
 
 
 def secret_rules(documents: list[Document]) -> list[tuple[str, str | None, dict[str, Any]]]:
-    """(kind, namespace, rule) of every Role/ClusterRole rule that names secrets."""
+    """(kind, namespace, rule) of every Role/ClusterRole rule that reads secrets."""
     return [
         (d.kind, d.obj["metadata"].get("namespace"), rule)
         for d in documents
         if d.kind in ("Role", "ClusterRole")
         for rule in d.obj["rules"]
-        if "secrets" in rule["resources"]
+        if "secrets" in rule["resources"] and "get" in rule["verbs"]
     ]
 
 
@@ -319,15 +338,17 @@ def test_rbac_is_least_privilege(rendered: tuple[str, list[Document]]) -> None:
     secret_names = VALUE_SETS[name].get("rbac", {}).get("secretNames", [])
     for group, resource, verb in everything:
         assert "*" not in (group, resource, verb), (group, resource, verb)
-        # Secrets: only `get`, and only when rbac.secretNames lists some (checked by name below).
-        assert resource != "secrets" or (verb == "get" and secret_names), (resource, verb)
+        # Secrets: create and patch (each topology's transport Secret, never read back); `get` only when
+        # rbac.secretNames lists some (checked by name below); never list or watch.
+        assert resource != "secrets" or verb in ("create", "patch") or (verb == "get" and secret_names)
         assert not (resource == "nodes" and verb not in ("get", "list", "watch"))
         assert verb not in ("escalate", "bind", "impersonate", "deletecollection")
     for document in documents:
         for rule in document.obj.get("rules", []) if document.kind in ("Role", "ClusterRole") else []:
             assert "nonResourceURLs" not in rule
     for _, _, rule in secret_rules(documents):
-        assert rule["resources"] == ["secrets"] and rule["resourceNames"] == secret_names
+        assert rule["resources"] == ["secrets"]
+        assert rule["verbs"] == ["create", "patch"] or rule["resourceNames"] == secret_names
     leases = any(resource == "leases" for _, resource, _ in everything)
     assert not leases, "no Lease-based leader election: standby replicas use kopf peering"
     peering = any(group == "kopf.dev" for group, _, _ in everything)

@@ -225,3 +225,77 @@ def test_what_a_tenant_may_not_set_is_refused_by_field(executor: dict, field: st
     paths = [path for path, _ in error.value.problems]
     assert field in paths, error.value.problems
     assert words in str(error.value)
+
+
+def test_the_chart_settings_give_each_topology_a_valid_network_policy_and_its_own_transport_secret():
+    """The operator's environment as the chart renders it (default values): every topology gets a
+    NetworkPolicy selecting exactly its executors with the chart's rules, and a Secret with its own
+    Valkey user; the pods reference that Secret, the admin password is in no object."""
+    import base64
+
+    import kubernetes_validate
+
+    from streamtopo.controller.kubernetes import RenderSettings
+    from streamtopo.controller.manifests import render_chart
+
+    (deployment,) = [d.obj for d in render_chart({}) if d.kind == "Deployment"]
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env["STREAMTOPO_TRANSPORT_ADMIN_PASSWORD"] = "4dmin-Pa55"  # what the secretKeyRef resolves to
+    settings = RenderSettings.from_env({k: v for k, v in env.items() if v is not None})
+    outcome = reconcile(document(), MemoryPlatform(mixed_cluster()))
+    assert outcome.desired is not None, outcome.conditions
+    owner = {"metadata": {**OWNER["metadata"], "namespace": "markets"}}
+    objects = render(outcome.desired, "markets", owner, settings)
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.30", strict=True)
+        assert "4dmin-Pa55" not in str(obj)
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "streamtopo.dev/topology": "wordcount",
+        "app.kubernetes.io/component": "executor",
+    }
+    (to_valkey, dns) = policy["spec"]["egress"]
+    assert to_valkey["ports"] == [{"port": 6379, "protocol": "TCP"}]
+    assert to_valkey["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "valkey"
+    assert {p["port"] for p in dns["ports"]} == {53}
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": 9100, "protocol": "TCP"}]
+    assert ingress["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+    (secret,) = [o for o in objects if o["kind"] == "Secret"]
+    values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert secret["metadata"]["name"] == "wordcount-transport"
+    assert values["username"] == "streamtopo:markets/wordcount" and len(values["password"]) == 64
+    for pod in (o for o in objects if o["kind"] == "Pod"):
+        refs = {
+            e["name"]: e["valueFrom"]["secretKeyRef"]
+            for e in pod["spec"]["containers"][0]["env"]
+            if "valueFrom" in e
+        }
+        assert refs == {
+            "STREAMTOPO_TRANSPORT_USERNAME": {"name": "wordcount-transport", "key": "username"},
+            "STREAMTOPO_TRANSPORT_PASSWORD": {"name": "wordcount-transport", "key": "password"},
+        }
+
+
+def test_rotating_the_admin_password_rotates_the_topologys_password_and_replaces_its_pods():
+    from streamtopo.controller.kubernetes import HASH_ANNOTATION, RenderSettings
+
+    outcome = reconcile(document(), MemoryPlatform(mixed_cluster()))
+    assert outcome.desired is not None
+    owner = {"metadata": {**OWNER["metadata"], "namespace": "markets"}}
+
+    def rendered(admin: str) -> tuple[dict[str, str], str]:
+        objects = render(outcome.desired, "markets", owner, RenderSettings(transport_admin_password=admin))
+        pods = [o for o in objects if o["kind"] == "Pod"]
+        hashes = {o["metadata"]["name"]: o["metadata"]["annotations"][HASH_ANNOTATION] for o in pods}
+        (secret,) = [o for o in objects if o["kind"] == "Secret"]
+        return hashes, secret["data"]["password"]
+
+    before, after, again = rendered("old-Pa55"), rendered("new-Pa55"), rendered("old-Pa55")
+    assert before == again  # derived, not random: re-applying changes nothing
+    assert after[1] != before[1]
+    assert all(after[0][pod] != before[0][pod] for pod in before[0])
+    plain = render(outcome.desired, "markets", owner, RenderSettings())
+    assert not [
+        o for o in plain if o["kind"] in ("Secret", "NetworkPolicy")
+    ]  # nothing without the platform's settings

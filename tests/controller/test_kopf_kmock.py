@@ -100,15 +100,26 @@ def routing(kube: EmulatedKubernetes, name: str = "pipe") -> dict[str, Any]:
 
 
 @contextmanager
-def operator(kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """kopf's own test runner (same process, its own thread and loop) with the real operator module."""
+def operator(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch, namespaces: tuple[str, ...] = (NS,)
+) -> Iterator[Any]:
+    """kopf's own test runner (same process, its own thread and loop) with the real operator module,
+    watching ``namespaces`` (all of them when empty)."""
     from kopf.testing import KopfRunner
 
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
     monkeypatch.setenv("STREAMTOPO_TICK_SECONDS", "0.3")
     monkeypatch.setenv("STREAMTOPO_WATCH_SERVER_TIMEOUT", "30")
     runner = KopfRunner(
-        ["run", "--standalone", "--namespace", NS, "--verbose", "-m", "streamtopo.controller.operator"],
+        [
+            "run",
+            "--standalone",
+            *(arg for ns in namespaces for arg in ("--namespace", ns)),
+            *([] if namespaces else ["--all-namespaces"]),
+            "--verbose",
+            "-m",
+            "streamtopo.controller.operator",
+        ],
         timeout=30,
     )
     try:

@@ -767,3 +767,56 @@ def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, t
         ("scaled", "totals"): kept,
         ("scaled", "raw"): kept,
     }
+
+
+def test_executors_run_as_their_topologys_acl_user_through_migrations_and_a_crash(
+    spark, tmp_path, monkeypatch
+):
+    """The operator's per-topology Valkey user (controller/transport_acl.py) is enough to run: two executors
+    authenticate as it (the environment a pod gets from the topology's Secret) on a Valkey whose default
+    user needs the admin password, units move and an executor crashes, and every record arrives once."""
+    import redis
+
+    from streamtopo.controller import transport_acl
+
+    count, rate, keys, window = 1200, 400, 7, 0.5
+    plain = sequence_topology("ex-acl", count=count, rate=rate, keys=keys, window=window)
+    topology = StreamTopology.model_validate(
+        {**plain.model_dump(by_alias=True), "metadata": {"name": "ex-acl", "namespace": "team-a"}}
+    )
+    names = Keys.of(topology)
+    with EmbeddedValkey() as server:
+        admin = redis.Redis.from_url(server.url)
+        transport_acl.ensure_user(admin, names, "t3nant-Pa55")
+        admin.config_set("requirepass", "4dmin-Pa55")  # nothing runs as the default user without it
+        admin = redis.Redis.from_url(server.url, password="4dmin-Pa55")
+        monkeypatch.setenv("STREAMTOPO_TRANSPORT_USERNAME", transport_acl.acl_user(names))
+        monkeypatch.setenv("STREAMTOPO_TRANSPORT_PASSWORD", "t3nant-Pa55")
+        routing_path = tmp_path / "routing.json"
+        table = round_robin(topology, ["ex-0", "ex-1"])
+        write_routing(routing_path, table)
+        out = tmp_path / "out"
+        runs = {
+            n: Running(Executor(topology, routing_path, n, server.url, output_dir=out))
+            for n in ("ex-0", "ex-1")
+        }
+        store = runs["ex-0"].executor.store
+        try:
+            for unit in [("totals", 1), ("numbers", 2), ("out", 3)]:
+                time.sleep(0.6)
+                assignment = table.assignment()
+                assignment[unit] = "ex-1" if assignment[unit] == "ex-0" else "ex-0"
+                table = table.moved(assignment)
+                write_routing(routing_path, table)
+            runs["ex-1"].stop(release=False)
+            runs["ex-1"] = Running(Executor(topology, routing_path, "ex-1", server.url, output_dir=out))
+            wait_finished(store, topology)
+        finally:
+            for run in runs.values():
+                run.stop()
+        finalize_sinks(store, topology, out)
+        denied = admin.execute_command("ACL", "LOG")
+        written = [k.decode() for k in admin.scan_iter()]
+    assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
+    assert not denied, denied  # no command of the executors was refused and retried
+    assert written and all(k.startswith(names.prefix) for k in written), written

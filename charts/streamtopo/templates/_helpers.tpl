@@ -80,10 +80,11 @@ app.kubernetes.io/component: valkey
 {{- end }}
 {{- end }}
 
-{{/* Secret holding the transport password: the Valkey one when the chart deploys Valkey. */}}
+{{/* Secret holding the transport's admin password: with the chart's Valkey, valkey.existingSecret or the
+generated one (valkey-auth.yaml). */}}
 {{- define "streamtopo.transportSecret" -}}
 {{- if .Values.valkey.enabled }}
-{{- .Values.valkey.existingSecret }}
+{{- .Values.valkey.existingSecret | default (printf "%s-auth" (include "streamtopo.valkeyName" .)) }}
 {{- else }}
 {{- .Values.transport.existingSecret }}
 {{- end }}
@@ -92,4 +93,19 @@ app.kubernetes.io/component: valkey
 {{/* True (non-empty) when the operator watches only the listed namespaces. */}}
 {{- define "streamtopo.namespaced" -}}
 {{- if eq .Values.watchScope "namespaces" }}true{{ end }}
+{{- end }}
+
+{{/* NetworkPolicy rules of every topology's executors (JSON for the operator, which stamps them into a
+NetworkPolicy per topology): ingress from the operator and networkPolicy.metricsFrom on the metrics port,
+egress to the transport and DNS. */}}
+{{- define "streamtopo.executorNetworkPolicy" -}}
+{{- $operator := dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace)) "podSelector" (dict "matchLabels" (include "streamtopo.selectorLabels" . | fromYaml)) }}
+{{- $ingress := list (dict "from" (concat (list $operator) .Values.networkPolicy.metricsFrom) "ports" (list (dict "port" (int .Values.executorMetrics.port) "protocol" "TCP"))) }}
+{{- $transport := dict "to" .Values.networkPolicy.transportTo "ports" (list (dict "port" (int .Values.networkPolicy.transportPort) "protocol" "TCP")) }}
+{{- if .Values.valkey.enabled }}
+{{- $valkey := dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace)) "podSelector" (dict "matchLabels" (include "streamtopo.valkeySelectorLabels" . | fromYaml)) }}
+{{- $transport = dict "to" (list $valkey) "ports" (list (dict "port" (int .Values.valkey.port) "protocol" "TCP")) }}
+{{- end }}
+{{- $dns := dict "to" .Values.networkPolicy.dnsTo "ports" (list (dict "port" 53 "protocol" "UDP") (dict "port" 53 "protocol" "TCP")) }}
+{{- dict "ingress" $ingress "egress" (list $transport $dns) | toJson }}
 {{- end }}

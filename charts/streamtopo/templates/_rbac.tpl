@@ -1,8 +1,8 @@
 {{/*
 Rules for what the operator does inside a namespace that holds StreamTopologies. Used by the ClusterRole
 (cluster scope) or by one Role per watched namespace (namespaces scope). Every verb is one the operator
-calls. Secrets: `get` on exactly rbac.secretNames (Prometheus basic auth named by topologies), nothing
-when that list is empty (executor pods get secretKeyRefs, which need no RBAC).
+calls. Secrets: `create` and `patch` (each topology's transport Secret, written without reading any
+Secret back), `get` on exactly rbac.secretNames (Prometheus basic auth named by topologies).
 */}}
 {{- define "streamtopo.topologyRules" -}}
 # kopf watches StreamTopologies and patches them (finalizers, progress annotations).
@@ -24,6 +24,16 @@ when that list is empty (executor pods get secretKeyRefs, which need no RBAC).
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Each topology's transport Secret (its own Valkey user), created or merge-patched, never read.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create", "patch"]
+{{- if .Values.networkPolicy.enabled }}
+# Each topology's executor NetworkPolicy.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "patch"]
+{{- end }}
 # ScalingReport / RebalanceReport events and kopf's handler events.
 - apiGroups: [""]
   resources: ["events"]
