@@ -67,11 +67,17 @@ from streamtopo.controller.reconcile import (
     ConditionChange,
     Event,
     Outcome,
+    admit,
     merge_conditions,
     now_iso,
+    problems_message,
     reconcile,
 )
-from streamtopo.planner.model import SecretKeyRef
+from streamtopo.planner.model import SecretKeyRef, TopologyError
+
+WEBHOOK_PATH = "validate-topology"
+"""The admission webhook's URL path (kopf serves a handler under its id; the chart's
+ValidatingWebhookConfiguration names it)."""
 
 RECONCILES = Counter("streamtopo_operator_reconciles_total", "Reconciles by result", ["result"])
 RECONCILE_SECONDS = Histogram("streamtopo_operator_reconcile_seconds", "Duration of one reconcile")
@@ -147,6 +153,15 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     if port:
         start_http_server(int(port))
     STATE.settings = RenderSettings.from_env()
+    if cert_dir := os.environ.get("STREAMTOPO_WEBHOOK_CERT_DIR"):
+        # The admission webhook (admit_topology); the chart's ValidatingWebhookConfiguration points at it
+        # and carries the CA. kopf re-reads the files when they change (a renewed certificate).
+        settings.admission.server = kopf.WebhookServer(
+            addr=os.environ.get("STREAMTOPO_WEBHOOK_ADDR", "0.0.0.0"),
+            port=int(os.environ.get("STREAMTOPO_WEBHOOK_PORT", "9443")),
+            certfile=os.path.join(cert_dir, "tls.crt"),
+            pkeyfile=os.path.join(cert_dir, "tls.key"),
+        )
     STATE.tick = float(os.environ.get("STREAMTOPO_TICK_SECONDS", "5"))
     STATE.api = None  # a new run may talk to another API server (kubeconfig re-read)
     STATE.client()
@@ -163,6 +178,27 @@ def stop_planner(**_: Any) -> None:
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """In-cluster service account, else $KUBECONFIG as it is now (kopf's client login reads it at import)."""
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+# ------------------------------------------------------------------------------------ admission
+
+
+@kopf.on.validate(GROUP, VERSION, PLURAL, id=WEBHOOK_PATH, operations=["CREATE", "UPDATE"])
+def admit_topology(body: kopf.Body, **kwargs: Any) -> None:
+    """Refuse an invalid StreamTopology at the API server, with every field named: the same validator
+    (and platform policy) as the reconcile and the CLI, so nothing the webhook admits is refused later
+    for its spec.
+
+    An update that leaves the spec as it was (kopf's finalizer and annotations, labels, a deletion) is
+    admitted: a topology admitted under an older platform policy must stay deletable.
+    """
+    old = kwargs.get("old")
+    if old is not None and (old.get("spec") == body.get("spec") or body.metadata.get("deletionTimestamp")):
+        return
+    try:
+        admit(body, STATE.settings.policy)
+    except TopologyError as error:
+        raise kopf.AdmissionError(problems_message(error.problems), code=422) from None
 
 
 # ------------------------------------------------------------------------------------ create / update

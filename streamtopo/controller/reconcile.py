@@ -122,6 +122,13 @@ def merge_conditions(
     return [by_type[t] for t in CONDITION_TYPES if t in by_type]
 
 
+def admit(obj: Mapping[str, Any], policy: PlatformPolicy | None) -> StreamTopology:
+    """The StreamTopology a Kubernetes object declares, validated as the platform's ``policy`` says;
+    TopologyError naming each field otherwise. The one gate: the admission webhook refuses with it what
+    the reconcile would refuse, and `streamtopo plan`/`run` run the same validator (load_topology)."""
+    return load_topology(object_document(obj), policy=policy)
+
+
 def problems_message(problems: Sequence[tuple[str, str]]) -> str:
     return "; ".join(f"{path}: {message}" for path, message in problems)
 
@@ -279,11 +286,7 @@ def reconcile(
     local tool), the user's own code.
     """
     try:
-        topology = (
-            document
-            if isinstance(document, StreamTopology)
-            else load_topology(object_document(document), policy=policy)
-        )
+        topology = document if isinstance(document, StreamTopology) else admit(document, policy)
     except TopologyError as error:
         return invalid_outcome("InvalidSpec", error.problems)
     cluster = platform.hosts()

@@ -175,22 +175,28 @@ def test_operator_deployment(rendered: tuple[str, list[Document]]) -> None:
         assert namespaces == values["watchNamespaces"] and "--all-namespaces" not in container["args"]
     else:
         assert namespaces == [] and "--all-namespaces" in container["args"]
-    # A writable /tmp is the only writable path of the read-only root filesystem.
-    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp"]
+    # A writable /tmp is the only writable path of the read-only root filesystem; /tls is the webhook's
+    # certificate, read-only.
+    mounts = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
+    assert mounts == {"/tmp": False, "/tls": True}
 
 
 def test_no_secret_value_is_ever_rendered(rendered: tuple[str, list[Document]]) -> None:
     """Secrets are referenced (secretKeyRef, Secret names), never inlined; the one Secret the chart may
     create is the chart's Valkey admin password when none is given: random per install, kept on uninstall."""
     name, documents = rendered
-    generated = of_kind(documents, "Secret")
+    generated = [s for s in of_kind(documents, "Secret") if s["type"] != "kubernetes.io/tls"]  # the webhook's
     if VALUE_SETS[name].get("valkey", {}).get("existingSecret") or name == "external-transport":
         assert generated == []
     else:
         (secret,) = generated
         assert secret["metadata"]["name"] == "streamtopo-valkey-auth"
         assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-        (again,) = of_kind(render_chart(VALUE_SETS[name], chart_dir=CHART), "Secret")
+        (again,) = [
+            s
+            for s in of_kind(render_chart(VALUE_SETS[name], chart_dir=CHART), "Secret")
+            if s["type"] == "Opaque"
+        ]
         assert len(secret["data"]["password"]) >= 40 and again["data"] != secret["data"]
     for document in documents:
         text = document.text.lower()
@@ -222,6 +228,66 @@ def test_secret_references_reach_their_consumers() -> None:
     (service,) = [s for s in of_kind(documents, "Service") if s["metadata"]["name"] == "streamtopo-valkey"]
     assert service["spec"]["selector"] == valkey["spec"]["selector"]["matchLabels"]
     assert valkey["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "1Gi"
+
+
+@pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster", "namespaces"])
+def test_the_webhook_is_wired_to_the_operator_with_a_certificate_for_its_service(
+    values: dict[str, Any], tmp_path: Path
+) -> None:
+    """The ValidatingWebhookConfiguration calls the operator's kopf handler path through the webhook
+    Service, trusting the CA that signed the certificate the operator serves (checked with openssl)."""
+    import base64
+    import subprocess
+
+    from streamtopo.controller.operator import WEBHOOK_PATH
+
+    documents = render_chart(values, chart_dir=CHART)
+    (config,) = of_kind(documents, "ValidatingWebhookConfiguration")
+    (webhook,) = config["webhooks"]
+    (tls,) = [s for s in of_kind(documents, "Secret") if s["type"] == "kubernetes.io/tls"]
+    (service,) = [s for s in of_kind(documents, "Service") if s["metadata"]["name"] == "streamtopo-webhook"]
+    assert webhook["clientConfig"]["service"] == {
+        "name": "streamtopo-webhook",
+        "namespace": NAMESPACE,
+        "path": f"/{WEBHOOK_PATH}",
+        "port": 443,
+    }
+    assert webhook["clientConfig"]["caBundle"] == tls["data"]["ca.crt"]
+    assert webhook["rules"] == [
+        {
+            "apiGroups": ["streamtopo.dev"],
+            "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["streamtopologies"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert webhook["failurePolicy"] == "Fail" and webhook["sideEffects"] == "None"
+    if values:
+        assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-a", "team-b"]
+    container = operator_container(documents)
+    port = next(p for p in container["ports"] if p["name"] == "webhook")
+    assert service["spec"]["ports"][0]["targetPort"] == "webhook" and port["containerPort"] == 9443
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["STREAMTOPO_WEBHOOK_CERT_DIR"] == "/tls" and env["STREAMTOPO_WEBHOOK_PORT"] == "9443"
+    for key in ("ca.crt", "tls.crt"):
+        (tmp_path / key).write_bytes(base64.b64decode(tls["data"][key]))
+    verified = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(tmp_path / "ca.crt"), str(tmp_path / "tls.crt")],
+        capture_output=True,
+        text=True,
+    )
+    assert verified.returncode == 0, verified.stderr
+    names = subprocess.run(
+        ["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", str(tmp_path / "tls.crt")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"DNS:streamtopo-webhook.{NAMESPACE}.svc" in names
+    assert not of_kind(
+        render_chart({"webhook": {"enabled": False}}, chart_dir=CHART), "ValidatingWebhookConfiguration"
+    )
 
 
 def test_service_monitors() -> None:
