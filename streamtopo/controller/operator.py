@@ -38,7 +38,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import kopf
@@ -162,6 +162,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
             certfile=os.path.join(cert_dir, "tls.crt"),
             pkeyfile=os.path.join(cert_dir, "tls.key"),
         )
+    else:
+        settings.admission.server = no_webhook_server
     STATE.tick = float(os.environ.get("STREAMTOPO_TICK_SECONDS", "5"))
     STATE.api = None  # a new run may talk to another API server (kubeconfig re-read)
     STATE.client()
@@ -181,6 +183,14 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 # ------------------------------------------------------------------------------------ admission
+
+
+async def no_webhook_server(_: Any) -> AsyncIterator[Any]:
+    """The admission server when the platform turned the webhook off: it listens nowhere and never calls
+    :func:`admit_topology` (kopf insists on a server once a validating handler exists); the reconcile is
+    then the gate, with the same messages."""
+    await asyncio.Event().wait()
+    yield  # never reached: the yield makes this the async generator kopf iterates
 
 
 @kopf.on.validate(GROUP, VERSION, PLURAL, id=WEBHOOK_PATH, operations=["CREATE", "UPDATE"])
