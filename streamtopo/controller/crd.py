@@ -10,6 +10,9 @@ OpenAPI v3 schema Kubernetes requires for a CustomResourceDefinition
   types is refused, since a structural schema needs one type per node;
 - JSON Schema 2020-12 spellings become OpenAPI 3.0 ones (numeric ``exclusiveMinimum`` -> ``minimum`` plus
   a boolean, ``const`` -> a one-value ``enum``);
+- a map with validated keys (``patternProperties`` and ``propertyNames``, which a structural schema
+  cannot hold) becomes ``additionalProperties`` plus a CEL rule on every key
+  (``x-kubernetes-validations``), as do the models' own CEL rules (:func:`streamtopo.planner.model.cel`);
 - ``title`` and ``additionalProperties: false`` are dropped (the API server prunes unknown fields and
   ``kubectl`` rejects them under its default strict field validation);
 - defaults are written in their wire form (``"60s"``, not ``60.0``), nested objects built by a default
@@ -137,6 +140,8 @@ def _structural(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[s
             key: _structural(value, defs, f"{path}.{key}") for key, value in node["properties"].items()
         }
         node.setdefault("type", "object")
+    if "patternProperties" in node or "propertyNames" in node:
+        node = _keys_in_cel(node, path)
     if isinstance(node.get("additionalProperties"), dict):
         node["additionalProperties"] = _structural(node["additionalProperties"], defs, f"{path}.*")
     if "items" in node:
@@ -144,6 +149,25 @@ def _structural(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[s
     if "type" not in node and not node.get("x-kubernetes-int-or-string"):
         raise CRDSchemaError(f"{path}: no type (a structural schema needs one on every node)")
     return _ordered(node)
+
+
+def _keys_in_cel(node: dict[str, Any], path: str) -> dict[str, Any]:
+    """A map whose keys must match a pattern (and have a bounded length) as a structural schema: the
+    values' schema under ``additionalProperties``, the key checks as a CEL rule on the map."""
+    patterns = node.pop("patternProperties", {})
+    names = node.pop("propertyNames", {})
+    if len(patterns) > 1:
+        raise CRDSchemaError(f"{path}: more than one key pattern")
+    checks = [f"k.matches('{pattern}')" for pattern in patterns]
+    if "maxLength" in names:
+        checks.append(f"size(k) <= {names['maxLength']}")
+    if set(names) - {"maxLength"}:
+        raise CRDSchemaError(f"{path}: propertyNames beyond maxLength")
+    if patterns:
+        node["additionalProperties"] = next(iter(patterns.values()))
+    rule = {"rule": f"self.all(k, {' && '.join(checks)})", "message": "keys must be Kubernetes label keys"}
+    node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []), rule]
+    return node
 
 
 _KEY_ORDER = [

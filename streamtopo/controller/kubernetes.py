@@ -113,6 +113,7 @@ class RenderSettings:
             policy=PlatformPolicy(
                 udf_modules=_listed(env.get("STREAMTOPO_UDF_MODULES", "")),
                 images=_listed(env.get("STREAMTOPO_ALLOWED_IMAGES", "")),
+                node_keys=_listed(env.get("STREAMTOPO_ALLOWED_NODE_KEYS", "")),
             ),
         )
 

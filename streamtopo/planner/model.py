@@ -126,6 +126,9 @@ class PlatformPolicy:
     images: tuple[str, ...] = ()
     """Image name prefixes ``spec.image`` may use besides the platform's runtime image (the spec's
     default); empty: only that image."""
+    node_keys: tuple[str, ...] = ()
+    """Node label and taint keys tenants may select on and tolerate (a key, or a prefix ending in ``/``);
+    empty: any key but the cluster's own (:func:`node_key_problem`)."""
 
 
 POLICY = "policy"
@@ -154,6 +157,43 @@ def image_problem(image: str, default: str, allowed: Sequence[str] | None) -> st
         return None
     listed = ", ".join(allowed) or "none; the platform runs its runtime image only"
     return f"{image!r} is not among the platform's allowed images (prefixes: {listed})"
+
+
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LabelKey = Annotated[str, Field(pattern=_LABEL_KEY.pattern, max_length=317)]
+LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
+
+
+SCHEDULING_LABELS = (
+    "kubernetes.io/hostname",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "node.kubernetes.io/instance-type",
+)
+"""The well-known node labels under kubernetes.io/ a tenant may select on; every other key there, and
+under k8s.io/, is the cluster's (node roles, lifecycle taints such as not-ready or unschedulable)."""
+
+
+def node_key_problem(key: str | None, policy: PlatformPolicy | None) -> str | None:
+    """Why a tenant may not select on or tolerate node key ``key`` (None: a toleration of every taint).
+
+    On a platform the cluster's own keys are refused (selecting control-plane nodes and tolerating their
+    taint would put tenant code beside the cluster's secrets), and with ``policy.node_keys`` only the
+    listed keys or prefixes pass. Locally (no policy) anything goes: there are no nodes to protect.
+    """
+    if policy is None:
+        return None
+    if key is None:
+        return "a toleration without a key tolerates every taint, the cluster's own included"
+    domain = key.split("/")[0] if "/" in key else ""
+    if domain.endswith(("kubernetes.io", "k8s.io")) and key not in SCHEDULING_LABELS:
+        return f"{key!r} belongs to the cluster (of its keys only {', '.join(SCHEDULING_LABELS)} may be used)"
+    allowed = policy.node_keys
+    if allowed and not any(key == a or (a.endswith("/") and key.startswith(a)) for a in allowed):
+        return f"{key!r} is not among the platform's node keys ({', '.join(allowed)})"
+    return None
 
 
 StreamName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_{][A-Za-z0-9._:{}-]*$", min_length=1, max_length=200)]
@@ -212,8 +252,27 @@ class SecretKeyRef(Model):
     key: str = Field(min_length=1)
 
 
+def cel(*rules: tuple[str, str, str]) -> ConfigDict:
+    """A model's rules in CEL, for the CRD (``x-kubernetes-validations``: the API server checks them even
+    where no admission webhook runs). Each is (rule, message, field path) and restates, for what CEL can
+    say, a check of the model's own validators: tests/controller/test_cel.py shows that no rule refuses a
+    document the validator accepts, and that each refuses the documents it is written for."""
+    return ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": rule, "message": message, **({"fieldPath": path} if path else {})}
+                for rule, message, path in rules
+            ]
+        }
+    )
+
+
 class SourceSpec(Model):
     """Where a source's records come from: a built-in generator or a transport stream."""
+
+    model_config = cel(
+        ("has(self.generator) != has(self.stream)", "source needs exactly one of generator, stream", "")
+    )
 
     generator: GeneratorName | None = None
     """Built-in generator: trades, quotes (VWAP), words, or sequence ({seq, key, value})."""
@@ -259,6 +318,14 @@ class ConsoleSinkSpec(Model):
 class SinkSpec(Model):
     """Where a sink writes: a transport stream, files, or the console."""
 
+    model_config = cel(
+        (
+            "(has(self.stream) ? 1 : 0) + (has(self.file) ? 1 : 0) + (has(self.console) ? 1 : 0) == 1",
+            "sink needs exactly one of stream, file, console",
+            "",
+        )
+    )
+
     stream: StreamName | None = None
     file: FileSinkSpec | None = None
     console: ConsoleSinkSpec | None = None
@@ -301,11 +368,41 @@ class CostSpec(Model):
 class RequiresSpec(Model):
     """Resource matching: hosts whose labels match may run the operator (COLA's R_v)."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
+
+    @model_validator(mode="after")
+    def _allowed_keys(self, info: ValidationInfo) -> RequiresSpec:
+        policy = (info.context or {}).get(POLICY)
+        for key in self.node_selector:
+            if problem := node_key_problem(key, policy):
+                raise field_error("nodeSelector", problem)
+        return self
 
 
 class Operator(Model):
     """A node of the user's graph."""
+
+    model_config = cel(
+        (
+            "(self.kind == 'source') == has(self.source)",
+            "a source operator has a source, no other has",
+            ".source",
+        ),
+        ("(self.kind == 'sink') == has(self.sink)", "a sink operator has a sink, no other has", ".sink"),
+        ("self.kind != 'filter' || has(self.expr)", "a filter operator needs expr", ".expr"),
+        ("self.kind != 'map' || has(self.select)", "a map operator needs select", ".select"),
+        (
+            "self.kind != 'aggregate' || has(self.aggregations)",
+            "an aggregate operator needs aggregations",
+            ".aggregations",
+        ),
+        ("self.kind != 'udf' || has(self.function)", "a udf operator needs function", ".function"),
+        (
+            "self.kind != 'join' || (has(self.keyBy) && has(self.window))",
+            "a join operator needs keyBy, window",
+            ".keyBy",
+        ),
+    )
 
     name: OpName
     kind: OperatorKind
@@ -453,6 +550,24 @@ class ScalingRuleSpec(Model):
     simulator's scenario files and the rules themselves (planner/scaling, ``ScalingConfig``) share.
     Defaults follow the Flink Kubernetes Operator's autoscaler (docs/scaling.md)."""
 
+    model_config = cel(
+        (
+            "self.minExecutors <= self.maxExecutors",
+            "minExecutors is larger than maxExecutors",
+            ".minExecutors",
+        ),
+        (
+            "self.utilizationBand < self.targetUtilization",
+            "utilizationBand must be below targetUtilization",
+            ".utilizationBand",
+        ),
+        (
+            "self.dstreamsDownRatio < self.dstreamsUpRatio",
+            "dstreamsDownRatio must be below dstreamsUpRatio",
+            ".dstreamsDownRatio",
+        ),
+    )
+
     rule: Literal["target", "dstreams", "off"] = "target"
     """``target``: executors for the target utilisation (and the backlog); ``dstreams``: Spark's
     processing-time ratio rule; ``off``: only min/max are enforced."""
@@ -562,9 +677,6 @@ QUANTITY_PATTERN = (
 )
 """A Kubernetes resource quantity (the API server's own grammar)."""
 Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=64)]
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-LabelKey = Annotated[str, Field(pattern=_LABEL_KEY.pattern, max_length=317)]
-LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
 RESERVED_LABEL_PREFIXES = (
     "streamtopo.dev/",
     "app.kubernetes.io/",
@@ -691,11 +803,23 @@ class Toleration(Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = Field(default=None, ge=0, le=10**9)
 
+    @model_validator(mode="after")
+    def _allowed_key(self, info: ValidationInfo) -> Toleration:
+        if problem := node_key_problem(self.key, (info.context or {}).get(POLICY)):
+            raise field_error("key", problem)
+        return self
+
 
 class NodeSelectorRequirement(Model):
     key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
     values: list[LabelValue] = Field(default_factory=list, max_length=64)
+
+    @model_validator(mode="after")
+    def _allowed_key(self, info: ValidationInfo) -> NodeSelectorRequirement:
+        if problem := node_key_problem(self.key, (info.context or {}).get(POLICY)):
+            raise field_error("key", problem)
+        return self
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """As the scheduler reads it (Gt/Lt compare integers)."""
@@ -810,6 +934,14 @@ class ExecutorSpec(Model):
 
 class StreamTopologySpec(Model):
     """What the user declares."""
+
+    model_config = cel(
+        (
+            "self.operators.all(o, self.operators.exists_one(p, p.name == o.name))",
+            "operator names must be unique",
+            ".operators",
+        )
+    )
 
     image: str = Field(default="streamtopo/runtime:0.1.0", max_length=512)
     """The executors' image. On a platform, anything but its runtime image must start with one of the
@@ -1135,6 +1267,7 @@ _PATTERN_MEANING = {
     r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$": "must be module:function, e.g. mypkg.enrich:apply",
     DURATION_PATTERN: "must be a duration such as 60s, 5m, 1m30s or 250ms",
     r"^(redis|rediss|valkey|valkeys)://": "must be a redis://, rediss://, valkey:// or valkeys:// URL",
+    _LABEL_KEY.pattern: "is not a Kubernetes label key ([prefix/]name: alphanumerics, '-', '_', '.')",
 }
 
 

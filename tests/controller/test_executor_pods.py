@@ -227,6 +227,74 @@ def test_what_a_tenant_may_not_set_is_refused_by_field(executor: dict, field: st
     assert words in str(error.value)
 
 
+CONTROL_PLANE = {
+    "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}],
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
+                        ]
+                    }
+                ]
+            }
+        }
+    },
+}
+TERM = "spec.executor.podTemplate.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+@pytest.mark.parametrize(
+    ("executor", "requires", "node_keys", "refused"),
+    [
+        (
+            {"podTemplate": {"spec": CONTROL_PLANE}},
+            None,
+            (),
+            {
+                "spec.executor.podTemplate.spec.tolerations[0].key",
+                f"{TERM}.nodeSelectorTerms[0].matchExpressions[0].key",
+            },
+        ),
+        (
+            {"podTemplate": {"spec": {"tolerations": [{"operator": "Exists"}]}}},
+            None,
+            (),
+            {"spec.executor.podTemplate.spec.tolerations[0].key"},
+        ),
+        (None, {"node.kubernetes.io/unschedulable": ""}, (), {"spec.operators[0].requires.nodeSelector"}),
+        (None, {"disk": "ssd"}, ("pool", "example.com/"), {"spec.operators[0].requires.nodeSelector"}),
+        (
+            None,
+            {"example.com/disk": "ssd", "kubernetes.io/arch": "arm64"},
+            ("example.com/", "kubernetes.io/arch"),
+            set(),
+        ),
+        (None, {"topology.kubernetes.io/zone": "eu-1a", "disk": "ssd"}, (), set()),
+    ],
+    ids=["control-plane", "tolerate-all", "cluster-label", "not-listed", "listed", "well-known"],
+)
+def test_the_platform_keeps_tenants_off_the_clusters_nodes(executor, requires, node_keys, refused):
+    """On a platform a tenant may not select on or tolerate the cluster's own node keys (control-plane
+    role, lifecycle taints), nor tolerate every taint; with executor.allowedNodeKeys only the listed ones.
+    Locally (no platform) the same document is accepted: there are no nodes to protect."""
+    from streamtopo.planner.model import PlatformPolicy
+
+    doc = document(executor)
+    if requires is not None:
+        doc["spec"]["operators"][0]["requires"] = {"nodeSelector": requires}
+    load_topology(doc)
+    policy = PlatformPolicy(node_keys=node_keys)
+    if not refused:
+        load_topology(doc, policy=policy)
+        return
+    with pytest.raises(TopologyError) as error:
+        load_topology(doc, policy=policy)
+    assert {path for path, _ in error.value.problems} == refused, error.value.problems
+
+
 def test_the_chart_settings_give_each_topology_a_valid_network_policy_and_its_own_transport_secret():
     """The operator's environment as the chart renders it (default values): every topology gets a
     NetworkPolicy selecting exactly its executors with the chart's rules, and a Secret with its own
