@@ -176,8 +176,12 @@ class Keys:
 
     def sink_stream(self, name: str) -> str:
         """A user-named stream (``sink: {stream: NAME}``, ``source: {stream: NAME}``): the name itself, for
-        other programs, prefixed ``<namespace>/`` when the topology has a namespace (namespace-local)."""
-        return f"{self.namespace}/{name}" if self.namespace else name
+        other programs, prefixed ``<namespace>/`` when the topology has a namespace (namespace-local). A
+        source's ``<namespace>/<name>`` (another namespace's stream, shared by the platform) is already
+        the key."""
+        if "/" in name or not self.namespace:
+            return name
+        return f"{self.namespace}/{name}"
 
 
 def redis_url(url: str) -> str:

@@ -114,6 +114,7 @@ class RenderSettings:
                 udf_modules=_listed(env.get("STREAMTOPO_UDF_MODULES", "")),
                 images=_listed(env.get("STREAMTOPO_ALLOWED_IMAGES", "")),
                 node_keys=_listed(env.get("STREAMTOPO_ALLOWED_NODE_KEYS", "")),
+                shared_streams=_listed(env.get("STREAMTOPO_SHARED_STREAMS", "")),
             ),
         )
 
@@ -711,7 +712,10 @@ class KubernetesPlatform:
             )
             self._with_admin(
                 lambda admin: transport_acl.ensure_user(
-                    admin, owner_keys(self.owner), transport_password(self.owner, self.settings)
+                    admin,
+                    owner_keys(self.owner),
+                    transport_password(self.owner, self.settings),
+                    transport_acl.shared_reads(desired.topology),
                 )
             )
         if self.settings.executor_network_policy is not None:

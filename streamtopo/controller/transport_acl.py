@@ -9,6 +9,8 @@ platform's Valkey gets its own ACL user:
 - commands: what an executor runs (streams, hashes, strings, lists, Lua scripts, transactions), without
   the keyspace-wide ones that would show or change other tenants' data (SCAN, KEYS, RANDOMKEY, DBSIZE,
   FLUSH*, SCRIPT FLUSH/KILL, FUNCTION, and every @admin or @dangerous command);
+- read only (``%R~``): the other namespaces' streams its sources read, which the platform shares
+  (the chart's ``transport.sharedStreams``; the validator refuses any other);
 - no pub/sub channel.
 
 The admin credential stays with the operator. The user's password is an HMAC of the topology's
@@ -26,6 +28,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from streamtopo.contracts import Keys
+from streamtopo.planner.model import StreamTopology
 
 COMMANDS = (
     "-@all",
@@ -80,21 +83,34 @@ def password(admin_password: str, keys: Keys, uid: str) -> str:
     return hmac.new(admin_password.encode(), message, hashlib.sha256).hexdigest()
 
 
-def acl_rules(keys: Keys, secret: str) -> list[str]:
-    """ACL SETUSER rules: reset, enabled, exactly one password, the key patterns, no channels, commands."""
+def acl_rules(keys: Keys, secret: str, shared: Iterable[str] = ()) -> list[str]:
+    """ACL SETUSER rules: reset, enabled, exactly one password, the key patterns, read-only access to the
+    ``shared`` streams of other namespaces, no channels, commands."""
     return [
         "reset",
         "on",
         f">{secret}",
         *(f"~{p}" for p in key_patterns(keys)),
+        *(f"%R~{_glob(stream)}" for stream in sorted(shared)),
         "resetchannels",
         *COMMANDS,
     ]
 
 
-def ensure_user(admin: Any, keys: Keys, secret: str) -> None:
+def ensure_user(admin: Any, keys: Keys, secret: str, shared: Iterable[str] = ()) -> None:
     """Create or reset the topology's user (idempotent; the rules are sent, never logged)."""
-    admin.execute_command("ACL", "SETUSER", acl_user(keys), *acl_rules(keys, secret))
+    admin.execute_command("ACL", "SETUSER", acl_user(keys), *acl_rules(keys, secret, shared))
+
+
+def shared_reads(topology: StreamTopology) -> list[str]:
+    """The other namespaces' streams ``topology``'s sources read (``<namespace>/<name>``)."""
+    return sorted(
+        {
+            op.source.stream
+            for op in topology.spec.operators
+            if op.source and op.source.stream and "/" in op.source.stream
+        }
+    )
 
 
 def remove_topology(admin: Any, keys: Keys, streams: Iterable[str] = ()) -> int:

@@ -126,6 +126,9 @@ class PlatformPolicy:
     images: tuple[str, ...] = ()
     """Image name prefixes ``spec.image`` may use besides the platform's runtime image (the spec's
     default); empty: only that image."""
+    shared_streams: tuple[str, ...] = ()
+    """``<namespace>/<name>`` streams any topology may read (read only) from another namespace; empty:
+    named streams are namespace-local."""
     node_keys: tuple[str, ...] = ()
     """Node label and taint keys tenants may select on and tolerate (a key, or a prefix ending in ``/``);
     empty: any key but the cluster's own (:func:`node_key_problem`)."""
@@ -164,6 +167,15 @@ LabelKey = Annotated[str, Field(pattern=_LABEL_KEY.pattern, max_length=317)]
 LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
 
 
+def shared_stream_problem(stream: str, policy: PlatformPolicy | None) -> str | None:
+    """Why a source may not read ``stream``: on a platform, a stream of another namespace
+    (``<namespace>/<name>``) must be one the platform shares. Locally there are no namespaces to guard."""
+    if policy is None or "/" not in stream or stream in policy.shared_streams:
+        return None
+    shared = ", ".join(policy.shared_streams) or "none"
+    return f"{stream!r} is another namespace's stream, which the platform does not share (shared: {shared})"
+
+
 SCHEDULING_LABELS = (
     "kubernetes.io/hostname",
     "kubernetes.io/arch",
@@ -197,6 +209,16 @@ def node_key_problem(key: str | None, policy: PlatformPolicy | None) -> str | No
 
 
 StreamName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_{][A-Za-z0-9._:{}-]*$", min_length=1, max_length=200)]
+SourceStreamName = Annotated[
+    str,
+    Field(
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[A-Za-z0-9_{][A-Za-z0-9._:{}-]*$",
+        min_length=1,
+        max_length=264,
+    ),
+]
+"""A stream a source reads: a name of the topology's namespace, or ``<namespace>/<name>`` of another
+namespace, which a platform must share (:func:`shared_stream_problem`)."""
 """A named Valkey stream: letters, digits and ``._:-``, ``{}`` for a cluster hash tag."""
 Expression = Annotated[str, Field(min_length=1, max_length=MAX_EXPRESSION)]
 """A Spark SQL expression; the functions it calls are checked against planner/expressions.py."""
@@ -276,8 +298,9 @@ class SourceSpec(Model):
 
     generator: GeneratorName | None = None
     """Built-in generator: trades, quotes (VWAP), words, or sequence ({seq, key, value})."""
-    stream: StreamName | None = None
-    """Read an existing Valkey/Redis stream of Arrow record batches instead of generating."""
+    stream: SourceStreamName | None = None
+    """Read an existing Valkey/Redis stream of Arrow record batches instead of generating: a stream of
+    the topology's namespace, or ``<namespace>/<name>`` that the platform shares across namespaces."""
     rate_per_second: float = Field(default=1000.0, gt=0, le=1e8)
     """Generated records per second over all key groups (also the planner's expected rate)."""
     count: int | None = Field(default=None, ge=0, le=10**12)
@@ -288,8 +311,12 @@ class SourceSpec(Model):
     """Seed of the generator, so a replay yields identical records."""
 
     @model_validator(mode="after")
-    def _one_origin(self) -> SourceSpec:
+    def _one_origin(self, info: ValidationInfo) -> SourceSpec:
         _exactly_one(self, ("generator", "stream"), "source")
+        if self.stream is not None and (
+            problem := shared_stream_problem(self.stream, (info.context or {}).get(POLICY))
+        ):
+            raise field_error("stream", problem)
         return self
 
 

@@ -130,3 +130,42 @@ def test_two_tenants_with_the_same_names_cannot_reach_each_other_and_deletion_le
             redis.Redis.from_url(
                 valkey.url, username=creds["team-a"]["username"], password=creds["team-a"]["password"]
             ).ping()
+
+
+def test_a_shared_stream_is_readable_across_namespaces_and_nothing_else(valkey: EmbeddedValkey):
+    """The platform shares team-a's stream ``trades`` (transport.sharedStreams): a team-b topology whose
+    source names ``team-a/trades`` is admitted and its user may read that stream, not write it, and not
+    read team-a's other streams; an unshared qualified name is refused naming the field."""
+    from streamtopo.controller import transport_acl
+    from streamtopo.documents import load_topology
+    from streamtopo.planner.model import PlatformPolicy, TopologyError
+
+    policy = PlatformPolicy(shared_streams=("team-a/trades",))
+    reader = shared_names("team-b")
+    source = next(op for op in reader["spec"]["operators"] if op["kind"] == "source")
+    source["source"] = {"stream": "team-a/trades"}
+    topology = load_topology(reader, policy=policy)
+    assert transport_acl.shared_reads(topology) == ["team-a/trades"]
+    source["source"] = {"stream": "team-a/orders"}
+    with pytest.raises(TopologyError) as error:
+        load_topology(reader, policy=policy)
+    assert [path for path, _ in error.value.problems] == ["spec.operators[0].source.stream"]
+    load_topology(reader)  # locally (no platform) any stream may be read
+
+    admin = redis.Redis.from_url(valkey.url, password=ADMIN)
+    writer, mine = Keys("pipe", "team-a"), Keys("pipe", "team-b")
+    assert mine.sink_stream("team-a/trades") == "team-a/trades" and mine.sink_stream("out") == "team-b/out"
+    admin.xadd(writer.sink_stream("trades"), {"b": b"x"})
+    admin.xadd(writer.sink_stream("orders"), {"b": b"x"})
+    transport_acl.ensure_user(admin, mine, "r3ader-Pa55", transport_acl.shared_reads(topology))
+    me = redis.Redis.from_url(valkey.url, username=transport_acl.acl_user(mine), password="r3ader-Pa55")
+    assert len(me.xrange("team-a/trades")) == 1
+    for command, *args in (
+        (me.xadd, "team-a/trades", {"b": b"y"}),
+        (me.delete, "team-a/trades"),
+        (me.xrange, "team-a/orders"),
+        (me.get, writer.clock),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            command(*args)
+    me.xadd(mine.sink_stream("out"), {"b": b"z"})  # its own namespace's streams stay writable
