@@ -694,3 +694,27 @@ def test_observability_is_off_by_default() -> None:
     documents = render_chart({}, chart_dir=CHART)
     assert not of_kind(documents, "PrometheusRule")
     assert not [d for d in of_kind(documents, "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")]
+
+
+def test_the_defaults_are_safe_and_usable_as_installed() -> None:
+    """Default values: Valkey with auth (a generated admin password) on a PVC with AOF, NetworkPolicies
+    (Valkey's in the chart, the executors' rules handed to the operator), PodDisruptionBudgets for the
+    operator and Valkey, and the admission webhook."""
+    documents = render_chart(chart_dir=CHART)
+    (valkey,) = of_kind(documents, "StatefulSet")
+    args = valkey["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--requirepass") + 1] == "$(VALKEY_PASSWORD)"
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert valkey["spec"]["volumeClaimTemplates"][0]["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert "volumes" not in valkey["spec"]["template"]["spec"]  # no emptyDir for /data
+    (policy,) = of_kind(documents, "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "valkey"
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": 6379, "protocol": "TCP"}]
+    env = {e["name"]: e.get("value") for e in operator_container(documents)["env"]}
+    assert env["STREAMTOPO_EXECUTOR_NETWORK_POLICY"]
+    budgets = {d["metadata"]["name"]: d["spec"] for d in of_kind(documents, "PodDisruptionBudget")}
+    assert budgets == {
+        "streamtopo": {"maxUnavailable": 1, "selector": budgets["streamtopo"]["selector"]},
+        "streamtopo-valkey": {"minAvailable": 1, "selector": valkey["spec"]["selector"]},
+    }
+    assert of_kind(documents, "ValidatingWebhookConfiguration")
