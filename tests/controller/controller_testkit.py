@@ -2,8 +2,9 @@
 scripted executor exporters, and an in-memory Platform that records what it is asked to apply.
 
 The emulator gets the small shims design.md section 7 lists (the API server's side of a create:
-uid, creationTimestamp, resourceVersion, generateName, namespace from the URL, 201 Created), plus two
-more pieces of API-server behaviour the operator relies on: equality label selectors on lists and the
+uid, creationTimestamp, resourceVersion, generateName, namespace from the URL, 201 Created), plus three
+more pieces of API-server behaviour the operator relies on: validating admission on create (webhooks of
+ValidatingWebhookConfiguration objects with a ``url`` are called), equality label selectors on lists and the
 garbage collector (objects whose every ownerReference points at a deleted object are deleted, which is
 how the owned pods, ConfigMap and Service go when a StreamTopology is deleted). The operator itself never
 deletes owned objects on topology deletion.
@@ -12,10 +13,12 @@ deletes owned objects on topology deletion.
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -142,6 +145,9 @@ def make_emulator_class() -> type:
             data = request.data if isinstance(request.data, dict) else None
             if request.resource is not None and data is not None:
                 if request.action == action.CREATE:
+                    denial = await self._admit(request, data)
+                    if denial is not None:
+                        return denial
                     self._on_create(request, data)
                     if request.resource.plural == "pods" and self.pod_create_delay:
                         await asyncio.sleep(self.pod_create_delay)
@@ -160,6 +166,87 @@ def make_emulator_class() -> type:
             if request.action in (action.DELETE, action.UPDATE):
                 await self._collect_garbage()
             return response
+
+        async def _admit(self, request: Any, data: dict[str, Any]) -> Any:
+            """The API server's validating admission of a create: each ValidatingWebhookConfiguration
+            webhook whose rules match is called (``clientConfig.url``, trusting ``caBundle``) with an
+            AdmissionReview; a denial (or an unreachable webhook with failurePolicy Fail) refuses the
+            create with the webhook's message, as ``kubectl apply`` shows it."""
+            import aiohttp
+            import aiohttp.web
+
+            resource = request.resource
+            hooks = [
+                hook
+                for (res, _, _), obj in list(self._objects.items())
+                if res.plural == "validatingwebhookconfigurations" and not obj.deleted
+                for hook in obj.raw.get("webhooks") or []
+                if any(
+                    resource.group in rule.get("apiGroups", [])
+                    and resource.version in rule.get("apiVersions", [])
+                    and resource.plural in rule.get("resources", [])
+                    and "CREATE" in rule.get("operations", [])
+                    for rule in hook.get("rules") or []
+                )
+            ]
+            for hook in hooks:
+                config = hook["clientConfig"]
+                review = {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "request": {
+                        "uid": str(uuid.uuid4()),
+                        "kind": {
+                            "group": resource.group,
+                            "version": resource.version,
+                            "kind": data.get("kind"),
+                        },
+                        "resource": {
+                            "group": resource.group,
+                            "version": resource.version,
+                            "resource": resource.plural,
+                        },
+                        "namespace": request.namespace,
+                        "operation": "CREATE",
+                        "userInfo": {"username": "kubernetes-admin"},
+                        "object": data,
+                        "oldObject": None,
+                        "dryRun": False,
+                    },
+                }
+                context = ssl.create_default_context(cadata=base64.b64decode(config["caBundle"]).decode())
+                try:
+                    async with (
+                        aiohttp.ClientSession() as session,
+                        session.post(
+                            config["url"], json=review, ssl=context, timeout=aiohttp.ClientTimeout(total=10)
+                        ) as answer,
+                    ):
+                        response = (await answer.json())["response"]
+                except (aiohttp.ClientError, TimeoutError) as error:
+                    if hook.get("failurePolicy", "Fail") == "Ignore":
+                        continue
+                    response = {
+                        "allowed": False,
+                        "status": {"code": 500, "message": f"failed calling webhook: {error}"},
+                    }
+                if not response.get("allowed"):
+                    status = response.get("status") or {}
+                    code = int(status.get("code") or 400)
+                    message = (
+                        f'admission webhook "{hook["name"]}" denied the request: {status.get("message", "")}'
+                    )
+                    return aiohttp.web.json_response(
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Status",
+                            "status": "Failure",
+                            "message": message,
+                            "code": code,
+                        },
+                        status=code,
+                    )
+            return None
 
         def _on_create(self, request: Any, data: dict[str, Any]) -> None:
             meta = data.setdefault("metadata", {})

@@ -2,8 +2,9 @@
 AdmissionReview requests as the API server sends them: the fuzz suite's malformed topologies are denied
 naming the field, valid ones admitted, and updates that leave the spec alone always admitted.
 
-The emulator does not call webhooks, so the requests are posted the way the API server would post them
-(the chart's ValidatingWebhookConfiguration routes CREATE and UPDATE of streamtopologies here).
+The fuzz cases are posted the way the API server would post them; the last test goes through the API:
+the chart's ValidatingWebhookConfiguration in the emulator, whose admission shim calls the webhook on
+create (controller_testkit.py).
 """
 
 from __future__ import annotations
@@ -148,3 +149,45 @@ def test_the_webhook_denies_malformed_topologies_naming_the_field_and_admits_val
         finalizing = json.loads(json.dumps(bad))
         finalizing["metadata"]["finalizers"] = []
         assert webhook.review(finalizing, "UPDATE", old=bad)["allowed"] is True
+
+
+def test_the_api_refuses_a_bad_topology_through_the_charts_webhook_configuration(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """The chart's ValidatingWebhookConfiguration (pointed at the loopback server instead of the
+    Service) in the emulator, which calls it on create as the API server does: `kubectl apply` of a bad
+    StreamTopology fails with the fields named and nothing is stored; a good one is created and run."""
+    import base64
+    import urllib.error
+
+    from test_kopf_kmock import CR_PATH, cluster, pods
+
+    from streamtopo.controller.manifests import render_chart
+
+    ca = certificate(tmp_path)
+    port = free_port()
+    monkeypatch.setenv("STREAMTOPO_WEBHOOK_CERT_DIR", str(tmp_path))
+    monkeypatch.setenv("STREAMTOPO_WEBHOOK_ADDR", "127.0.0.1")
+    monkeypatch.setenv("STREAMTOPO_WEBHOOK_PORT", str(port))
+    (config,) = [d.obj for d in render_chart({}) if d.kind == "ValidatingWebhookConfiguration"]
+    config["webhooks"][0]["clientConfig"] = {
+        "url": f"https://127.0.0.1:{port}/{WEBHOOK_PATH}",
+        "caBundle": base64.b64encode(ca.read_bytes()).decode(),
+    }
+    cluster(kube)
+    with operator(kube, monkeypatch):
+        wait_for(lambda: listening(port), what="the webhook server")
+        kube.create("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", config)
+        bad = topology()
+        bad["spec"]["operators"][1]["select"] = ["reflect('java.lang.Runtime', 'getRuntime')"]
+        bad["spec"]["keyGroups"] = 0
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            kube.create(CR_PATH, bad)
+        body = json.loads(refused.value.read())
+        assert refused.value.code == 422
+        assert 'admission webhook "validate.streamtopologies.streamtopo.dev" denied' in body["message"]
+        assert "spec.keyGroups" in body["message"] and "spec.operators[1].select" in body["message"]
+        assert "reflect(), which is not an allowed function" in body["message"]
+        assert kube.get(f"{CR_PATH}/pipe") is None
+        kube.create(CR_PATH, topology())
+        wait_for(lambda: pods(kube), what="the admitted topology's pods")
