@@ -115,6 +115,14 @@ class RenderSettings:
                 images=_listed(env.get("STREAMTOPO_ALLOWED_IMAGES", "")),
                 node_keys=_listed(env.get("STREAMTOPO_ALLOWED_NODE_KEYS", "")),
                 shared_streams=_listed(env.get("STREAMTOPO_SHARED_STREAMS", "")),
+                prometheus_urls=_listed(
+                    ",".join(
+                        (
+                            env.get("STREAMTOPO_PROMETHEUS_URL", ""),
+                            env.get("STREAMTOPO_ALLOWED_PROMETHEUS_URLS", ""),
+                        )
+                    )
+                ),
             ),
         )
 

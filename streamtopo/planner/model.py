@@ -129,6 +129,9 @@ class PlatformPolicy:
     shared_streams: tuple[str, ...] = ()
     """``<namespace>/<name>`` streams any topology may read (read only) from another namespace; empty:
     named streams are namespace-local."""
+    prometheus_urls: tuple[str, ...] = ()
+    """URL prefixes a topology's own Prometheus may have (the operator sends requests there from inside
+    the cluster, so an open choice would let a tenant reach any internal service); empty: none."""
     node_keys: tuple[str, ...] = ()
     """Node label and taint keys tenants may select on and tolerate (a key, or a prefix ending in ``/``);
     empty: any key but the cluster's own (:func:`node_key_problem`)."""
@@ -669,9 +672,20 @@ class AutoscalingSpec(ScalingRuleSpec):
 
 class PrometheusSpec(Model):
     url: str = Field(pattern=r"^https?://[^\s/?#]+[^\s]*$", max_length=2048)
-    """http or https only (no file:// or other schemes reach the operator's HTTP client)."""
+    """http or https only (no file:// or other schemes reach the operator's HTTP client); on a platform
+    only under a prefix it allows (the operator queries the URL from inside the cluster)."""
     basic_auth_secret: SecretKeyRef | None = None
     """Secret holding ``user:password`` for basic auth."""
+
+    @model_validator(mode="after")
+    def _allowed_url(self, info: ValidationInfo) -> PrometheusSpec:
+        policy = (info.context or {}).get(POLICY)
+        if policy is not None and not any(self.url.startswith(prefix) for prefix in policy.prometheus_urls):
+            allowed = ", ".join(policy.prometheus_urls) or "none"
+            raise field_error(
+                "url", f"{self.url!r} is not among the platform's Prometheus URLs (prefixes: {allowed})"
+            )
+        return self
 
 
 class MetricsSpec(Model):

@@ -63,4 +63,5 @@ def subprocess_env(kube: EmulatedKubernetes) -> dict[str, str]:
         "KUBECONFIG": str(kube.kubeconfig),
         "STREAMTOPO_TICK_SECONDS": "0.3",
         "STREAMTOPO_WATCH_SERVER_TIMEOUT": "30",
+        "STREAMTOPO_ALLOWED_PROMETHEUS_URLS": "http://127.0.0.1:",
     }

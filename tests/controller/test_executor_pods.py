@@ -367,3 +367,27 @@ def test_rotating_the_admin_password_rotates_the_topologys_password_and_replaces
     assert not [
         o for o in plain if o["kind"] in ("Secret", "NetworkPolicy")
     ]  # nothing without the platform's settings
+
+
+def test_a_topologys_prometheus_must_be_one_the_platform_allows():
+    """The operator queries a topology's Prometheus from inside the cluster: on a platform only URLs under
+    the chart's prometheus.allowedUrls or the platform's own Prometheus are accepted (no reaching any
+    internal service through the operator)."""
+    from streamtopo.controller.kubernetes import RenderSettings
+
+    policy = RenderSettings.from_env(
+        {
+            "STREAMTOPO_PROMETHEUS_URL": "http://prometheus.monitoring:9090",
+            "STREAMTOPO_ALLOWED_PROMETHEUS_URLS": "https://prom.team-a.example.com/",
+        }
+    ).policy
+    doc = document()
+    for url in ("http://prometheus.monitoring:9090", "https://prom.team-a.example.com/api"):
+        doc["spec"]["metrics"] = {"prometheus": {"url": url}}
+        load_topology(doc, policy=policy)
+    for url in ("http://kubernetes.default.svc/api", "http://169.254.169.254/latest/meta-data"):
+        doc["spec"]["metrics"] = {"prometheus": {"url": url}}
+        with pytest.raises(TopologyError) as error:
+            load_topology(doc, policy=policy)
+        assert [path for path, _ in error.value.problems] == ["spec.metrics.prometheus.url"]
+        load_topology(doc)  # locally the user's own URL is theirs to choose

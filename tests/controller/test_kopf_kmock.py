@@ -110,6 +110,8 @@ def operator(
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig))
     monkeypatch.setenv("STREAMTOPO_TICK_SECONDS", "0.3")
     monkeypatch.setenv("STREAMTOPO_WATCH_SERVER_TIMEOUT", "30")
+    # The platform lets topologies name the tests' Prometheus servers (all on loopback).
+    monkeypatch.setenv("STREAMTOPO_ALLOWED_PROMETHEUS_URLS", "http://127.0.0.1:")
     runner = KopfRunner(
         [
             "run",
