@@ -177,6 +177,9 @@ class TimedPlatform:
     def running_executors(self) -> dict[str, str | None]:
         return self.inner.running_executors()
 
+    def failing_executors(self) -> dict[str, str]:
+        return self.inner.failing_executors()
+
     def apply(self, desired: Any) -> None:
         started = time.perf_counter()
         self.inner.apply(desired)

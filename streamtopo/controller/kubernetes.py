@@ -705,6 +705,9 @@ class KubernetesPlatform:
         """Executor -> pod IP, for the direct-scrape metrics source."""
         return {p["metadata"]["name"]: (p.get("status") or {}).get("podIP") for p in self._pods()}
 
+    def failing_executors(self) -> dict[str, str]:
+        return {name: health.problem for name, health in self.pod_health().items() if health.problem}
+
     def pod_health(self) -> dict[str, PodHealth]:
         """Executor pod -> readiness and what keeps it from running, read from the pods' status."""
         return {p["metadata"]["name"]: pod_health(p) for p in self._pods()}

@@ -61,6 +61,11 @@ class Platform(Protocol):
         """Executor name -> host it runs on (None while unscheduled)."""
         ...
 
+    def failing_executors(self) -> dict[str, str]:
+        """Executor name -> why it will not run by itself (a crash loop, an image that cannot be pulled,
+        an eviction); starting or running executors are not listed."""
+        ...
+
 
 class MetricsUnavailable(RuntimeError):
     """No trustworthy measurement for this window: the loop must neither rebalance nor scale.

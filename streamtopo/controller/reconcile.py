@@ -19,8 +19,9 @@ time changes only when the status does.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ from streamtopo.controller.platform import (
     MetricsUnavailable,
     Platform,
     RuntimeStats,
+    UnitRates,
 )
 from streamtopo.documents import load_topology, object_document
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats, PlacementRules
@@ -404,13 +406,23 @@ def placement_rules(spec: StreamTopologySpec, cluster: Cluster) -> PlacementRule
 
 
 def allocation_state(
-    stats: RuntimeStats, routing: RoutingTable, spec: StreamTopologySpec, cluster: Cluster
+    stats: RuntimeStats,
+    routing: RoutingTable,
+    spec: StreamTopologySpec,
+    cluster: Cluster,
+    *,
+    failing: Collection[str] = (),
+    lost: Collection[str] = (),
 ) -> AllocationState:
     """ALBIC's view of one period: gLoad_k = 100 * busy rate, mc_k = state bytes, out(g_i, g_j) = rate.
 
-    Raises MetricsUnavailable when a unit of the routing table has no measurement (full metric window).
+    Raises MetricsUnavailable when a unit of the routing table has no measurement (full metric window),
+    except on a ``failing`` executor, which cannot report: such a unit counts with its operator's mean
+    measured load and no state. ``lost`` executors (failing past the grace period) are marked for removal
+    (ALBIC's B), so their key groups move to the others.
     """
     assignment = routing.assignment()
+    stats = _estimate_failing(stats, [u for u, e in assignment.items() if e in failing])
     missing = [u for u in assignment if u not in stats.units]
     if missing:
         shown = ", ".join(f"{op}/{kg}" for op, kg in sorted(missing)[:5])
@@ -426,7 +438,7 @@ def allocation_state(
             capacity=entry.cpu,
             host=entry.host,
             labels=labels.get(entry.host or "", {}),
-            marked_for_removal=entry.draining,
+            marked_for_removal=entry.draining or name in lost,
         )
         for name, entry in sorted(routing.executors.items())
     ]
@@ -451,6 +463,29 @@ def allocation_state(
         traffic=traffic,
         rules=placement_rules(spec, cluster),
     )
+
+
+def _estimate_failing(stats: RuntimeStats, units: Sequence[KeyGroupId]) -> RuntimeStats:
+    """``stats`` with the unmeasured ``units`` (hosted by failing executors) at their operator's mean busy
+    and input rates over its measured units, or every measured unit's when none of the operator's is."""
+    unmeasured = [u for u in units if u not in stats.units]
+    if not unmeasured or not stats.units:
+        return stats
+
+    def mean(rates: Sequence[UnitRates]) -> UnitRates:
+        return UnitRates(
+            busy=sum(r.busy for r in rates) / len(rates),
+            records_in=sum(r.records_in for r in rates) / len(rates),
+        )
+
+    by_operator: dict[str, list[UnitRates]] = {}
+    for (op, _), rates in stats.units.items():
+        by_operator.setdefault(op, []).append(rates)
+    overall = mean(list(stats.units.values()))
+    estimated = dict(stats.units)
+    for unit in unmeasured:
+        estimated[unit] = mean(by_operator[unit[0]]) if unit[0] in by_operator else overall
+    return dataclasses.replace(stats, units=estimated)
 
 
 def executor_loads(
@@ -683,6 +718,8 @@ class AdaptationLoop:
         self._written: str | None = None
         """The memory last handed to the platform (a period that changes nothing writes nothing)."""
         self.history: list[StepResult] = []
+        self.failing_since: dict[str, float] = {}
+        """Executor -> ``now`` of the first period that saw it failing (forgotten once it runs again)."""
 
     @property
     def interval(self) -> float:
@@ -727,9 +764,25 @@ class AdaptationLoop:
             cluster = executor_hosts(self.topology.spec, self.platform.hosts())
         except ValueError as error:
             return self._record(self._skip("NoMatchingNodes", str(error), count))
+        failing = {e: why for e, why in self.platform.failing_executors().items() if e in before.executors}
+        self.failing_since = {e: self.failing_since.get(e, now) for e in failing}
+        grace = self.topology.spec.autoscaling.failure_grace
+        lost = {e for e, since in self.failing_since.items() if now - since >= grace}
+        if lost and lost >= set(before.executors):
+            lost = set()  # nowhere to move their key groups: wait for an executor to run again
+        if waiting := sorted(set(failing) - lost):
+            reasons = ", ".join(f"{e} ({failing[e]})" for e in waiting)
+            return self._record(
+                self._skip(
+                    "ExecutorFailing",
+                    f"{reasons} not running: no rebalancing or scaling until it runs again or "
+                    f"{grace:g}s have passed, when its key groups move to the others",
+                    count,
+                )
+            )
         try:
             stats = self.metrics.collect(self.topology.metadata.name, self.interval)
-            state = allocation_state(stats, before, self.topology.spec, cluster)
+            state = allocation_state(stats, before, self.topology.spec, cluster, failing=failing, lost=lost)
         except MetricsUnavailable as why:
             return self._record(
                 self._skip(why.reason, f"{why}: no rebalancing or scaling this period", count)
@@ -750,8 +803,20 @@ class AdaptationLoop:
         if result.assignment != before.assignment() or executors != dict(before.executors):
             routing = before.moved(result.assignment, executors)
         if mode == "Recommend":
-            return self._record(self._recommend(state, before, routing, result))
-        return self._record(self._apply(state, before, routing, result))
+            step = self._recommend(state, before, routing, result)
+        else:
+            step = self._apply(state, before, routing, result)
+        step.outcome.events += [
+            Event(
+                "ExecutorLost",
+                f"{e} has not run for {now - self.failing_since[e]:.0f}s ({failing[e]}): its "
+                f"{len(before.units_of(e))} key groups move to the other executors",
+                "Warning",
+            )
+            for e in sorted(lost)
+            if before.units_of(e)
+        ]
+        return self._record(step)
 
     def approve(self, decision: str) -> StepResult | None:
         """Apply the pending recommendation ``decision`` (Recommend mode); None when it is not the

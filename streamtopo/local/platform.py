@@ -85,6 +85,11 @@ class LocalPlatform:
     def running_executors(self) -> dict[str, str | None]:
         return {n: p.host for n, p in self.processes.items() if p.popen.poll() is None}
 
+    def failing_executors(self) -> dict[str, str]:
+        """None: a local executor that exits is started again by the next :meth:`apply` (the drills kill
+        them on purpose), and a run that cannot start one fails as a whole."""
+        return {}
+
     # -------------------------------------------------------------------------------------- files
 
     def write_topology(self, topology: StreamTopology) -> None:

@@ -654,6 +654,9 @@ class AutoscalingSpec(ScalingRuleSpec):
     max_migrations_per_round: int | None = Field(default=10, ge=0, le=100_000)
     max_migration_cost: NonNegative | None = None
     """Bound on the summed migration cost (state bytes) per round instead of a count."""
+    failure_grace: Duration = 300.0
+    """An executor that has not run for this long (its pod crash-looping, unable to pull its image,
+    evicted) is marked for removal at the next period: ALBIC moves its key groups to the others."""
     albic: AlbicSpec = Field(default_factory=AlbicSpec)
 
     @property

@@ -48,6 +48,8 @@ class MemoryPlatform:
     cluster: Cluster
     applied: list[DesiredState] = field(default_factory=list)
     running: dict[str, str | None] = field(default_factory=dict)
+    failing: dict[str, str] = field(default_factory=dict)
+    """Executor -> why it fails (a test sets it, as kubelet would report a crash loop)."""
 
     def hosts(self) -> Cluster:
         return self.cluster
@@ -58,6 +60,9 @@ class MemoryPlatform:
 
     def running_executors(self) -> dict[str, str | None]:
         return dict(self.running)
+
+    def failing_executors(self) -> dict[str, str]:
+        return dict(self.failing)
 
 
 # --------------------------------------------------------------------------------- kmock emulator

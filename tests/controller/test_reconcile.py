@@ -638,3 +638,36 @@ def test_local_run_and_operator_route_alike(rate):
     assert local_routing.batch_sizes == operator_routing.batch_sizes
     assert local_routing.units == operator_routing.units
     assert all(n >= 2 for n in local_routing.batch_sizes.values())
+
+
+def test_a_crash_looping_executor_loses_its_key_groups_after_the_grace_period():
+    """hot-e1 crash-loops (kubelet's reason through the platform) and reports nothing: within
+    autoscaling.failureGrace the loop waits (a restart may cure it; no unit moves to or from it); past
+    it, hot-e1 is marked for removal and ALBIC, with its units' loads estimated from the measured ones,
+    moves every one of its key groups to running executors, with a Warning naming it and the reason."""
+    doc = scenario_topology(max_migrations=10)
+    doc["spec"]["autoscaling"]["failureGrace"] = "10m"
+    platform = MemoryPlatform(two_hosts())
+    measured = {("src", kg): UnitRates(busy=0.05, records_in=100.0) for kg in range(8)}
+    measured[("out", 0)] = UnitRates(busy=0.01, records_in=10.0)
+    source = StatsSource(RuntimeStats(topology="hot", window_seconds=300.0, units=measured, traffic={}))
+    loop = AdaptationLoop(platform, source, load_topology(doc), routing=initial_routing())
+    platform.failing = {"hot-e1": "CrashLoopBackOff (Error)"}
+
+    first = loop.step(0.0)
+    agg = {("agg", kg) for kg in range(8)}
+    assert first.skipped == "ExecutorFailing"  # within the grace period: nothing moves on its account
+    assert all(loop.routing.owner(u) == "hot-e1" for u in agg)
+    assert not [e for e in first.outcome.events if e.reason == "ExecutorLost"]
+
+    second = loop.step(700.0)
+    assert second.applied
+    assert not loop.routing.units_of("hot-e1")
+    assert all(loop.routing.owner(u) != "hot-e1" for u in agg)
+    (lost,) = [e for e in second.outcome.events if e.reason == "ExecutorLost"]
+    assert lost.type == "Warning" and "hot-e1" in lost.message and "CrashLoopBackOff" in lost.message
+    assert platform.applied[-1].routing == loop.routing
+
+    platform.failing = {}
+    loop.step(1400.0)
+    assert loop.failing_since == {}  # running again: a later failure starts a new grace period
