@@ -34,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -153,6 +155,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     if port:
         start_http_server(int(port))
     STATE.settings = RenderSettings.from_env()
+    settings.peering.priority = peering_priority(os.environ)
     if cert_dir := os.environ.get("STREAMTOPO_WEBHOOK_CERT_DIR"):
         # The admission webhook (admit_topology); the chart's ValidatingWebhookConfiguration points at it
         # and carries the CA. kopf re-reads the files when they change (a renewed certificate).
@@ -168,6 +171,17 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     STATE.api = None  # a new run may talk to another API server (kubeconfig re-read)
     STATE.client()
     STATE.planner = planner_from_env()
+
+
+def peering_priority(env: Mapping[str, str]) -> int:
+    """This replica's kopf peering priority: ``STREAMTOPO_PEERING_PRIORITY``, else a number derived from
+    the pod's name. kopf pauses every replica when peers share a priority, and a Deployment's replicas
+    cannot be given different arguments, so equal defaults would leave no replica acting; distinct
+    names give distinct priorities, and the highest live one acts."""
+    if given := env.get("STREAMTOPO_PEERING_PRIORITY"):
+        return int(given)
+    name = env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") % 1_000_000 + 1
 
 
 @kopf.on.cleanup()

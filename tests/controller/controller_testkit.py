@@ -317,6 +317,7 @@ RESOURCES = {
     "v1/events": {"kind": "Event", "singular": "event", "namespaced": True},
     "v1/nodes": {"kind": "Node", "singular": "node", "namespaced": False},
     "v1/namespaces": {"kind": "Namespace", "singular": "namespace", "namespaced": False},
+    "kopf.dev/v1/kopfpeerings": {"kind": "KopfPeering", "singular": "kopfpeering", "namespaced": True},
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 

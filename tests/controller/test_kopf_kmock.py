@@ -537,6 +537,73 @@ def test_killed_mid_reconcile_converges_without_duplicates(
     assert final_routing == table  # the restart re-applied the recorded deployment, not a new plan
 
 
+def test_two_replicas_with_peering_one_acts_and_the_other_takes_over(
+    kube: EmulatedKubernetes, subprocess_env: dict[str, str], tmp_path
+):
+    """Two operator processes as the chart's HA mode runs them (`--peering`, pods of one Deployment:
+    same arguments, different names): exactly one handles topologies while the other pauses; when the
+    leader stops (a rolling update, a drained node), the standby resumes and handles the next change."""
+    cluster(kube)
+    kube.create(
+        f"/apis/kopf.dev/v1/namespaces/{NS}/kopfpeerings",
+        {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "streamtopo"}},
+    )
+    command = [sys.executable, "-c", "from streamtopo.cli import main; main()", "operator", "--namespace", NS]
+    command += ["--peering", "streamtopo", "--verbose"]
+    replicas = {}
+    for name in ("streamtopo-7d9f-a", "streamtopo-7d9f-b"):
+        log = (tmp_path / f"{name}.log").open("w")
+        env = {**subprocess_env, "POD_NAME": name}
+        replicas[name] = (
+            subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True),
+            tmp_path / f"{name}.log",
+        )
+    from streamtopo.controller.operator import peering_priority
+
+    leader, standby = sorted(replicas, key=lambda n: peering_priority({"POD_NAME": n}), reverse=True)
+
+    def handled(name: str) -> int:
+        return replicas[name][1].read_text().count("Handler 'reconcile_topology' succeeded")
+
+    def acting(name: str) -> bool:
+        """kopf's latest peering verdict in the replica's log (both start paused; the first one up
+        acts alone until it sees the other)."""
+        log = replicas[name][1].read_text()
+        return log.rfind("Resuming operations") > log.rfind("Pausing operations")
+
+    try:
+        wait_for(
+            lambda: acting(leader) and not acting(standby) and "Pausing" in replicas[standby][1].read_text(),
+            timeout=60,
+            what="the peering settled: the higher priority acts, the other pauses",
+        )
+        kube.create(CR_PATH, topology())
+        first = wait_for(lambda: pods(kube), timeout=60, what="pods from the leader")
+        wait_for(lambda: handled(leader) >= 1, what="the leader's reconcile")
+        assert handled(standby) == 0 and not acting(standby)
+
+        leader_process = replicas[leader][0]
+        os.killpg(leader_process.pid, signal.SIGTERM)  # graceful: it leaves the peering at once
+        leader_process.wait(30)
+        wait_for(lambda: acting(standby), timeout=60, what="the standby resuming")
+        kube.patch(f"{CR_PATH}/pipe", {"spec": {"keyGroups": 6}})
+        wait_for(lambda: handled(standby) >= 1, timeout=60, what="the standby handling the update")
+        wait_for(
+            lambda: (
+                set(expected_units(topology() | {"spec": {**topology()["spec"], "keyGroups": 6}}))
+                <= set(routing(kube)["units"])
+            ),
+            timeout=60,
+            what="the update applied by the standby",
+        )
+    finally:
+        for process, _ in replicas.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
+    assert first
+
+
 class BasicAuthPrometheus:
     """A stand-in for Prometheus's HTTP API behind basic auth (as with its web.config.file): requests
     without the right ``Authorization`` header get 401; authorised queries get an empty result. It
