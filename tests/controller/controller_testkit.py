@@ -105,6 +105,8 @@ def make_emulator_class() -> type:
             """Namespaces are served here: kmock cannot parse the path of the namespace list itself."""
             import aiohttp.web
 
+            if raw_request.path.endswith("/scale") and "/streamtopologies/" in raw_request.path:
+                return await self._scale(raw_request)
             if raw_request.path.rstrip("/") != "/api/v1/namespaces":
                 # kmock keeps every request for assertions and finds each new one by scanning that
                 # history (quadratic over a long run); these tests assert on objects, so keep it short.
@@ -143,6 +145,33 @@ def make_emulator_class() -> type:
                         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
                         for ns in self.namespaces
                     ],
+                }
+            )
+
+        async def _scale(self, raw_request: Any) -> Any:
+            """The CRD's scale subresource (specReplicasPath .spec.replicas, statusReplicasPath
+            .status.executors, labelSelectorPath .status.selector), as `kubectl scale` uses it: a GET or
+            merge PATCH of ``.../scale`` reads or writes the topology and answers an autoscaling/v1 Scale."""
+            import aiohttp.web
+
+            main = raw_request.clone(rel_url=raw_request.rel_url.path.removesuffix("/scale"))
+            response = await self.__call__(main)
+            if response.status >= 300:
+                return response
+            topology = json.loads(response.body)
+            meta = topology["metadata"]
+            return aiohttp.web.json_response(
+                {
+                    "apiVersion": "autoscaling/v1",
+                    "kind": "Scale",
+                    "metadata": {
+                        k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta
+                    },
+                    "spec": {"replicas": (topology.get("spec") or {}).get("replicas")},
+                    "status": {
+                        "replicas": (topology.get("status") or {}).get("executors", 0),
+                        "selector": (topology.get("status") or {}).get("selector", ""),
+                    },
                 }
             )
 

@@ -953,21 +953,24 @@ def test_recommend_mode_acts_on_nothing_until_a_decision_is_approved(
 def test_replicas_pin_the_executor_count_and_albic_balances_within(
     kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch, prometheus_factory, scripted_runtime
 ):
-    """spec.replicas (what `kubectl scale stopo NAME --replicas N` writes through the scale subresource):
-    the SPL loop brings the executor count to N and keeps it there while it rebalances."""
+    """`kubectl scale stopo NAME --replicas N` (a merge patch of the scale subresource, which the
+    emulator maps as the CRD declares: spec.replicas, status.executors, status.selector): the SPL loop
+    brings the executor count to N and keeps it there while it rebalances."""
     cluster(kube)
     prometheus = hot_runtime("pin", kube, prometheus_factory, scripted_runtime)
     doc = hot_topology("pin", prometheus.url, {})
     with operator(kube, monkeypatch):
         kube.create(CR_PATH, doc)
         wait_for(lambda: routing(kube, "pin"), what="the initial routing table")
-        kube.patch(f"{CR_PATH}/pin", {"spec": {"replicas": 4}})
+        scale = kube.patch(f"{CR_PATH}/pin/scale", {"spec": {"replicas": 4}})  # what `kubectl scale` sends
+        assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 4
         table = wait_for(
             lambda: (t := routing(kube, "pin")) and len(t["executors"]) == 4 and t,
             timeout=120,
             what="4 executors after scaling to 4",
         )
-        wait_for(lambda: status(kube, "pin").get("executors") == 4, what="status.executors (scale status)")
+        wait_for(lambda: kube.get(f"{CR_PATH}/pin/scale")["status"]["replicas"] == 4, what="the scale status")
+        assert kube.get(f"{CR_PATH}/pin/scale")["status"]["selector"] == status(kube, "pin")["selector"]
         version = table["version"]
         later = wait_for(
             lambda: (t := routing(kube, "pin"))["version"] >= version + 2 and t,
