@@ -578,9 +578,10 @@ class LoopMemory:
     scaling: ScalingState = field(default_factory=lambda: _scaling_state())
     collocations: Collocations = ()
     decisions: tuple[dict[str, Any], ...] = ()
+    failing_since: Mapping[str, float] = field(default_factory=dict)
+    """Executor -> when the loop first saw it failing (the failure grace period runs from there)."""
 
     def to_json(self) -> str:
-        import dataclasses
         import json
 
         return json.dumps(
@@ -588,6 +589,7 @@ class LoopMemory:
                 "scaling": dataclasses.asdict(self.scaling),
                 "collocations": self.collocations,
                 "decisions": self.decisions,
+                "failing": dict(self.failing_since),
             },
             sort_keys=True,
         )
@@ -604,7 +606,8 @@ class LoopMemory:
             scaling = data.get("scaling") or {}
             scaling["history"] = tuple(tuple(h) for h in scaling.get("history") or ())
             pairs = tuple((_unit(a), _unit(b)) for a, b in data.get("collocations") or ())
-            return cls(_scaling_state(**scaling), pairs, tuple(data.get("decisions") or ()))
+            failing = {str(e): float(t) for e, t in (data.get("failing") or {}).items()}
+            return cls(_scaling_state(**scaling), pairs, tuple(data.get("decisions") or ()), failing)
         except (ValueError, TypeError, AttributeError):
             return cls()
 
@@ -765,7 +768,12 @@ class AdaptationLoop:
         except ValueError as error:
             return self._record(self._skip("NoMatchingNodes", str(error), count))
         failing = {e: why for e, why in self.platform.failing_executors().items() if e in before.executors}
-        self.failing_since = {e: self.failing_since.get(e, now) for e in failing}
+        previous, self.failing_since = (
+            self.failing_since,
+            {e: self.failing_since.get(e, now) for e in failing},
+        )
+        if self.failing_since != previous:
+            self._remember(before)  # the failing-since times survive an operator restart
         grace = self.topology.spec.autoscaling.failure_grace
         lost = {e for e, since in self.failing_since.items() if now - since >= grace}
         if lost and lost >= set(before.executors):
@@ -859,7 +867,7 @@ class AdaptationLoop:
     @property
     def memory(self) -> LoopMemory:
         """What the next round needs from this one, as a value (persisted, restorable)."""
-        return LoopMemory(self.scaling_state, self.collocations, self.decisions)
+        return LoopMemory(self.scaling_state, self.collocations, self.decisions, dict(self.failing_since))
 
     def restore(self, text: str | None) -> None:
         """Continue from a persisted :attr:`memory` (an operator restart); None or unreadable: start fresh."""
@@ -869,7 +877,15 @@ class AdaptationLoop:
             memory.collocations,
             memory.decisions,
         )
+        self.failing_since = dict(memory.failing_since)
         self._written = text
+
+    def _remember(self, routing: RoutingTable) -> None:
+        """Write the loop's memory with ``routing`` when it changed since the last write."""
+        memory = self.memory.to_json()
+        if memory != self._written:
+            self.platform.apply(DesiredState(self.topology, routing, memory))
+            self._written = memory
 
     def _apply(
         self, state: AllocationState, before: RoutingTable, routing: RoutingTable, result: AdaptationResult

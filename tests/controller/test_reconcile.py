@@ -671,3 +671,25 @@ def test_a_crash_looping_executor_loses_its_key_groups_after_the_grace_period():
     platform.failing = {}
     loop.step(1400.0)
     assert loop.failing_since == {}  # running again: a later failure starts a new grace period
+
+
+def test_the_failure_grace_period_survives_an_operator_restart():
+    """The time an executor was first seen failing is written with the routing table: a loop restored
+    from it (a restarted operator) moves the key groups when the original grace period ends, not a
+    whole grace period after the restart."""
+    doc = scenario_topology(max_migrations=10)
+    doc["spec"]["autoscaling"]["failureGrace"] = "10m"
+    platform = MemoryPlatform(two_hosts())
+    measured = {("src", kg): UnitRates(busy=0.05, records_in=100.0) for kg in range(8)}
+    measured[("out", 0)] = UnitRates(busy=0.01, records_in=10.0)
+    source = StatsSource(RuntimeStats(topology="hot", window_seconds=300.0, units=measured, traffic={}))
+    loop = AdaptationLoop(platform, source, load_topology(doc), routing=initial_routing())
+    platform.failing = {"hot-e1": "ImagePullBackOff"}
+    assert loop.step(1000.0).skipped == "ExecutorFailing"
+    written = platform.applied[-1]
+    assert written.routing == initial_routing() and '"failing": {"hot-e1": 1000.0}' in written.memory
+
+    restarted = AdaptationLoop(platform, source, load_topology(doc), routing=written.routing)
+    restarted.restore(written.memory)
+    assert restarted.step(1700.0).applied  # 700 s after the first sighting, not after the restart
+    assert not restarted.routing.units_of("hot-e1")
