@@ -721,14 +721,7 @@ class KubernetesPlatform:
                 self.core.create_namespaced_secret,
                 self.core.patch_namespaced_secret,
             )
-            self._with_admin(
-                lambda admin: transport_acl.ensure_user(
-                    admin,
-                    owner_keys(self.owner),
-                    transport_password(self.owner, self.settings),
-                    transport_acl.shared_reads(desired.topology),
-                )
-            )
+            self.ensure_transport_user(desired.topology)
         if self.settings.executor_network_policy is not None:
             from kubernetes import client
 
@@ -790,6 +783,20 @@ class KubernetesPlatform:
             routing=RoutingTable.from_json(data["routing.json"]),
             memory=data.get("state.json"),
         )
+
+    def ensure_transport_user(self, topology: StreamTopology) -> None:
+        """(Re)create the topology's Valkey user when it has one: with every apply, and on every operator
+        tick, since Valkey forgets run-time ACL users when it restarts and executors must not stay
+        locked out until the next period."""
+        if self.settings.own_user(topology):
+            self._with_admin(
+                lambda admin: transport_acl.ensure_user(
+                    admin,
+                    owner_keys(self.owner),
+                    transport_password(self.owner, self.settings),
+                    transport_acl.shared_reads(topology),
+                )
+            )
 
     def remove_transport_data(self, streams: Sequence[str]) -> int:
         """Delete the topology's Valkey user, keys and the named ``streams`` (keys deleted); nothing to do

@@ -543,6 +543,8 @@ async def spl_loop(
         await stopped.wait(min(STATE.tick, max(0.05, period.next_step - time.monotonic())))
         if stopped:
             break
+        if STATE.settings.transport_admin_password:
+            await asyncio.to_thread(_keep_transport_user, body, memo, logger, stopped)
         nodes_changed = getattr(memo, "nodes_version", STATE.nodes_version) != STATE.nodes_version
         if not nodes_changed and time.monotonic() < period.next_step and not period.approved(body):
             continue  # nothing to do: no API call between periods
@@ -551,6 +553,30 @@ async def spl_loop(
         except Exception:  # one bad period must not end the loop
             logger.exception("SPL period failed")
             SPL_STEPS.labels("error").inc()
+
+
+def _keep_transport_user(
+    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, stopped: kopf.DaemonStopped
+) -> None:
+    """Re-assert the topology's Valkey user (one command): a restarted Valkey has forgotten it, and its
+    executors reconnect within seconds. Under the topology's lock and never once stopped, so it cannot
+    re-create a user the delete handler removed. An invalid spec has no deployment to keep; an
+    unreachable Valkey is logged once per outage."""
+    try:
+        topology = admit(body, STATE.settings.policy)
+    except TopologyError:
+        return
+    try:
+        with _lock(memo):
+            if stopped:
+                return
+            _platform(body).ensure_transport_user(topology)
+    except TransportAdminError as error:
+        if not getattr(memo, "transport_down", False):
+            logger.warning(str(error))
+        memo.transport_down = True
+    else:
+        memo.transport_down = False
 
 
 class Period:

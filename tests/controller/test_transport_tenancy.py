@@ -117,6 +117,15 @@ def test_two_tenants_with_the_same_names_cannot_reach_each_other_and_deletion_le
                     command(*args)
         assert admin.get(keys["team-b"].clock) == b"1"  # team-a's refused SET changed nothing
 
+        # Valkey forgets run-time ACL users when it restarts: the operator re-creates them by itself.
+        admin.execute_command("ACL", "DELUSER", creds["team-b"]["username"])
+        wait_for(
+            lambda: admin.execute_command("ACL", "GETUSER", creds["team-b"]["username"]),
+            timeout=20,
+            what="team-b's user re-created",
+        )
+        assert clients["team-b"].get(keys["team-b"].clock) == b"1"
+
         # Deleting team-a's topology removes its user, keys and output stream; team-b keeps everything.
         kube.delete(f"{cr_path('team-a')}/pipe")
         wait_for(lambda: kube.get(f"{cr_path('team-a')}/pipe") is None, what="team-a's topology gone")
