@@ -114,6 +114,9 @@ class RenderSettings:
                 udf_modules=_listed(env.get("STREAMTOPO_UDF_MODULES", "")),
                 images=_listed(env.get("STREAMTOPO_ALLOWED_IMAGES", "")),
                 node_keys=_listed(env.get("STREAMTOPO_ALLOWED_NODE_KEYS", "")),
+                max_executors=_limit(env.get("STREAMTOPO_MAX_EXECUTORS")),
+                max_key_groups=_limit(env.get("STREAMTOPO_MAX_KEY_GROUPS")),
+                max_operators=_limit(env.get("STREAMTOPO_MAX_OPERATORS")),
                 shared_streams=_listed(env.get("STREAMTOPO_SHARED_STREAMS", "")),
                 prometheus_urls=_listed(
                     ",".join(
@@ -137,6 +140,11 @@ class RenderSettings:
     def transport_url_of(self, topology: StreamTopology) -> str:
         url = topology.spec.transport.url
         return self.transport_url if self.transport_url and self.platform_transport(topology) else url
+
+
+def _limit(value: str | None) -> int | None:
+    """A chart limit (an environment variable): a positive count, or None when unset or 0."""
+    return int(value) if value and int(value) > 0 else None
 
 
 def _listed(value: str) -> tuple[str, ...]:

@@ -132,6 +132,13 @@ class PlatformPolicy:
     prometheus_urls: tuple[str, ...] = ()
     """URL prefixes a topology's own Prometheus may have (the operator sends requests there from inside
     the cluster, so an open choice would let a tenant reach any internal service); empty: none."""
+    max_executors: int | None = None
+    """The most executors one topology may ask for (``autoscaling.maxExecutors``, ``replicas``);
+    None: the model's own bound."""
+    max_key_groups: int | None = None
+    """The most key groups of one operator (``keyGroups``, per operator or topology-wide)."""
+    max_operators: int | None = None
+    """The most operators of one topology."""
     node_keys: tuple[str, ...] = ()
     """Node label and taint keys tenants may select on and tolerate (a key, or a prefix ending in ``/``);
     empty: any key but the cluster's own (:func:`node_key_problem`)."""
@@ -1015,6 +1022,47 @@ class StreamTopologySpec(Model):
         problem = image_problem(self.image, default, policy.images if policy else None)
         if problem:
             raise field_error("image", problem)
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _platform_defaults(cls, data: Any, info: ValidationInfo) -> Any:
+        """Under a platform's limits, the defaults a topology leaves out shrink to fit them (32 key groups
+        and 32 executors would otherwise refuse every topology that does not set them)."""
+        policy = (info.context or {}).get(POLICY)
+        if policy is None or not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if policy.max_key_groups is not None and "keyGroups" not in data and "key_groups" not in data:
+            data["keyGroups"] = min(cls.model_fields["key_groups"].default, policy.max_key_groups)
+        scaling = data.get("autoscaling", {})
+        if policy.max_executors is not None and isinstance(scaling, dict):
+            if "maxExecutors" not in scaling and "max_executors" not in scaling:
+                default = ScalingRuleSpec.model_fields["max_executors"].default
+                data["autoscaling"] = {**scaling, "maxExecutors": min(default, policy.max_executors)}
+        return data
+
+    @model_validator(mode="after")
+    def _within_platform_limits(self, info: ValidationInfo) -> StreamTopologySpec:
+        """The platform's per-topology limits (the chart's ``limits``), so one tenant's topology cannot
+        take the cluster or the planner; tighter than the model's own bounds."""
+        policy = (info.context or {}).get(POLICY)
+        if policy is None:
+            return self
+        checks = [
+            ("operators", len(self.operators), policy.max_operators, "operators"),
+            ("keyGroups", self.key_groups, policy.max_key_groups, "key groups"),
+            ("autoscaling.maxExecutors", self.autoscaling.max_executors, policy.max_executors, "executors"),
+            ("autoscaling.minExecutors", self.autoscaling.min_executors, policy.max_executors, "executors"),
+            ("replicas", self.replicas or 0, policy.max_executors, "executors"),
+        ]
+        checks += [
+            (f"operators[{i}].keyGroups", op.key_groups or 0, policy.max_key_groups, "key groups")
+            for i, op in enumerate(self.operators)
+        ]
+        for field, value, limit, what in checks:
+            if limit is not None and value > limit:
+                raise field_error(field, f"{value} {what}: the platform allows at most {limit} per topology")
         return self
 
     def operator(self, name: str) -> Operator:

@@ -391,3 +391,43 @@ def test_a_topologys_prometheus_must_be_one_the_platform_allows():
             load_topology(doc, policy=policy)
         assert [path for path, _ in error.value.problems] == ["spec.metrics.prometheus.url"]
         load_topology(doc)  # locally the user's own URL is theirs to choose
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (
+            lambda spec: spec.setdefault("autoscaling", {}).update(maxExecutors=9),
+            "spec.autoscaling.maxExecutors",
+        ),
+        (lambda spec: spec.update(replicas=12), "spec.replicas"),
+        (lambda spec: spec.update(keyGroups=64), "spec.keyGroups"),
+        (lambda spec: spec["operators"][1].update(keyGroups=33), "spec.operators[1].keyGroups"),
+        (
+            lambda spec: spec["operators"].extend(
+                {"name": f"f{i}", "kind": "filter", "inputs": ["words"], "expr": "true"} for i in range(8)
+            ),
+            "spec.operators",
+        ),
+    ],
+    ids=["max-executors", "replicas", "key-groups", "operator-key-groups", "operators"],
+)
+def test_the_platforms_limits_are_kept_per_topology(edit, field):
+    """The chart's limits (STREAMTOPO_MAX_*) refuse a topology above them, naming the field; the same
+    document is fine locally and under the model's own bounds."""
+    from streamtopo.controller.kubernetes import RenderSettings
+
+    policy = RenderSettings.from_env(
+        {"STREAMTOPO_MAX_EXECUTORS": "8", "STREAMTOPO_MAX_KEY_GROUPS": "32", "STREAMTOPO_MAX_OPERATORS": "10"}
+    ).policy
+    doc = document()
+    doc["spec"]["keyGroups"] = 8
+    spec = load_topology(doc, policy=policy).spec
+    assert spec.autoscaling.max_executors == 8  # a default above the limit shrinks to it
+    edit(doc["spec"])
+    load_topology(doc)
+    with pytest.raises(TopologyError) as error:
+        load_topology(doc, policy=policy)
+    assert [path for path, _ in error.value.problems] == [field]
+    assert "the platform allows at most" in str(error.value)
+    assert RenderSettings.from_env({"STREAMTOPO_MAX_EXECUTORS": "0"}).policy.max_executors is None
