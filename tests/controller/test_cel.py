@@ -67,7 +67,9 @@ def violations(schema: dict[str, Any], value: Any, path: str = "") -> Iterator[t
             result = CEL.program(CEL.compile(rule["rule"])).evaluate({"self": celpy.json_to_cel(value)})
         except (celpy.CELEvalError, TypeError, ValueError):
             continue
-        if result is not True and not isinstance(result, celpy.CELEvalError) and not bool(result):
+        if isinstance(result, celpy.CELEvalError):  # celpy may return the error instead of raising it
+            continue
+        if not bool(result):
             yield path + rule.get("fieldPath", ""), rule["message"]
     if isinstance(value, dict) and "properties" in schema:
         for key, child in schema["properties"].items():

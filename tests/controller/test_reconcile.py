@@ -640,18 +640,29 @@ def test_local_run_and_operator_route_alike(rate):
     assert all(n >= 2 for n in local_routing.batch_sizes.values())
 
 
-def test_a_crash_looping_executor_loses_its_key_groups_after_the_grace_period():
-    """hot-e1 crash-loops (kubelet's reason through the platform) and reports nothing: within
-    autoscaling.failureGrace the loop waits (a restart may cure it; no unit moves to or from it); past
-    it, hot-e1 is marked for removal and ALBIC, with its units' loads estimated from the measured ones,
-    moves every one of its key groups to running executors, with a Warning naming it and the reason."""
+def failing_loop() -> tuple[AdaptationLoop, MemoryPlatform, dict, StatsSource]:
+    """The hot scenario with a 10-minute failure grace; only hot-e0's units report (src, out), as when
+    hot-e1's pod fails and exports nothing."""
     doc = scenario_topology(max_migrations=10)
     doc["spec"]["autoscaling"]["failureGrace"] = "10m"
     platform = MemoryPlatform(two_hosts())
     measured = {("src", kg): UnitRates(busy=0.05, records_in=100.0) for kg in range(8)}
     measured[("out", 0)] = UnitRates(busy=0.01, records_in=10.0)
     source = StatsSource(RuntimeStats(topology="hot", window_seconds=300.0, units=measured, traffic={}))
-    loop = AdaptationLoop(platform, source, load_topology(doc), routing=initial_routing())
+    return (
+        AdaptationLoop(platform, source, load_topology(doc), routing=initial_routing()),
+        platform,
+        doc,
+        source,
+    )
+
+
+def test_a_crash_looping_executor_loses_its_key_groups_after_the_grace_period():
+    """hot-e1 crash-loops (kubelet's reason through the platform) and reports nothing: within
+    autoscaling.failureGrace the loop waits (a restart may cure it; no unit moves to or from it); past
+    it, hot-e1 is marked for removal and ALBIC, with its units' loads estimated from the measured ones,
+    moves every one of its key groups to running executors, with a Warning naming it and the reason."""
+    loop, platform, _, _ = failing_loop()
     platform.failing = {"hot-e1": "CrashLoopBackOff (Error)"}
 
     first = loop.step(0.0)
@@ -677,13 +688,7 @@ def test_the_failure_grace_period_survives_an_operator_restart():
     """The time an executor was first seen failing is written with the routing table: a loop restored
     from it (a restarted operator) moves the key groups when the original grace period ends, not a
     whole grace period after the restart."""
-    doc = scenario_topology(max_migrations=10)
-    doc["spec"]["autoscaling"]["failureGrace"] = "10m"
-    platform = MemoryPlatform(two_hosts())
-    measured = {("src", kg): UnitRates(busy=0.05, records_in=100.0) for kg in range(8)}
-    measured[("out", 0)] = UnitRates(busy=0.01, records_in=10.0)
-    source = StatsSource(RuntimeStats(topology="hot", window_seconds=300.0, units=measured, traffic={}))
-    loop = AdaptationLoop(platform, source, load_topology(doc), routing=initial_routing())
+    loop, platform, doc, source = failing_loop()
     platform.failing = {"hot-e1": "ImagePullBackOff"}
     assert loop.step(1000.0).skipped == "ExecutorFailing"
     written = platform.applied[-1]

@@ -558,6 +558,29 @@ def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path
 
 
 @pytest.mark.slow
+def migrate_crash_and_finish(
+    topology: StreamTopology, routing_path, table, url: str, out, units: list[tuple[str, int]]
+) -> None:
+    """Two executors ex-0 and ex-1: move each of ``units`` to the other one, 0.7 s apart, crash ex-1 (no
+    release) and start it again, then run to the end of stream and finalize the file sinks."""
+    runs = {n: Running(Executor(topology, routing_path, n, url, output_dir=out)) for n in ("ex-0", "ex-1")}
+    store = runs["ex-0"].executor.store
+    try:
+        for unit in units:
+            time.sleep(0.7)
+            assignment = table.assignment()
+            assignment[unit] = "ex-1" if assignment[unit] == "ex-0" else "ex-0"
+            table = table.moved(assignment)
+            write_routing(routing_path, table)
+        runs["ex-1"].stop(release=False)
+        runs["ex-1"] = Running(Executor(topology, routing_path, "ex-1", url, output_dir=out))
+        wait_finished(store, topology)
+    finally:
+        for run in runs.values():
+            run.stop()
+    finalize_sinks(store, topology, out)
+
+
 def test_records_travelling_whole_across_executors_arrive_once(valkey, spark, tmp_path):
     """A re-keyed map into a keyed file sink on two executors: most records leave the producer's JVM as
     Arrow and cross through Valkey. Units move and an executor crashes: every record is written once."""
@@ -599,24 +622,14 @@ def test_records_travelling_whole_across_executors_arrive_once(valkey, spark, tm
     table = round_robin(topology, ["ex-0", "ex-1"])
     write_routing(routing_path, table)
     out = tmp_path / "out"
-    runs = {
-        n: Running(Executor(topology, routing_path, n, valkey.url, output_dir=out)) for n in ("ex-0", "ex-1")
-    }
-    store = runs["ex-0"].executor.store
-    try:
-        for unit in [("out", 1), ("rekeyed", 2), ("out", 3), ("numbers", 0)]:
-            time.sleep(0.8)
-            assignment = table.assignment()
-            assignment[unit] = "ex-1" if assignment[unit] == "ex-0" else "ex-0"
-            table = table.moved(assignment)
-            write_routing(routing_path, table)
-        runs["ex-1"].stop(release=False)
-        runs["ex-1"] = Running(Executor(topology, routing_path, "ex-1", valkey.url, output_dir=out))
-        wait_finished(store, topology)
-    finally:
-        for run in runs.values():
-            run.stop()
-    finalize_sinks(store, topology, out)
+    migrate_crash_and_finish(
+        topology,
+        routing_path,
+        table,
+        valkey.url,
+        out,
+        [("out", 1), ("rekeyed", 2), ("out", 3), ("numbers", 0)],
+    )
     lines = read_lines(out)
     assert sorted(int(line["seq"]) for line in lines) == list(range(count))
     assert all(int(line["account"]) == (int(line["seq"]) // 4) % 7 for line in lines)
@@ -796,25 +809,9 @@ def test_executors_run_as_their_topologys_acl_user_through_migrations_and_a_cras
         table = round_robin(topology, ["ex-0", "ex-1"])
         write_routing(routing_path, table)
         out = tmp_path / "out"
-        runs = {
-            n: Running(Executor(topology, routing_path, n, server.url, output_dir=out))
-            for n in ("ex-0", "ex-1")
-        }
-        store = runs["ex-0"].executor.store
-        try:
-            for unit in [("totals", 1), ("numbers", 2), ("out", 3)]:
-                time.sleep(0.6)
-                assignment = table.assignment()
-                assignment[unit] = "ex-1" if assignment[unit] == "ex-0" else "ex-0"
-                table = table.moved(assignment)
-                write_routing(routing_path, table)
-            runs["ex-1"].stop(release=False)
-            runs["ex-1"] = Running(Executor(topology, routing_path, "ex-1", server.url, output_dir=out))
-            wait_finished(store, topology)
-        finally:
-            for run in runs.values():
-                run.stop()
-        finalize_sinks(store, topology, out)
+        migrate_crash_and_finish(
+            topology, routing_path, table, server.url, out, [("totals", 1), ("numbers", 2), ("out", 3)]
+        )
         denied = admin.execute_command("ACL", "LOG")
         written = [k.decode() for k in admin.scan_iter()]
     assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
