@@ -134,8 +134,11 @@ class RenderSettings:
         return topology.spec.transport.url == TransportSpec().url
 
     def own_user(self, topology: StreamTopology) -> bool:
-        """Whether ``topology``'s executors authenticate as the topology's own ACL user."""
-        return bool(self.transport_admin_password) and self.platform_transport(topology)
+        """Whether ``topology``'s executors authenticate as the topology's own ACL user: the operator knows
+        the platform's Valkey (its URL and admin password) and the topology runs on it."""
+        return bool(self.transport_admin_password and self.transport_url) and self.platform_transport(
+            topology
+        )
 
     def transport_url_of(self, topology: StreamTopology) -> str:
         url = topology.spec.transport.url
@@ -822,7 +825,7 @@ class KubernetesPlatform:
         """``action(admin client)`` on the platform's Valkey; its errors as :class:`TransportAdminError`."""
         import redis
 
-        assert self.settings.transport_url and self.settings.transport_admin_password
+        assert self.settings.transport_url and self.settings.transport_admin_password  # own_user says so
         try:
             return action(_admin_client(self.settings.transport_url, self.settings.transport_admin_password))
         except redis.RedisError as error:

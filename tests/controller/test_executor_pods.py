@@ -353,7 +353,10 @@ def test_rotating_the_admin_password_rotates_the_topologys_password_and_replaces
     owner = {"metadata": {**OWNER["metadata"], "namespace": "markets"}}
 
     def rendered(admin: str) -> tuple[dict[str, str], str]:
-        objects = render(outcome.desired, "markets", owner, RenderSettings(transport_admin_password=admin))
+        settings = RenderSettings(
+            transport_url="redis://valkey.streamtopo.svc:6379", transport_admin_password=admin
+        )
+        objects = render(outcome.desired, "markets", owner, settings)
         pods = [o for o in objects if o["kind"] == "Pod"]
         hashes = {o["metadata"]["name"]: o["metadata"]["annotations"][HASH_ANNOTATION] for o in pods}
         (secret,) = [o for o in objects if o["kind"] == "Secret"]
@@ -363,6 +366,8 @@ def test_rotating_the_admin_password_rotates_the_topologys_password_and_replaces
     assert before == again  # derived, not random: re-applying changes nothing
     assert after[1] != before[1]
     assert all(after[0][pod] != before[0][pod] for pod in before[0])
+    no_url = RenderSettings(transport_admin_password="old-Pa55")  # no platform Valkey to make users on
+    assert not [o for o in render(outcome.desired, "markets", owner, no_url) if o["kind"] == "Secret"]
     plain = render(outcome.desired, "markets", owner, RenderSettings())
     assert not [
         o for o in plain if o["kind"] in ("Secret", "NetworkPolicy")
