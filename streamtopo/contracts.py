@@ -6,6 +6,8 @@ the others can find and read it. One definition each:
 - Valkey keys and stream names: :class:`Keys` (namespace-scoped), and the environment variables that
   carry an executor's transport credentials (:data:`TRANSPORT_USERNAME_ENV`, :data:`TRANSPORT_PASSWORD_ENV`);
 - metric names: :class:`Metric` (the executors export them; controller, live view, dashboards read them);
+- a unit's committed record: :class:`UnitRecord` (the executors write it; the operator reads the
+  offsets of named-stream readers to trim shared streams);
 - the routing table: :class:`RoutingTable` (below).
 
 The routing table says which executor runs each unit, versioned. The controller writes it (a ConfigMap
@@ -18,7 +20,10 @@ grows, so an executor never acts on an older table.
 from __future__ import annotations
 
 import json
+import math
+import struct
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -226,3 +231,57 @@ class Metric:
 def total(counter: str) -> str:
     """The sample name of counter ``counter`` in the exposition format."""
     return f"{counter}_total"
+
+
+UNIT_RECORD_MAGIC = b"STU1"
+
+
+@dataclass
+class UnitRecord:
+    """Everything a unit needs to resume elsewhere: the executor's bookkeeping plus operator state."""
+
+    emitted: int = 0
+    """Sources: records generated so far (the replay offset)."""
+    offsets: dict[str, str] = field(default_factory=dict)
+    """Input stream -> id of the last entry consumed."""
+    seq_in: dict[str, int] = field(default_factory=dict)
+    """Producer unit -> last sequence number applied (dedup of re-sent entries)."""
+    wm_in: dict[str, float] = field(default_factory=dict)
+    """Producer unit -> its last watermark (punctuation)."""
+    seq_out: dict[str, int] = field(default_factory=dict)
+    """Destination unit -> last sequence number sent."""
+    wm_out: dict[str, float] = field(default_factory=dict)
+    """Destination unit -> last watermark sent."""
+    watermark: float = -math.inf
+    """The unit's own watermark: min over its producers (a source: its generator's)."""
+    records_in: int = 0
+    records_out: int = 0
+    sink_len: int = 0
+    """File sinks: committed length of the key group's file, pending bytes included."""
+    pending: bytes = b""
+    """File sinks: the bytes of the last commit, (re)written at ``sink_len - len(pending)`` after it."""
+    state: bytes = b""
+    """Operator state (``UnitOperator.encode_state``)."""
+
+    def encode(self) -> bytes:
+        header = {k: v for k, v in asdict(self).items() if k not in ("pending", "state")}
+        blob = json.dumps(header, separators=(",", ":")).encode()
+        return b"".join(
+            [
+                UNIT_RECORD_MAGIC,
+                struct.pack("<II", len(blob), len(self.pending)),
+                blob,
+                self.pending,
+                self.state,
+            ]
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> UnitRecord:
+        if not data.startswith(UNIT_RECORD_MAGIC):
+            raise ValueError("not a streamtopo unit record (bad magic)")
+        n_header, n_pending = struct.unpack_from("<II", data, len(UNIT_RECORD_MAGIC))
+        at = len(UNIT_RECORD_MAGIC) + 8
+        header = json.loads(data[at : at + n_header])
+        at += n_header
+        return cls(**header, pending=data[at : at + n_pending], state=data[at + n_pending :])

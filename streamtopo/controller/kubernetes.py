@@ -45,7 +45,7 @@ from streamtopo.contracts import (
     parse_unit,
     redis_url,
 )
-from streamtopo.controller import transport_acl
+from streamtopo.controller import sharing, transport_acl
 from streamtopo.controller.platform import DesiredState
 from streamtopo.documents import load_topology, object_document
 from streamtopo.planner.cluster import Cluster, Host
@@ -821,6 +821,19 @@ class KubernetesPlatform:
         keys = owner_keys(self.owner)
         return self._with_admin(lambda admin: transport_acl.remove_topology(admin, keys, streams))
 
+    def trim_streams(self, readers: Mapping[str, Sequence[str]]) -> int:
+        """Trim each named stream (key -> the unit keys that read it) past every reader's committed
+        offset (:func:`.sharing.trim`); needs the platform's Valkey admin, as the topology's own user may
+        not read its consumers' unit records. Returns the entries removed."""
+        topology = load_topology(object_document(self.owner))
+        if not self.settings.own_user(topology):
+            return 0
+        return int(
+            self._with_admin(
+                lambda admin: sum(sharing.trim(admin, key, units) for key, units in readers.items())
+            )
+        )
+
     def _with_admin(self, action: Any) -> Any:
         """``action(admin client)`` on the platform's Valkey; its errors as :class:`TransportAdminError`."""
         import redis
@@ -926,3 +939,30 @@ def list_topologies(api_client: Any, namespace: str) -> dict[str, dict[str, Any]
         GROUP, VERSION, namespace, PLURAL, _preload_content=False
     )
     return {item["metadata"]["name"]: item for item in KubernetesPlatform._items(found)}
+
+
+def write_shared(api_client: Any, namespace: str, doc: Mapping[str, Any]) -> None:
+    """Create the shared topology ``doc``, or bring the existing one's owners to ``doc``'s, or delete it
+    when no owner is left (:mod:`~streamtopo.controller.sharing`).
+
+    An existing ``doc`` carries the resourceVersion it was decided on, so a concurrent change (another
+    consumer joining) fails the patch with a conflict and the caller decides again; two topologies
+    founding the same part at once conflict on its name the same way.
+    """
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    api = client.CustomObjectsApi(api_client)
+    meta = doc["metadata"]
+    if "resourceVersion" not in meta:
+        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": doc["spec"]}
+        api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    elif not any(r.get("kind") == KIND for r in meta.get("ownerReferences") or []):
+        try:
+            api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, meta["name"])
+        except ApiException as error:
+            if error.status != 404:
+                raise
+    else:
+        patch = {"metadata": {k: meta[k] for k in ("ownerReferences", "resourceVersion")}}
+        api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, meta["name"], patch)

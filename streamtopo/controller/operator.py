@@ -41,6 +41,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -59,6 +60,7 @@ from streamtopo.controller.kubernetes import (
     patch_status,
     read_topology,
     selector,
+    write_shared,
 )
 from streamtopo.controller.planner_worker import DEFAULT_TASKS_PER_CHILD, DEFAULT_TIMEOUT, WorkerPlanner
 from streamtopo.controller.platform import DesiredState, MetricsSource, MetricsUnavailable
@@ -75,7 +77,18 @@ from streamtopo.controller.reconcile import (
     problems_message,
     reconcile,
 )
-from streamtopo.planner.model import SecretKeyRef, TopologyError
+from streamtopo.controller.sharing import (
+    SHARED_LABEL,
+    Sharing,
+    WaitForPartners,
+    decide,
+    is_shared,
+    owners,
+    reader_units,
+    with_owners,
+)
+from streamtopo.planner.benoit.split import join_shared
+from streamtopo.planner.model import SecretKeyRef, StreamTopology, TopologyError
 
 WEBHOOK_PATH = "validate-topology"
 """The admission webhook's URL path (kopf serves a handler under its id; the chart's
@@ -114,6 +127,8 @@ class OperatorState:
         self.settings = RenderSettings.from_env()
         self.tick = 5.0
         """Seconds between daemon wake-ups (node changes, pod convergence); the SPL is per topology."""
+        self.trim_every = 30.0
+        """Seconds between trims of a shared topology's streams."""
         self.nodes_version = 0
         self.topologies: set[tuple[str, str]] = set()
         self.failures: dict[tuple[str, str], set[tuple[str, str | None, int]]] = {}
@@ -168,6 +183,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     else:
         settings.admission.server = no_webhook_server
     STATE.tick = float(os.environ.get("STREAMTOPO_TICK_SECONDS", "5"))
+    STATE.trim_every = float(os.environ.get("STREAMTOPO_TRIM_SECONDS", "30"))
     STATE.api = None  # a new run may talk to another API server (kubeconfig re-read)
     STATE.client()
     STATE.planner = planner_from_env()
@@ -254,13 +270,21 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     with _lock(memo), RECONCILE_SECONDS.time():
         platform = _platform(body)
         nodes_version = STATE.nodes_version  # node events from now on are looked at by the daemon
+        previous = _previous(platform)
+        shares: list[Sharing] = []
+
+        def share(topology: StreamTopology) -> StreamTopology:
+            shares.append(_share(body, topology, deployed=previous is not None))
+            return shares[-1].deploy
+
         try:
             outcome = reconcile(
                 body,
                 platform,
-                previous=_previous(platform),
+                previous=previous,
                 planner=STATE.planner,
                 policy=STATE.settings.policy,
+                share=share,
             )
         except (NoHosts, TransportAdminError) as error:
             reason = "NoHosts" if isinstance(error, NoHosts) else "TransportUnavailable"
@@ -271,11 +295,75 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 observed=True,
             )
             raise kopf.TemporaryError(str(error), delay=30) from None
+        except WaitForPartners as wait:
+            waiting = ConditionChange("Sharing", "False", "WaitingForPartners", str(wait))
+            publish(body, platform, Outcome(conditions=[waiting]), observed=False)
+            raise kopf.TemporaryError(str(wait), delay=max(1.0, wait.seconds)) from None
         if outcome.cluster is not None:
             memo.cluster = outcome.cluster.model_dump_json()
             memo.nodes_version = nodes_version
+        if shares and (sharing := shares[-1].status()):
+            outcome.status["sharing"] = sharing
         publish(body, platform, outcome, observed=True)
     RECONCILES.labels("applied" if outcome.desired else "refused").inc()
+
+
+def _share(body: kopf.Body, topology: StreamTopology, *, deployed: bool) -> Sharing:
+    """The sharing decision for ``topology`` (:mod:`.sharing`), the shared topology written first: a
+    consumer never runs before what it reads exists. A conflict (another consumer changed the shared
+    topology meanwhile) retries the whole decision in a second."""
+    from kubernetes.client.exceptions import ApiException
+
+    if not topology.spec.sharing.enabled:
+        return Sharing(topology)
+    namespace = body.metadata.namespace or ""
+    decision = decide(
+        dict(body),
+        topology,
+        list_topologies(STATE.client(), namespace),
+        deployed=deployed,
+        now=datetime.now(UTC),
+        admit=lambda doc: admit(doc, STATE.settings.policy),
+    )
+    if decision.write and decision.shared is not None:
+        try:
+            write_shared(STATE.client(), namespace, decision.shared)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            raise kopf.TemporaryError("the shared topology changed meanwhile", delay=1) from None
+    return decision
+
+
+@kopf.on.field(GROUP, VERSION, PLURAL, field="metadata.ownerReferences", labels={SHARED_LABEL: "true"})
+def count_consumers(body: kopf.Body, **_: Any) -> None:
+    """A shared topology's status lists its consumers (its owners) as they come and go."""
+    consumers = sorted(r["name"] for r in owners(body))
+    patch_status(
+        STATE.client(),
+        body.metadata.namespace or "",
+        body.metadata.name or "",
+        {"sharing": {"consumers": consumers}},
+    )
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, retries=20, backoff=5)
+def leave_shared(body: kopf.Body, **_: Any) -> None:
+    """A deleted consumer leaves the shared topologies it reads; the last one out deletes them (their own
+    delete handler then removes their streams). The API server's garbage collector would do the latter
+    through the ownerReferences; doing it here does not depend on it."""
+    from kubernetes.client.exceptions import ApiException
+
+    namespace, uid = body.metadata.namespace or "", body.metadata.uid
+    for doc in list_topologies(STATE.client(), namespace).values():
+        if is_shared(doc) and any(r.get("uid") == uid for r in owners(doc)):
+            kept = [r for r in owners(doc) if r.get("uid") != uid]
+            try:
+                write_shared(STATE.client(), namespace, with_owners(doc, kept))
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+                raise kopf.TemporaryError("the shared topology changed meanwhile", delay=1) from None
 
 
 def _previous(platform: KubernetesPlatform) -> DesiredState | None:
@@ -545,6 +633,9 @@ async def spl_loop(
             break
         if STATE.settings.transport_admin_password:
             await asyncio.to_thread(_keep_transport_user, body, memo, logger, stopped)
+            if is_shared(body) and time.monotonic() >= getattr(memo, "next_trim", 0.0):
+                memo.next_trim = time.monotonic() + STATE.trim_every
+                await asyncio.to_thread(_trim_shared, body, memo, logger, stopped)
         nodes_changed = getattr(memo, "nodes_version", STATE.nodes_version) != STATE.nodes_version
         if not nodes_changed and time.monotonic() < period.next_step and not period.approved(body):
             continue  # nothing to do: no API call between periods
@@ -577,6 +668,40 @@ def _keep_transport_user(
         memo.transport_down = True
     else:
         memo.transport_down = False
+
+
+def _trim_shared(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, stopped: kopf.DaemonStopped) -> None:
+    """Trim a shared topology's streams up to what its slowest consumer has committed: they would grow
+    without bound otherwise, since readers never trim a named stream. A consumer whose spec no longer
+    admits holds the trim back (what it reads is not known)."""
+    from streamtopo.contracts import Keys
+
+    try:
+        shared = admit(body, STATE.settings.policy)
+        namespace = list_topologies(STATE.client(), body.metadata.namespace or "")
+        consumers = [
+            admit(namespace[r["name"]], STATE.settings.policy) for r in owners(body) if r["name"] in namespace
+        ]
+    except TopologyError:
+        return
+    keys = Keys.of(shared)
+    readers: dict[str, list[str]] = {}
+    for op in shared.spec.operators:
+        if op.sink is not None and op.sink.stream:
+            for consumer in consumers:
+                joined = join_shared(consumer, shared)
+                units = reader_units(joined, op.sink.stream) if joined is not None else []
+                readers.setdefault(keys.sink_stream(op.sink.stream), []).extend(units)
+    try:
+        with _lock(memo):
+            if stopped:
+                return
+            removed = _platform(body).trim_streams(readers)
+    except TransportAdminError as error:
+        logger.warning(str(error))
+        return
+    if removed:
+        logger.info(f"trimmed {removed} entries its consumers have all read")
 
 
 class Period:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -278,6 +278,7 @@ def reconcile(
     seed: int = 0,
     planner: Planner = IN_PROCESS,
     policy: PlatformPolicy | None = None,
+    share: Callable[[StreamTopology], StreamTopology] | None = None,
 ) -> Outcome:
     """Validate, plan and apply one StreamTopology; never raises for bad input.
 
@@ -285,10 +286,13 @@ def reconcile(
     unchanged spec and cluster, the previous state is re-applied as is: a restarted operator converges to
     the same objects and keeps the routing ALBIC reached instead of re-planning from scratch.
     ``policy``: what the platform lets tenants choose (UDF modules, images); None: no platform (a test or a
-    local tool), the user's own code.
+    local tool), the user's own code. ``share``: what the admitted topology's executors run instead (its
+    rewrite reading a shared part's streams, :mod:`.sharing`); it refuses with TopologyError.
     """
     try:
         topology = document if isinstance(document, StreamTopology) else admit(document, policy)
+        if share is not None:
+            topology = share(topology)
     except TopologyError as error:
         return invalid_outcome("InvalidSpec", error.problems)
     cluster = platform.hosts()

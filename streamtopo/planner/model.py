@@ -569,6 +569,38 @@ class FusionSpec(Model):
     """Partition the logical graph, the unit graph, or choose by size (auto)."""
 
 
+class SharingSpec(Model):
+    """Benoit et al.'s reuse of common sub-trees, on a platform: the operators this topology computes
+    identically with other opted-in topologies of its namespace run once, in a shared StreamTopology the
+    operator manages, and this topology reads their results from its streams (docs/sharing.md)."""
+
+    model_config = cel(
+        (
+            "self.scope == 'Namespace'",
+            "sharing across namespaces is not allowed: streams and their access rights are per namespace",
+            ".scope",
+        )
+    )
+
+    enabled: bool = False
+    scope: Literal["Namespace", "Cluster"] = "Namespace"
+    """Only ``Namespace``: a tenant's records stay in its namespace. To give other namespaces a stream,
+    the platform lists it in ``transport.sharedStreams`` (docs/security.md)."""
+    gather_seconds: float = Field(default=10.0, ge=0, le=300)
+    """A new topology with no partner yet waits this long for topologies applied with it (``kubectl apply
+    -f dir/``) before it starts whole; a running topology is never re-wired onto a shared part."""
+
+    @model_validator(mode="after")
+    def _namespace_scope(self) -> SharingSpec:
+        if self.scope != "Namespace":
+            raise field_error(
+                "scope",
+                "sharing across namespaces is not allowed: streams and their access rights are per "
+                "namespace (a platform shares a stream with every namespace through transport.sharedStreams)",
+            )
+        return self
+
+
 class AlbicSpec(Model):
     """ALBIC's collocation heuristic (Algorithm 2) parameters."""
 
@@ -1014,6 +1046,7 @@ class StreamTopologySpec(Model):
     transport: TransportSpec = Field(default_factory=TransportSpec)
     batching: BatchingSpec = Field(default_factory=BatchingSpec)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    sharing: SharingSpec = Field(default_factory=SharingSpec)
 
     @model_validator(mode="after")
     def _allowed_image(self, info: ValidationInfo) -> StreamTopologySpec:
@@ -1135,6 +1168,19 @@ class RecommendationSummary(Model):
     approved: bool = False
 
 
+class SharingStatus(Model):
+    """Where sharing stands (``spec.sharing``, docs/sharing.md)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+    shared_topology: str | None = None
+    """A consumer: the managed shared topology it reads from."""
+    reads: list[str] = Field(default_factory=list)
+    """A consumer: the shared streams its executors read in place of the operators the shared topology
+    runs for it."""
+    consumers: list[str] = Field(default_factory=list)
+    """A shared topology: the topologies that read it (its owners); it is deleted with the last."""
+
+
 class StreamTopologyStatus(Model):
     """What the operator reports; computed state (routing) lives in the owned ConfigMap instead."""
 
@@ -1162,6 +1208,7 @@ class StreamTopologyStatus(Model):
     recommendation: RecommendationSummary | None = None
     routing_version: int | None = None
     routing_config_map: str | None = None
+    sharing: SharingStatus | None = None
 
 
 # ------------------------------------------------------------------------------------ cross-field check

@@ -17,18 +17,13 @@ Either all of a micro-batch's effects exist or none do. The protocol is in docs/
 
 from __future__ import annotations
 
-import json
-import math
-import struct
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import cast
 
 import redis
 
-from streamtopo.contracts import Keys
-
-MAGIC = b"STU1"
+from streamtopo.contracts import Keys, UnitRecord
 
 _COMMIT = """
 local nu, na, nt, ni = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -84,51 +79,6 @@ class Fenced(RuntimeError):
         super().__init__(
             f"{unit}: fenced (committing with epoch {expected}, current epoch {actual or 'none'})"
         )
-
-
-@dataclass
-class UnitRecord:
-    """Everything a unit needs to resume elsewhere: the executor's bookkeeping plus operator state."""
-
-    emitted: int = 0
-    """Sources: records generated so far (the replay offset)."""
-    offsets: dict[str, str] = field(default_factory=dict)
-    """Input stream -> id of the last entry consumed."""
-    seq_in: dict[str, int] = field(default_factory=dict)
-    """Producer unit -> last sequence number applied (dedup of re-sent entries)."""
-    wm_in: dict[str, float] = field(default_factory=dict)
-    """Producer unit -> its last watermark (punctuation)."""
-    seq_out: dict[str, int] = field(default_factory=dict)
-    """Destination unit -> last sequence number sent."""
-    wm_out: dict[str, float] = field(default_factory=dict)
-    """Destination unit -> last watermark sent."""
-    watermark: float = -math.inf
-    """The unit's own watermark: min over its producers (a source: its generator's)."""
-    records_in: int = 0
-    records_out: int = 0
-    sink_len: int = 0
-    """File sinks: committed length of the key group's file, pending bytes included."""
-    pending: bytes = b""
-    """File sinks: the bytes of the last commit, (re)written at ``sink_len - len(pending)`` after it."""
-    state: bytes = b""
-    """Operator state (``UnitOperator.encode_state``)."""
-
-    def encode(self) -> bytes:
-        header = {k: v for k, v in asdict(self).items() if k not in ("pending", "state")}
-        blob = json.dumps(header, separators=(",", ":")).encode()
-        return b"".join(
-            [MAGIC, struct.pack("<II", len(blob), len(self.pending)), blob, self.pending, self.state]
-        )
-
-    @classmethod
-    def decode(cls, data: bytes) -> UnitRecord:
-        if not data.startswith(MAGIC):
-            raise ValueError("not a streamtopo unit record (bad magic)")
-        n_header, n_pending = struct.unpack_from("<II", data, len(MAGIC))
-        at = len(MAGIC) + 8
-        header = json.loads(data[at : at + n_header])
-        at += n_header
-        return cls(**header, pending=data[at : at + n_pending], state=data[at + n_pending :])
 
 
 @dataclass

@@ -115,6 +115,38 @@ def split_shared(topologies: Sequence[StreamTopology], *, across_namespaces: boo
     return Split(StreamTopology.model_validate({"metadata": metadata, "spec": spec}), consumers, streams)
 
 
+def join_shared(topology: StreamTopology, shared: StreamTopology) -> StreamTopology | None:
+    """``topology`` reading what an existing shared part computes for it, or None when it uses nothing
+    of it.
+
+    The shared part's operators hash as the consumers' do (names, rates and key groups are left out of
+    the hash), and its sinks say what it publishes. An operator of ``topology`` that the shared part runs
+    but does not publish, where ``topology``'s own operators need its output, stays in ``topology``
+    (computed again), and so, in turn, may its inputs.
+    """
+    digests = structural_hashes(topology)
+    theirs = structural_hashes(shared)
+    runs = {theirs[op.name] for op in shared.spec.operators if op.sink is None}
+    published = {
+        theirs[op.inputs[0]]
+        for op in shared.spec.operators
+        if op.sink is not None and op.sink.stream == stream_name(theirs[op.inputs[0]])
+    }
+    mine = {digests[op.name] for op in topology.spec.operators} & runs
+    while True:
+        needed = {
+            digests[i]
+            for op in topology.spec.operators
+            if digests[op.name] not in mine
+            for i in op.inputs
+            if digests[i] in mine
+        }
+        if not needed - published:
+            break
+        mine -= needed - published
+    return _consumer(topology, digests, mine, needed) if needed else None
+
+
 def _unique(name: str, operators: list[dict[str, Any]]) -> str:
     taken = {o["name"] for o in operators}
     return (

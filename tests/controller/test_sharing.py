@@ -1,0 +1,191 @@
+"""Sharing decisions on a platform (controller/sharing.py): who founds a shared part, who joins it, who
+stays whole, what refuses, and how far a shared stream is trimmed (a real Valkey)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+
+from streamtopo.contracts import Keys, UnitRecord
+from streamtopo.controller.reconcile import admit
+from streamtopo.controller.sharing import (
+    WaitForPartners,
+    decide,
+    is_shared,
+    owners,
+    reader_units,
+    trim,
+    trim_point,
+)
+from streamtopo.planner.model import StreamTopology, TopologyError
+from streamtopo.runtime.embedded import EmbeddedValkey
+
+NS = "team"
+NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+
+
+def topology(name: str, *, window: str = "10s", sharing: bool = True, age: float = 60.0) -> dict[str, Any]:
+    """sequence -> filter -> map (the common prefix) -> a per-topology aggregate -> console."""
+    return {
+        "apiVersion": "streamtopo.dev/v1alpha1",
+        "kind": "StreamTopology",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": f"uid-{name}",
+            "creationTimestamp": (NOW - timedelta(seconds=age)).isoformat().replace("+00:00", "Z"),
+        },
+        "spec": {
+            "keyGroups": 2,
+            "sharing": {"enabled": sharing},
+            "operators": [
+                {"name": "src", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": 100}},
+                {"name": "clean", "kind": "filter", "inputs": ["src"], "expr": "value % 10 <> 0"},
+                {"name": "tag", "kind": "map", "inputs": ["clean"], "select": ["seq", "key", "value"]},
+                {
+                    "name": f"agg-{name}",
+                    "kind": "aggregate",
+                    "inputs": ["tag"],
+                    "keyBy": ["key"],
+                    "window": {"size": window},
+                    "aggregations": ["count(*) AS n"],
+                },
+                {"name": "out", "kind": "sink", "inputs": [f"agg-{name}"], "sink": {"console": {}}},
+            ],
+        },
+    }
+
+
+def run(doc: dict[str, Any], namespace: dict[str, dict[str, Any]], *, deployed: bool = False) -> Any:
+    return decide(
+        doc,
+        admit(doc, None),
+        {**namespace, doc["metadata"]["name"]: doc},
+        deployed=deployed,
+        now=NOW,
+        admit=lambda d: admit(d, None),
+    )
+
+
+def stored(doc: dict[str, Any]) -> dict[str, Any]:
+    """A shared part as the API server returns it once created."""
+    out = copy.deepcopy(doc)
+    out["metadata"]["resourceVersion"] = "1"
+    out["metadata"]["uid"] = "uid-shared"
+    return out
+
+
+def test_new_topologies_found_one_shared_part_that_both_then_read():
+    a, b = topology("a"), topology("b", window="20s")
+    first = run(a, {"b": b})
+    assert first.write and first.shared is not None and is_shared(first.shared)
+    assert [r["name"] for r in owners(first.shared)] == ["a", "b"]
+    shared = StreamTopology.model_validate(first.shared)
+    assert sorted(op.kind for op in shared.spec.operators) == ["filter", "map", "sink", "source"]
+    # a runs only its own operators, reading the published result of the prefix's last operator
+    assert [op.name for op in first.deploy.spec.operators] == ["tag", "agg-a", "out"]
+    stream = first.deploy.spec.operator("tag").source.stream
+    assert stream and stream.startswith("shared-")
+    assert first.status() == {"sharedTopology": first.shared["metadata"]["name"], "reads": [stream]}
+
+    # b, reconciled next, is already an owner: it joins without writing anything
+    second = run(b, {"a": a, first.shared["metadata"]["name"]: stored(first.shared)})
+    assert not second.write
+    assert second.deploy.spec.operator("tag").source.stream == stream
+    assert [op.name for op in second.deploy.spec.operators] == ["tag", "agg-b", "out"]
+
+
+def test_a_newcomer_joins_an_existing_part_and_a_running_topology_is_not_rewired():
+    a, b = topology("a"), topology("b", window="20s")
+    part = stored(run(a, {"b": b}).shared)
+    name = part["metadata"]["name"]
+    c = topology("c", window="30s")
+    joined = run(c, {"a": a, "b": b, name: part})
+    assert joined.write and [r["name"] for r in owners(joined.shared)] == ["a", "b", "c"]
+    assert joined.shared["metadata"]["resourceVersion"] == "1"  # optimistic: a concurrent change conflicts
+    running = run(topology("d", window="40s"), {"a": a, name: part}, deployed=True)
+    assert running.shared is None and running.deploy.spec.operator("src").source.generator == "sequence"
+
+
+def test_a_lone_new_topology_waits_for_partners_then_starts_whole():
+    with pytest.raises(WaitForPartners) as wait:
+        run(topology("a", age=4.0), {})
+    assert wait.value.seconds == pytest.approx(6.0)
+    alone = run(topology("a", age=11.0), {})
+    assert alone.shared is None and not alone.write and len(alone.deploy.spec.operators) == 5
+
+
+def test_opted_out_and_different_topologies_share_nothing():
+    assert run(topology("a", sharing=False), {"b": topology("b")}).shared is None
+    other = topology("b")
+    other["spec"]["operators"][1]["expr"] = "value % 7 <> 0"  # another filter: only the source is common
+    decision = run(topology("a"), {"b": other})
+    shared = StreamTopology.model_validate(decision.shared)
+    assert [op.kind for op in shared.spec.operators] == ["source", "sink"]
+    assert decision.deploy.spec.operator("src").source.stream == decision.status()["reads"][0]
+
+
+def test_a_member_whose_spec_no_longer_matches_leaves_and_runs_whole():
+    a, b = topology("a"), topology("b", window="20s")
+    part = stored(run(a, {"b": b}).shared)
+    changed = topology("a")
+    changed["spec"]["operators"][0]["source"]["seed"] = 7  # another feed: nothing in common any more
+    left = run(changed, {"b": b, part["metadata"]["name"]: part}, deployed=True)
+    assert left.write and [r["name"] for r in owners(left.shared)] == ["b"]
+    assert left.status() == {} and left.deploy.spec.operator("src").source.generator == "sequence"
+
+
+def test_a_cycle_through_named_streams_is_refused_naming_the_field():
+    a = topology("a")
+    a["spec"]["operators"][-1]["sink"] = {"stream": "x"}
+    loop = topology("b")
+    loop["spec"]["operators"][0]["source"] = {"stream": "x"}
+    loop["spec"]["operators"][-1]["sink"] = {"stream": "y"}
+    a["spec"]["operators"][0]["source"] = {"stream": "y"}
+    with pytest.raises(TopologyError) as error:
+        run(a, {"b": loop})
+    assert error.value.problems == [
+        (
+            "spec.sharing",
+            "topologies feed each other in a cycle: team/a -> stream x -> team/b -> stream y -> team/a",
+        )
+    ]
+
+
+def test_sharing_across_namespaces_is_refused_naming_the_field():
+    doc = topology("a")
+    doc["spec"]["sharing"]["scope"] = "Cluster"
+    with pytest.raises(TopologyError) as error:
+        admit(doc, None)
+    assert error.value.problems[0][0] == "spec.sharing.scope"
+    assert "across namespaces is not allowed" in error.value.problems[0][1]
+
+
+@pytest.fixture
+def valkey() -> Iterator[redis.Redis]:
+    server = EmbeddedValkey().start()
+    try:
+        yield redis.Redis.from_url(server.url)
+    finally:
+        server.stop()
+
+
+def test_trim_keeps_what_the_slowest_reader_has_not_consumed(valkey: redis.Redis):
+    consumer = run(topology("a"), {"b": topology("b", window="20s")}).deploy
+    stream = consumer.spec.operator("tag").source.stream
+    key = Keys.of(consumer).sink_stream(stream)
+    ids = [valkey.xadd(key, {"n": i}).decode() for i in range(10)]
+    units = reader_units(consumer, stream)
+    assert units == [Keys.of(consumer).unit("tag/0")]  # one key group: each fetches the whole stream
+    other = Keys("b", NS).unit("tag/0")
+    assert trim_point(valkey, key, [*units, other]) is None  # a reader that committed nothing holds it
+    valkey.hset(units[0], "rec", UnitRecord(offsets={key: ids[6]}).encode())
+    valkey.hset(other, "rec", UnitRecord(offsets={key: ids[3]}).encode())
+    assert trim_point(valkey, key, [*units, other]) == ids[3]
+    assert trim(valkey, key, [*units, other]) == 3
+    assert [i.decode() for i, _ in valkey.xrange(key)] == ids[3:]
