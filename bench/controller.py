@@ -180,6 +180,9 @@ class TimedPlatform:
     def failing_executors(self) -> dict[str, str]:
         return self.inner.failing_executors()
 
+    def committed(self) -> dict[str, float]:
+        return self.inner.committed()
+
     def apply(self, desired: Any) -> None:
         started = time.perf_counter()
         self.inner.apply(desired)

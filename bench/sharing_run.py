@@ -1,9 +1,13 @@
 """Sharing on the running system: three topologies with a common cleaning prefix (examples/sharing/), run
 together with the prefix once (``streamtopo run A B C``) and each whole (``--no-share``).
 
-Each mode runs ``--repeats`` times, alternating, with generators stopping after ``--source-seconds`` of
-records so every run processes the same records and ends at end of stream. CPU-seconds are those of every
-process the run started and waited for (executors, their JVMs, the embedded Valkey: ``RUSAGE_CHILDREN``);
+Each mode runs ``--repeats`` times, alternating, with generators stopping after S = ``--source-seconds`` and
+after 2S of records, so every run of a length processes the same records and ends at end of stream.
+CPU-seconds are those of every process the run started and waited for (executors, their JVMs, the
+embedded Valkey: ``RUSAGE_CHILDREN``). A run's total includes what it pays once (a JVM and Spark session
+per topology: the shared mode starts four topologies, --no-share three); the marginal cost, (CPU(2S) -
+CPU(S)) / S, is what each further second of stream costs, the steady state of a long-running pipeline
+(bench/runtime.py measures the same way);
 outputs are compared file by file (sorted lines; sums over floats may differ in the last bits, since the
 order of a sum follows the key groups a record went through, so records are compared after rounding floats
 to 9 significant digits). Writes the "Sharing at run time" section of docs/benchmarks.md.
@@ -53,7 +57,7 @@ def normalised(output: Path) -> list[str]:
 
 
 def run_mode(
-    share: bool, args: argparse.Namespace, workdir: Path
+    share: bool, args: argparse.Namespace, workdir: Path, source_seconds: float
 ) -> tuple[float, float, dict[str, list[str]]]:
     topologies = [load_topology(f) for f in FILES]
     if share:
@@ -65,7 +69,7 @@ def run_mode(
         live=False,
         duration=900,
         rate_scale=args.rate_scale,
-        source_seconds=args.source_seconds,
+        source_seconds=source_seconds,
         seed=0,
     )
     before = children_cpu()
@@ -88,25 +92,48 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     console = Console()
-    results: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    lengths = (args.source_seconds, 2 * args.source_seconds)
+    results: dict[tuple[bool, float], list[tuple[float, float]]] = {}
     outputs: dict[bool, dict[str, list[str]]] = {}
     with tempfile.TemporaryDirectory(prefix="sharing-run-") as tmp:
         for i in range(args.repeats):
-            for share in (True, False):
-                cpu, seconds, out = run_mode(share, args, Path(tmp) / f"{i}-{share}")
-                results[share].append((cpu, seconds))
-                outputs.setdefault(share, out)
-                console.print(
-                    f"run {i + 1}, {'shared' if share else 'no-share'}: {cpu:.1f} CPU-s, {seconds:.1f} s"
-                )
+            for length in lengths if i % 2 == 0 else lengths[::-1]:
+                for share in (True, False):
+                    cpu, seconds, out = run_mode(share, args, Path(tmp) / f"{i}-{share}-{length}", length)
+                    results.setdefault((share, length), []).append((cpu, seconds))
+                    if length == lengths[1]:
+                        outputs.setdefault(share, out)
+                    console.print(
+                        f"run {i + 1}, {length:g} s of records, {'shared' if share else 'no-share'}: "
+                        f"{cpu:.1f} CPU-s, {seconds:.1f} s"
+                    )
     same = outputs[True] == outputs[False]
-    cpu = {share: statistics.median(c for c, _ in runs) for share, runs in results.items()}
-    wall = {share: statistics.median(s for _, s in runs) for share, runs in results.items()}
+    cpu = {key: statistics.median(c for c, _ in runs) for key, runs in results.items()}
+    wall = {key: statistics.median(s for _, s in runs) for key, runs in results.items()}
+    marginal = {
+        share: (cpu[(share, lengths[1])] - cpu[(share, lengths[0])]) / lengths[0] for share in (True, False)
+    }
     records = sum(len(v) for v in outputs[True].values())
+    long = lengths[1]
     rows = [
-        ["shared (prefix once)", f"{cpu[True]:.1f}", f"{wall[True]:.1f}"],
-        ["--no-share (each whole)", f"{cpu[False]:.1f}", f"{wall[False]:.1f}"],
-        ["ratio shared / no-share", f"{cpu[True] / cpu[False]:.2f}", f"{wall[True] / wall[False]:.2f}"],
+        [
+            "shared (prefix once)",
+            f"{cpu[(True, long)]:.1f}",
+            f"{wall[(True, long)]:.1f}",
+            f"{marginal[True]:.2f}",
+        ],
+        [
+            "--no-share (each whole)",
+            f"{cpu[(False, long)]:.1f}",
+            f"{wall[(False, long)]:.1f}",
+            f"{marginal[False]:.2f}",
+        ],
+        [
+            "ratio shared / no-share",
+            f"{cpu[(True, long)] / cpu[(False, long)]:.2f}",
+            f"{wall[(True, long)] / wall[(False, long)]:.2f}",
+            f"**{marginal[True] / marginal[False]:.2f}**",
+        ],
     ]
     rate = 40000 * args.rate_scale
     lines = header(
@@ -115,13 +142,24 @@ def main() -> None:
     ) + [
         "",
         (
-            f"examples/sharing/*.yaml: three topologies, {rate:,.0f} trades/s each for {args.source_seconds:g} s "
-            f"of records, {args.executors} executor(s) per topology; medians of {args.repeats} runs per mode "
-            "(CPU-seconds of every executor, JVM and the embedded Valkey). Target (issue 12): shared <= 0.75x."
+            f"examples/sharing/*.yaml: three topologies, {rate:,.0f} trades/s each, {args.executors} executor(s) "
+            f"per topology; runs of {lengths[0]:g} s and {long:g} s of records, medians of {args.repeats} runs "
+            "per mode and length (CPU-seconds of every executor, JVM and the embedded Valkey). Totals are "
+            f"for the {long:g} s runs and include each topology's start (a JVM and a Spark session; the "
+            "shared mode starts four topologies, --no-share three); marginal = (CPU(2S) - CPU(S)) / S, the "
+            "CPU-seconds each further second of stream costs. Target (issue 12): shared <= 0.75x."
         ),
         "",
     ]
-    lines += markdown(["mode", "CPU-seconds", "wall seconds to end of stream"], rows)
+    lines += markdown(
+        [
+            "mode",
+            f"CPU-seconds ({long:g} s of records)",
+            "wall seconds to end of stream",
+            "marginal CPU-s per stream second",
+        ],
+        rows,
+    )
     lines += [
         "",
         (

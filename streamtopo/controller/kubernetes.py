@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -658,6 +658,42 @@ def cluster_from_nodes(nodes: Sequence[Mapping[str, Any]]) -> Cluster:
     return Cluster(hosts=sorted(hosts, key=lambda h: h.name))
 
 
+def committed_cpu(pods: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Node -> CPU cores the running and pending ``pods`` request there: a pod not scheduled yet counts on
+    the node its affinity pins it to (an executor's planned host), finished pods not at all."""
+    used: dict[str, float] = {}
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        node = spec.get("nodeName") or _pinned_node(spec)
+        if node is None:
+            continue
+        cpu = sum(
+            quantity(((c.get("resources") or {}).get("requests") or {}).get("cpu", 0))
+            for c in spec.get("containers") or []
+        )
+        used[node] = used.get(node, 0.0) + cpu
+    return used
+
+
+def _pinned_node(spec: Mapping[str, Any]) -> str | None:
+    terms = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms") or []
+    hosts = {
+        value
+        for term in terms
+        for e in term.get("matchExpressions") or []
+        if e.get("key") == HOSTNAME_KEY and e.get("operator") == "In" and len(e.get("values") or []) == 1
+        for value in e["values"]
+    }
+    return hosts.pop() if len(hosts) == 1 else None
+
+
 class NoHosts(RuntimeError):
     """The cluster has no node an executor could run on."""
 
@@ -858,6 +894,27 @@ class KubernetesPlatform:
             if error.status != 409:
                 raise
             patch(obj["metadata"]["name"], self.namespace, obj)
+
+    def committed(self) -> dict[str, float]:
+        """CPU that other topologies' executors request per node, in every namespace the operator may
+        list pods in (all of them with the chart's cluster-wide RBAC, else this namespace)."""
+        from kubernetes.client.exceptions import ApiException
+
+        wanted = "app.kubernetes.io/component=executor," + TOPOLOGY_LABEL
+        try:
+            response = self.core.list_pod_for_all_namespaces(label_selector=wanted, _preload_content=False)
+        except ApiException as error:
+            if error.status != 403:
+                raise
+            response = self.core.list_namespaced_pod(
+                self.namespace, label_selector=wanted, _preload_content=False
+            )
+        mine = (self.namespace, self.name)
+        return committed_cpu(
+            p
+            for p in self._items(response)
+            if (p["metadata"].get("namespace"), p["metadata"]["labels"].get(TOPOLOGY_LABEL)) != mine
+        )
 
     def _pods(self) -> list[dict[str, Any]]:
         response = self.core.list_namespaced_pod(

@@ -66,6 +66,10 @@ class Platform(Protocol):
         an eviction); starting or running executors are not listed."""
         ...
 
+    def committed(self) -> dict[str, float]:
+        """Host -> CPU cores that other topologies' executors request there: room a plan leaves them."""
+        ...
+
 
 class MetricsUnavailable(RuntimeError):
     """No trustworthy measurement for this window: the loop must neither rebalance nor scale.

@@ -44,7 +44,7 @@ from streamtopo.controller.platform import (
 )
 from streamtopo.documents import load_topology, object_document
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats, PlacementRules
-from streamtopo.planner.cluster import Cluster
+from streamtopo.planner.cluster import Cluster, leave_room
 from streamtopo.planner.graph import operator_of, replica_name
 from streamtopo.planner.model import PlatformPolicy, StreamTopology, StreamTopologySpec, TopologyError
 from streamtopo.planner.plan import Plan
@@ -307,7 +307,7 @@ def reconcile(
             status={"executors": len(kept.running), "routingVersion": kept.routing.version},
         )
     try:
-        hosts = executor_hosts(topology.spec, cluster)
+        hosts = leave_room(executor_hosts(topology.spec, cluster), platform.committed())
     except ValueError as error:
         return invalid_outcome(
             "NoValidPlan", [(AFFINITY_FIELD, str(error).removeprefix(f"{AFFINITY_FIELD}: "))]

@@ -90,6 +90,10 @@ class LocalPlatform:
         them on purpose), and a run that cannot start one fails as a whole."""
         return {}
 
+    def committed(self) -> dict[str, float]:
+        """None: the local hosts are a model of a cluster, each topology's executors its own processes."""
+        return {}
+
     # -------------------------------------------------------------------------------------- files
 
     def write_topology(self, topology: StreamTopology) -> None:

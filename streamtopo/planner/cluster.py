@@ -98,3 +98,26 @@ def parse_cluster(source: str | Mapping[str, Any], origin: str = "(text)") -> Cl
         return Cluster.model_validate(data)
     except ValidationError as error:
         raise TopologyError(problems_of(error)) from None
+
+
+MIN_ROOM = 0.1
+"""Cores: a host with less left than this is full for planning (an executor requests at least 0.1)."""
+
+
+def leave_room(cluster: Cluster, committed: Mapping[str, float]) -> Cluster:
+    """``cluster`` with the CPU other topologies' executors request on each host taken off, so topologies
+    sharing a cluster (a shared part and its consumers, tenants of one platform) are planned around each
+    other instead of each onto the whole of every node. Full hosts are left out; when every host is full,
+    the cluster as it is (the plan then reports the overload)."""
+    if not any(committed.get(h.name) for h in cluster.hosts):
+        return cluster
+    hosts = [
+        h.model_copy(update={"cpu": h.cpu - committed.get(h.name, 0.0)})
+        for h in cluster.hosts
+        if h.cpu - committed.get(h.name, 0.0) >= MIN_ROOM
+    ]
+    if not hosts:
+        return cluster
+    names = {h.name for h in hosts}
+    links = [link for link in cluster.links if set(link.hosts) <= names]
+    return cluster.model_copy(update={"hosts": hosts, "links": links})

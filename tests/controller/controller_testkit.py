@@ -64,6 +64,9 @@ class MemoryPlatform:
     def failing_executors(self) -> dict[str, str]:
         return dict(self.failing)
 
+    def committed(self) -> dict[str, float]:
+        return {}
+
 
 # --------------------------------------------------------------------------------- kmock emulator
 

@@ -979,3 +979,22 @@ def test_replicas_pin_the_executor_count_and_albic_balances_within(
         )
     assert len(later["executors"]) == 4
     assert set(later["units"].values()) <= set(later["executors"])
+
+
+def test_plans_leave_room_for_other_topologies_executors(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
+):
+    """Two topologies on three 4-core nodes: the second is planned on what the first's executors leave,
+    so no node is asked for more CPU than it has (each alone would take most of node-a and node-b)."""
+    from streamtopo.controller.kubernetes import committed_cpu
+
+    cluster(kube)
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, topology("first"))
+        first = wait_for(lambda: pods(kube, "first"), what="the first topology's pods")
+        kube.create(CR_PATH, topology("second"))
+        second = wait_for(lambda: pods(kube, "second"), what="the second topology's pods")
+    alone, both = committed_cpu(first.values()), committed_cpu([*first.values(), *second.values()])
+    assert max(alone.values()) > 2.0  # the first alone fills more than half a node
+    assert all(cpu <= 4.0 + 1e-9 for cpu in both.values()), both
+    assert set(both) == {"node-a", "node-b", "node-c"}
