@@ -181,6 +181,23 @@ def test_neighbourhood_rounds_drain_set_b_while_relieving_the_hot_node():
     assert not {"e0", "e1"} & set(state.assignment.values())
 
 
+def test_set_b_drains_when_d_cannot_improve():
+    """The paper's objective is "min max_A |load_i - mean| and sum_B load_i": once d is as low as key-group
+    sizes allow, the budget left drains B. Here e0 and e1 cannot get closer than 20/10 (three groups of
+    10), so moving B's idle key groups changes neither d nor d_u + d_l; they still leave, two a round."""
+    loads = [10.0, 10.0, 10.0, 0.0, 0.0, 0.0]
+    where = [0, 0, 1, 2, 2, 2]
+    state = make_state(loads, where, marked={2})
+    history = []
+    for _ in range(2):
+        result = milp_rebalance(state, max_migrations=2, config=FAST)
+        check(state, result, max_migrations=2)
+        history.append(result.load_distance)
+        state = AllocationState(state.executors, state.key_groups, result.assignment)
+    assert history[1] <= history[0] + 1e-9
+    assert "e2" not in set(state.assignment.values())
+
+
 def test_heterogeneous_capacity_balances_utilisation():
     # e0 is twice as fast: balanced means e0 holds twice the load of e1 (load in % of own capacity).
     state = make_state([10.0] * 6, [1] * 6, caps=[2.0, 1.0])

@@ -20,9 +20,11 @@ MilpConfig). Extensions named in the paper or required by streamtopo:
 - PlacementRules: PE/host ex-location and HA through presence indicators, host co-location by equal
   per-host sums, resource matching by removing columns;
 - d_u and d_l are kept in [0, d] (the paper: they are "chosen to be greater than zero"); then
-  d_u + d_l <= 2 * d, so w1 = (2 * d_max + 1) * w2 makes the objective lexicographic; a third term
-  w3 = 1 per migrated key group (w2 = |G| + 1 > any migration count) breaks ties between equally good
-  allocations towards fewer migrations without changing the optimum of (d, d_u + d_l);
+  d_u + d_l <= 2 * d, so w1 = (2 * d_max + 1) * w2 makes the objective lexicographic. Below both: the
+  paper's second objective ("minimize ... and sum over B of load_i"), as 2 per key group left on B, and
+  1 per migrated key group (w2 = 3|G| + 1 exceeds both together). Among equally good (d, d_u + d_l) the
+  solver drains B and otherwise moves as little as it can; without the B term, a B whose groups cannot
+  lower d (key-group sizes keep d where it is) never drains, since every move costs;
 - (5) is dropped only when the current allocation itself violates it (e.g. a marked node holds more than
   2 * mean): then the model as written may be infeasible, and at any optimum of the relaxed model
   (5) still holds whenever the written model was feasible;
@@ -353,18 +355,21 @@ def _solve_neighbourhood(
                 max(min(int(d_now), low - mean_s + int(d_now)), 0),
             ],
         )
-    # w1 >> w2 as written; a tertiary w3 = 1 per migration below both (w2 = max migrations + 1) picks, among
-    # allocations with the same (d, d_u + d_l), one with the fewest migrations: the paper's optimum set is
-    # unchanged, and no neighbourhood round spends the budget on moves that do not help.
-    mig_vars, mig_coefs = [], []
+    # w1 >> w2 as written. Below both, the paper's second objective (sum over B of load_i) as key groups
+    # left on B, 2 each, and w3 = 1 per migration: among allocations with the same (d, d_u + d_l) one that
+    # drains B (a move off B nets -1) with the fewest other moves (+1 each). So the budget d does not need
+    # drains B even where key-group sizes keep d from falling (Lemma 2 alone then leaves B as it is), and
+    # no round spends it on moves that do not help. w2 = 3|G| + 1 exceeds both terms together.
+    low_vars, low_coefs = [], []
     for u_i, cols in enumerate(x):
         for i, v in cols.items():
-            if pb.moved[i, u_i]:
-                mig_vars.append(v)
-                mig_coefs.append(int(pb.moved[i, u_i]))
-    w2 = len(ix.kg_ids) + 1
+            cost = int(pb.moved[i, u_i]) + (2 * len(pb.units[u_i]) if ix.marked[i] else 0)
+            if cost:
+                low_vars.append(v)
+                low_coefs.append(cost)
+    w2 = 3 * len(ix.kg_ids) + 1
     w1 = (2 * d_hi + 1) * w2
-    be.minimize([d, d_u, d_l, *mig_vars], [w1, -w2, -w2, *mig_coefs])
+    be.minimize([d, d_u, d_l, *low_vars], [w1, -w2, -w2, *low_coefs])
     status = be.solve(limits)
     info = {
         "work": be.deterministic_time,
@@ -422,11 +427,16 @@ def solve_units(
             w[list(u)] = pl[u_i]
         return w
 
-    start = score(~ix.marked, node_loads(place), pb.mean)
+    sizes = np.array([len(u) for u in units], dtype=np.int64)
+
+    def scored(pl: np.ndarray) -> Score:
+        return score(~ix.marked, node_loads(pl), pb.mean, int(sizes[ix.marked[pl]].sum()))
+
+    start = scored(place)
     if config.warm_start:
         place = _greedy_incumbent(pb, place, config.scale, config.cpu_cap)
     spent, seconds, rounds, status, info, best = 0.0, 0.0, 0, "unknown", {}, None
-    size, last = config.candidate_nodes or config.lns_nodes, score(~ix.marked, node_loads(place), pb.mean)
+    size, last = config.candidate_nodes or config.lns_nodes, scored(place)
     cap = config.lns_max_nodes
     if _better(last, start):
         status, best = "feasible", place
@@ -446,7 +456,7 @@ def solve_units(
                 break
             size, cap = max(size // 2, 2), max(cap // 2, 2)  # nothing found within budget: a smaller round
             continue
-        new_score, before = score(~ix.marked, node_loads(new), pb.mean), last
+        new_score, before = scored(new), last
         if best is None or not _better(last, new_score):  # never keep a round that ends worse than it began
             status, info, best, place, last = st, inf, new, new, new_score
         if movable.all():
@@ -469,7 +479,7 @@ def solve_units(
             details=details,
             score_current=start,
         )
-    final = score(~ix.marked, node_loads(best), pb.mean)
+    final = scored(best)
     loads = node_loads(best)
     top, low = float(loads.max()), float(loads[~ix.marked].min())
     return MilpOutcome(
@@ -510,7 +520,9 @@ def _greedy_incumbent(pb: _Problem, place: np.ndarray, scale: int, cpu_cap: floa
     cpu = np.bincount(place, weights=pb.u_cpu[place, unit_idx], minlength=n_nodes)
     active = ~ix.marked
     mean_s = pb.mean * scale
-    current = score(active, loads, mean_s)
+    sizes = np.array([len(u) for u in pb.units], dtype=np.int64)
+    on_b = int(sizes[ix.marked[place]].sum())
+    current = score(active, loads, mean_s, on_b)
     for _ in range(4 * len(pb.units)):
         dev = loads - mean_s
         holds = np.bincount(place, minlength=n_nodes) > 0
@@ -544,12 +556,13 @@ def _greedy_incumbent(pb: _Problem, place: np.ndarray, scale: int, cpu_cap: floa
                 trial = loads.copy()
                 trial[a] -= pb.u_bal[a, u]
                 trial[b] += pb.u_bal[b, u]
-                trial_score = score(active, trial, mean_s)
+                trial_score = score(active, trial, mean_s, on_b - int(sizes[u]) * bool(ix.marked[a]))
                 if _better(trial_score, step[4] if step else current):
                     step = (u, a, b, trial, trial_score)
         if step is None:
             break
         u, a, b, loads, current = step
+        on_b = current[3]
         spent = [s - int(uc[a, u]) + int(uc[b, u]) for s, uc in zip(spent, pb.u_cost)]
         mem[a] -= pb.u_mem[u]
         mem[b] += pb.u_mem[u]
@@ -681,22 +694,26 @@ def objective_terms(active: np.ndarray, loads: np.ndarray, mean: float) -> tuple
     return d, max(min(d, mean + d - top), 0.0) + max(min(d, low - mean + d), 0.0)
 
 
-Score = tuple[float, float, tuple[float, ...]]
-"""(d, d_u + d_l, deviation profile): see :func:`score`."""
+Score = tuple[float, float, tuple[float, ...], int]
+"""(d, d_u + d_l, deviation profile, key groups left on set B): see :func:`score`."""
 
 
-def score(active: np.ndarray, loads: np.ndarray, mean: float) -> Score:
-    """(d, d_u + d_l, deviation profile): the profile lists |load - mean| of nodes in A and the excess
-    of nodes in B, largest first. Allocations compare by d, then by the profile (leximax): a round that
-    improves the nodes it may touch while another node still sets d counts as progress."""
+def score(active: np.ndarray, loads: np.ndarray, mean: float, on_b: int = 0) -> Score:
+    """(d, d_u + d_l, deviation profile, key groups on B): the profile lists |load - mean| of nodes in A
+    and the excess of nodes in B, largest first. Allocations compare by d, then by the profile (leximax):
+    a round that improves the nodes it may touch while another node still sets d counts as progress;
+    then by the key groups still on B (the paper's second objective, sum over B of load_i: B drains with
+    the budget d no longer needs)."""
     dev = np.where(active, np.abs(loads - mean), np.maximum(loads - mean, 0.0))
-    return (*objective_terms(active, loads, mean), tuple(np.round(np.sort(dev)[::-1], 6)))
+    return (*objective_terms(active, loads, mean), tuple(np.round(np.sort(dev)[::-1], 6)), on_b)
 
 
 def _better(new: Score, old: Score, tol: float = 1e-6) -> bool:
     if abs(new[0] - old[0]) > tol:
         return new[0] < old[0]
-    return new[2] < old[2]
+    if new[2] != old[2]:
+        return new[2] < old[2]
+    return new[3] < old[3]
 
 
 def solve_to_rebalance(
