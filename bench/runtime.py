@@ -376,6 +376,11 @@ SCALE_RECORDS = 2_000_000
 generates everything due in one step (up to 2M records), so N and 2N are each one source step on every
 executor and the marginal cost is the per-record cost; the receivers of whole records read at most 200k
 records per step, so their marginals include some fixed cost per step."""
+RECORDS_FACTOR = {"combinable": 5, "whole": 1}
+"""N per crossing, in units of ``--scale-records``. The combinable crossing costs about 0.3 CPU-seconds
+per million records on one executor, so at 2M its runs differ by tenths of a CPU-second and the
+marginal's standard error was 25-56 %; at 10M and 20M a run's cost is several CPU-seconds. A backlogged
+source unit then takes two or three steps, whose fixed cost is small beside that."""
 WARM_UP_RUNS = 3
 """Most warm-up runs per crossing and group (``--quick``: 2); they stop once two in a row cost within 10 %
 of each other. One was not enough: on one executor the run after a single warm-up cost 1.5x the later
@@ -703,27 +708,39 @@ def scale_out(
     ``records / EVENT_RATE`` seconds of 1 s windows."""
     points = []
     sizes = {
-        **{f"warm{i}": records for i in range(warm_ups)},
-        **{f"run{i}": records * (1 + i % 2) for i in range(most)},
+        c: {
+            **{f"warm{i}": records * RECORDS_FACTOR[c] for i in range(warm_ups)},
+            **{f"run{i}": records * RECORDS_FACTOR[c] * (1 + i % 2) for i in range(most)},
+        }
+        for c in CROSSINGS
     }
     for executors in SCALE_EXECUTORS:
         top = pipelines_topology(
             f"bench-scale-{executors}",
-            [pipeline(f"{c}-{tag}", c, size, EVENT_RATE) for c in CROSSINGS for tag, size in sizes.items()],
+            [
+                pipeline(f"{c}-{tag}", c, size, EVENT_RATE)
+                for c in CROSSINGS
+                for tag, size in sizes[c].items()
+            ],
         )
         console.print(f"  {executors} executor(s): starting")
         clock = time.time() - 86400
         with ExecutorGroup(top, work / f"scale-{executors}", url, executors, clock=clock) as group:
             for crossing in CROSSINGS:
+                n_records = records * RECORDS_FACTOR[crossing]
                 warm: list[float] = []
                 while not settled(warm, warm_ups):
-                    warm.append(group.run(f"{crossing}-warm{len(warm)}", crossing, records, executors)[0])
+                    warm.append(group.run(f"{crossing}-warm{len(warm)}", crossing, n_records, executors)[0])
                 runs: list[tuple[int, float, float]] = []
-                while not measured(runs, records, most):
-                    n = sizes[f"run{len(runs)}"]
+                while not measured(runs, n_records, most):
+                    n = sizes[crossing][f"run{len(runs)}"]
                     runs.append((n, *group.run(f"{crossing}-run{len(runs)}", crossing, n, executors)))
                 point = ScalePoint(
-                    crossing, executors, records, tuple(runs), crossing_share(crossing, executors, records)
+                    crossing,
+                    executors,
+                    n_records,
+                    tuple(runs),
+                    crossing_share(crossing, executors, n_records),
                 )
                 points.append(point)
                 warm_cpu, runs_cpu = (
@@ -961,10 +978,11 @@ def scale_out_report(
             "Valkey server; the harness process, which only polls Valkey, is not counted. Records per "
             "CPU-second = 1 / the least-squares slope of the runs' CPU against their records: the marginal "
             "cost, so what a run pays once (acquiring its units, planning its first steps) is the intercept "
-            "and drops out, and the alternation cancels a linear drift. N is the same everywhere "
-            f"({points[0].records:,} here); a backlogged source unit generates all that is due in one step (up to "
-            "2M records), so N and 2N are each one source step per executor and the marginal is the per-record "
-            "cost (receivers of whole records read at most 200k records per step). Wall throughput = 2N / the 2N runs' "
+            "and drops out, and the alternation cancels a linear drift. N is the same for every executor count "
+            "of a crossing (third column): 5x more for the combinable crossing, whose runs otherwise cost "
+            "tenths of a CPU-second apart; a backlogged source unit generates up to 2M records per step, so "
+            "a run is one to three source steps per executor and the marginal is the per-record cost "
+            "(receivers of whole records read at most 200k records per step). Wall throughput = 2N / the 2N runs' "
             "mean wall time. Latency: the same pipelines with endless sources at 2,000 records/s on 2 "
             "executors; the sink latency histograms of both executors are read once the pipeline has caught "
             "up with the records that came due while it started (plus 3 s) and again later, and p50/p99 of "
@@ -1011,8 +1029,12 @@ def main() -> None:
         work = Path(tmp)
         # First, while this process has no JVM of its own idling beside the executors measured.
         console.print(
-            f"[bold]scale-out[/bold] ({scale_records:,} and {2 * scale_records:,} records per "
-            "configuration, after warm-up runs)"
+            "[bold]scale-out[/bold] ("
+            + "; ".join(
+                f"{c}: {scale_records * f:,} and {2 * scale_records * f:,} records"
+                for c, f in RECORDS_FACTOR.items()
+            )
+            + " per configuration, after warm-up runs)"
         )
         points = scale_out(valkey.url, work, scale_records, *((2, 3) if args.quick else ()))
         console.print("[bold]latency across two executors[/bold]")
