@@ -15,11 +15,11 @@ from typing import Any
 from streamtopo.planner.cluster import Cluster, parse_cluster
 from streamtopo.planner.model import (
     MAX_DOCUMENT_BYTES,
-    PlatformPolicy,
     StreamTopology,
     TopologyError,
     parse_topology,
 )
+from streamtopo.planner.policy import PlatformPolicy
 
 Source = str | Path | Mapping[str, Any]
 """A path (``Path``, or a string naming an existing file), YAML text, or parsed data."""

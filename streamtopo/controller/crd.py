@@ -34,7 +34,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, NoDefault
 from pydantic_core import core_schema
 
-from streamtopo.planner.model import API_GROUP, KIND, Metadata, StreamTopologySpec, StreamTopologyStatus
+from streamtopo.planner.model import API_GROUP, KIND, Metadata, StreamTopologySpec
+from streamtopo.planner.status import StreamTopologyStatus
 
 VERSION = "v1alpha1"
 PLURAL = "streamtopologies"

@@ -45,7 +45,7 @@ from streamtopo.contracts import (
     parse_unit,
     redis_url,
 )
-from streamtopo.controller import sharing, transport_acl
+from streamtopo.controller import transport_acl
 from streamtopo.controller.platform import DesiredState
 from streamtopo.documents import load_topology, object_document
 from streamtopo.planner.cluster import Cluster, Host
@@ -54,11 +54,11 @@ from streamtopo.planner.model import (
     API_VERSION,
     EXECUTOR_CONFIG_DIR,
     KIND,
-    PlatformPolicy,
     StreamTopology,
     StreamTopologySpec,
     TransportSpec,
 )
+from streamtopo.planner.policy import PlatformPolicy
 
 GROUP = "streamtopo.dev"
 VERSION = "v1alpha1"
@@ -173,16 +173,18 @@ def transport_secret_name(topology: str) -> str:
     return f"{topology}-transport"
 
 
-def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
-    """The StreamTopology as controller owner: deleting it garbage-collects everything it owns."""
+def owner_reference(owner: Mapping[str, Any], *, controller: bool = True) -> dict[str, Any]:
+    """The StreamTopology as owner: deleting it garbage-collects what it owns. ``controller``: the one
+    owner that manages the object (its executors' pods); a shared topology has several owners, none of
+    them its controller, and none blocks its own deletion on it."""
     meta = owner["metadata"]
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "name": meta["name"],
         "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
+        "controller": controller,
+        "blockOwnerDeletion": controller,
     }
 
 
@@ -859,14 +861,14 @@ class KubernetesPlatform:
 
     def trim_streams(self, readers: Mapping[str, Sequence[str]]) -> int:
         """Trim each named stream (key -> the unit keys that read it) past every reader's committed
-        offset (:func:`.sharing.trim`); needs the platform's Valkey admin, as the topology's own user may
+        offset (:func:`.transport_acl.trim`); needs the platform's Valkey admin, as the topology's own user may
         not read its consumers' unit records. Returns the entries removed."""
         topology = load_topology(object_document(self.owner))
         if not self.settings.own_user(topology):
             return 0
         return int(
             self._with_admin(
-                lambda admin: sum(sharing.trim(admin, key, units) for key, units in readers.items())
+                lambda admin: sum(transport_acl.trim(admin, key, units) for key, units in readers.items())
             )
         )
 

@@ -46,8 +46,9 @@ from streamtopo.documents import load_topology, object_document
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats, PlacementRules
 from streamtopo.planner.cluster import Cluster, leave_room
 from streamtopo.planner.graph import operator_of, replica_name
-from streamtopo.planner.model import PlatformPolicy, StreamTopology, StreamTopologySpec, TopologyError
+from streamtopo.planner.model import StreamTopology, StreamTopologySpec, TopologyError
 from streamtopo.planner.plan import Plan
+from streamtopo.planner.policy import PlatformPolicy
 from streamtopo.planner.scaling.aeolus import entry_batch_sizes
 
 if TYPE_CHECKING:

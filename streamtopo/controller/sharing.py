@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from streamtopo.contracts import Keys, UnitRecord, unit_key
+from streamtopo.contracts import Keys, unit_key
+from streamtopo.controller.kubernetes import owner_reference
 from streamtopo.planner.benoit.split import join_shared, split_shared
 from streamtopo.planner.benoit.topologies import stream_cycles
-from streamtopo.planner.model import API_GROUP, API_VERSION, KIND, StreamTopology, TopologyError
+from streamtopo.planner.model import API_GROUP, KIND, StreamTopology, TopologyError
 
 SHARED_LABEL = f"{API_GROUP}/shared"
 """On the shared topologies the operator manages (value ``"true"``)."""
@@ -74,18 +75,6 @@ def owners(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The consumers of a shared topology (its StreamTopology ownerReferences)."""
     refs = (doc.get("metadata") or {}).get("ownerReferences") or []
     return [r for r in refs if r.get("kind") == KIND]
-
-
-def owner_reference(doc: Mapping[str, Any]) -> dict[str, Any]:
-    meta = doc["metadata"]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": False,
-        "blockOwnerDeletion": False,
-    }
 
 
 def with_owners(doc: Mapping[str, Any], refs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -138,7 +127,11 @@ def decide(
     for doc in parts.values():
         consumer = join_shared(topology, admit(doc))
         if consumer is not None:
-            return Sharing(consumer, with_owners(doc, [*owners(doc), owner_reference(body)]), write=True)
+            return Sharing(
+                consumer,
+                with_owners(doc, [*owners(doc), owner_reference(body, controller=False)]),
+                write=True,
+            )
     partners = {
         n: doc
         for n, doc in others.items()
@@ -150,7 +143,11 @@ def decide(
     split = split_shared(founders)
     if split.shared is not None and split.consumers[0] is not topology:
         docs = [body, *(partners[n] for n in opted)]
-        refs = [owner_reference(d) for d, t, c in zip(docs, founders, split.consumers) if c is not t]
+        refs = [
+            owner_reference(d, controller=False)
+            for d, t, c in zip(docs, founders, split.consumers)
+            if c is not t
+        ]
         doc = split.shared.model_dump(mode="json", by_alias=True, exclude_none=True)
         doc["metadata"]["labels"] = {SHARED_LABEL: "true"}
         return Sharing(split.consumers[0], with_owners(doc, refs), write=True)
@@ -184,9 +181,6 @@ def _created(doc: Mapping[str, Any]) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else datetime.min
 
 
-# ----------------------------------------------------------------------------------------------- trimming
-
-
 def reader_units(consumer: StreamTopology, stream: str) -> list[str]:
     """The Valkey unit keys of ``consumer``'s units that read the named stream ``stream``."""
     keys = Keys.of(consumer)
@@ -196,27 +190,3 @@ def reader_units(consumer: StreamTopology, stream: str) -> list[str]:
         if op.source is not None and op.source.stream == stream
         for kg in range(consumer.spec.key_groups_of(op.name))
     ]
-
-
-def trim_point(client: Any, stream_key: str, units: Sequence[str]) -> str | None:
-    """The id before which every reader unit has consumed ``stream_key``: the minimum over the units'
-    committed offsets, or None while a reader has committed nothing (it reads from the start)."""
-    if not units:
-        return None
-    pipe = client.pipeline(transaction=False)
-    for unit in units:
-        pipe.hget(unit, "rec")
-    offsets = []
-    for raw in pipe.execute():
-        offset = UnitRecord.decode(raw).offsets.get(stream_key) if raw else None
-        if offset is None:
-            return None
-        offsets.append(offset)
-    return min(offsets, key=lambda i: tuple(int(p) for p in i.split("-")))
-
-
-def trim(client: Any, stream_key: str, units: Sequence[str]) -> int:
-    """Trim ``stream_key`` to what some reader still needs: ``XTRIM MINID`` keeps the last entry each
-    reader consumed and everything after it. Returns the entries removed."""
-    point = trim_point(client, stream_key, units)
-    return int(client.xtrim(stream_key, minid=point, approximate=False)) if point else 0

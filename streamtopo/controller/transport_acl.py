@@ -1,4 +1,5 @@
-"""One Valkey ACL user per topology on the platform's transport, and removing a topology's data.
+"""One Valkey ACL user per topology on the platform's transport, removing a topology's data, and trimming
+named streams past what their readers have consumed (shared topologies' streams, controller/sharing.py).
 
 Tenants choose their executors' image and expressions, so an executor must be able to touch nothing but
 its own topology's data (design.md section 8, docs/security.md). Each StreamTopology that uses the
@@ -24,10 +25,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from streamtopo.contracts import Keys
+from streamtopo.contracts import Keys, UnitRecord
 from streamtopo.planner.model import StreamTopology
 
 COMMANDS = (
@@ -122,3 +123,27 @@ def remove_topology(admin: Any, keys: Keys, streams: Iterable[str] = ()) -> int:
     admin.execute_command("ACL", "DELUSER", acl_user(keys))
     names = [*admin.scan_iter(match=f"{_glob(keys.prefix)}:*", count=1000), *streams]
     return sum(int(admin.unlink(*names[i : i + 500])) for i in range(0, len(names), 500))
+
+
+def trim_point(client: Any, stream_key: str, units: Sequence[str]) -> str | None:
+    """The id before which every reader unit has consumed ``stream_key``: the minimum over the units'
+    committed offsets, or None while a reader has committed nothing (it reads from the start)."""
+    if not units:
+        return None
+    pipe = client.pipeline(transaction=False)
+    for unit in units:
+        pipe.hget(unit, "rec")
+    offsets = []
+    for raw in pipe.execute():
+        offset = UnitRecord.decode(raw).offsets.get(stream_key) if raw else None
+        if offset is None:
+            return None
+        offsets.append(offset)
+    return min(offsets, key=lambda i: tuple(int(p) for p in i.split("-")))
+
+
+def trim(client: Any, stream_key: str, units: Sequence[str]) -> int:
+    """Trim ``stream_key`` to what some reader still needs: ``XTRIM MINID`` keeps the last entry each
+    reader consumed and everything after it. Returns the entries removed."""
+    point = trim_point(client, stream_key, units)
+    return int(client.xtrim(stream_key, minid=point, approximate=False)) if point else 0

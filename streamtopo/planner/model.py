@@ -12,9 +12,7 @@ cross-field layer (names, inputs, cycles, constraints) that a single field canno
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from types import UnionType
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
@@ -36,6 +34,14 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from streamtopo.planner.expressions import expression_problem
+from streamtopo.planner.policy import (
+    POLICY,
+    PlatformPolicy,
+    image_problem,
+    node_key_problem,
+    shared_stream_problem,
+    udf_problem,
+)
 
 API_VERSION: Final = "streamtopo.dev/v1alpha1"
 API_GROUP = API_VERSION.partition("/")[0]
@@ -116,106 +122,9 @@ MIN_INTERVAL = 1.0
 serve, so a huge value is refused at the door instead of hanging a worker."""
 
 
-@dataclass(frozen=True)
-class PlatformPolicy:
-    """What a platform lets its tenants choose (the chart's ``executor`` values), given to validation as
-    its context; no policy (a local run) means the user runs their own code and images."""
-
-    udf_modules: tuple[str, ...] = ()
-    """Modules UDFs may come from, with their submodules; empty: no UDFs."""
-    images: tuple[str, ...] = ()
-    """Image name prefixes ``spec.image`` may use besides the platform's runtime image (the spec's
-    default); empty: only that image."""
-    shared_streams: tuple[str, ...] = ()
-    """``<namespace>/<name>`` streams any topology may read (read only) from another namespace; empty:
-    named streams are namespace-local."""
-    prometheus_urls: tuple[str, ...] = ()
-    """URL prefixes a topology's own Prometheus may have (the operator sends requests there from inside
-    the cluster, so an open choice would let a tenant reach any internal service); empty: none."""
-    max_executors: int | None = None
-    """The most executors one topology may ask for (``autoscaling.maxExecutors``, ``replicas``);
-    None: the model's own bound."""
-    max_key_groups: int | None = None
-    """The most key groups of one operator (``keyGroups``, per operator or topology-wide)."""
-    max_operators: int | None = None
-    """The most operators of one topology."""
-    node_keys: tuple[str, ...] = ()
-    """Node label and taint keys tenants may select on and tolerate (a key, or a prefix ending in ``/``);
-    empty: any key but the cluster's own (:func:`node_key_problem`)."""
-
-
-POLICY = "policy"
-"""Validation-context key of the :class:`PlatformPolicy`."""
-
-
-def udf_problem(function: str, allowed: Sequence[str] | None) -> str | None:
-    """Why a UDF ``module:function`` may not run: never from the standard library or streamtopo itself
-    (``os:system``, ``builtins:exec``), and on a platform that lists modules, only from those (or their
-    submodules)."""
-    module = function.split(":")[0]
-    top = module.split(".")[0]
-    if top in sys.stdlib_module_names or top == "streamtopo":
-        return f"{function!r}: UDFs cannot come from the standard library or streamtopo ({top})"
-    if allowed is not None and not any(module == m or module.startswith(m + ".") for m in allowed):
-        listed = ", ".join(allowed) or "none"
-        return f"{function!r}: module {module} is not among the platform's UDF modules ({listed})"
-    return None
-
-
-def image_problem(image: str, default: str, allowed: Sequence[str] | None) -> str | None:
-    """Why an executor image may not run: on a platform, anything but its runtime image (the spec's
-    default) must start with one of the platform's prefixes; tenants' images run tenants' code next to
-    the platform's credentials and nodes."""
-    if allowed is None or image == default or any(image.startswith(prefix) for prefix in allowed):
-        return None
-    listed = ", ".join(allowed) or "none; the platform runs its runtime image only"
-    return f"{image!r} is not among the platform's allowed images (prefixes: {listed})"
-
-
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 LabelKey = Annotated[str, Field(pattern=_LABEL_KEY.pattern, max_length=317)]
 LabelValue = Annotated[str, Field(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)]
-
-
-def shared_stream_problem(stream: str, policy: PlatformPolicy | None) -> str | None:
-    """Why a source may not read ``stream``: on a platform, a stream of another namespace
-    (``<namespace>/<name>``) must be one the platform shares. Locally there are no namespaces to guard."""
-    if policy is None or "/" not in stream or stream in policy.shared_streams:
-        return None
-    shared = ", ".join(policy.shared_streams) or "none"
-    return f"{stream!r} is another namespace's stream, which the platform does not share (shared: {shared})"
-
-
-SCHEDULING_LABELS = (
-    "kubernetes.io/hostname",
-    "kubernetes.io/arch",
-    "kubernetes.io/os",
-    "topology.kubernetes.io/zone",
-    "topology.kubernetes.io/region",
-    "node.kubernetes.io/instance-type",
-)
-"""The well-known node labels under kubernetes.io/ a tenant may select on; every other key there, and
-under k8s.io/, is the cluster's (node roles, lifecycle taints such as not-ready or unschedulable)."""
-
-
-def node_key_problem(key: str | None, policy: PlatformPolicy | None) -> str | None:
-    """Why a tenant may not select on or tolerate node key ``key`` (None: a toleration of every taint).
-
-    On a platform the cluster's own keys are refused (selecting control-plane nodes and tolerating their
-    taint would put tenant code beside the cluster's secrets), and with ``policy.node_keys`` only the
-    listed keys or prefixes pass. Locally (no policy) anything goes: there are no nodes to protect.
-    """
-    if policy is None:
-        return None
-    if key is None:
-        return "a toleration without a key tolerates every taint, the cluster's own included"
-    domain = key.split("/")[0] if "/" in key else ""
-    if domain.endswith(("kubernetes.io", "k8s.io")) and key not in SCHEDULING_LABELS:
-        return f"{key!r} belongs to the cluster (of its keys only {', '.join(SCHEDULING_LABELS)} may be used)"
-    allowed = policy.node_keys
-    if allowed and not any(key == a or (a.endswith("/") and key.startswith(a)) for a in allowed):
-        return f"{key!r} is not among the platform's node keys ({', '.join(allowed)})"
-    return None
 
 
 StreamName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_{][A-Za-z0-9._:{}-]*$", min_length=1, max_length=200)]
@@ -1124,91 +1033,6 @@ class StreamTopology(Model):
 
 
 # ---------------------------------------------------------------------------------------------- status
-
-
-class Condition(Model):
-    """A condition as the Kubernetes API conventions define it."""
-
-    type: Literal["Planned", "Ready", "Progressing", "Rebalancing", "Scaling", "Degraded"]
-    status: Literal["True", "False", "Unknown"]
-    reason: str
-    message: str = ""
-    last_transition_time: str
-    observed_generation: int | None = None
-
-
-class PESummary(Model):
-    name: str
-    operators: list[str]
-    host: str | None = None
-    size: float
-    """CPU cores: operator costs inside plus communication cost of its cut edges (COLA's SIZE)."""
-
-
-class RebalanceSummary(Model):
-    time: str
-    migrations: int
-    load_distance: float
-    collocation_factor: float
-
-
-class RecommendationSummary(Model):
-    """The last decision computed in Recommend mode: what it would change, and whether it was applied."""
-
-    id: str
-    """Approve it with ``kubectl annotate stopo NAME streamtopo.dev/approve=<id>``."""
-    time: str
-    routing_version: int
-    """The routing version it applies to; a decision for an older one is stale and is not applied."""
-    migrations: int
-    executors_before: int
-    executors_after: int
-    load_distance: float
-    reason: str
-    approved: bool = False
-
-
-class SharingStatus(Model):
-    """Where sharing stands (``spec.sharing``, docs/sharing.md)."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
-    shared_topology: str | None = None
-    """A consumer: the managed shared topology it reads from."""
-    reads: list[str] = Field(default_factory=list)
-    """A consumer: the shared streams its executors read in place of the operators the shared topology
-    runs for it."""
-    consumers: list[str] = Field(default_factory=list)
-    """A shared topology: the topologies that read it (its owners); it is deleted with the last."""
-
-
-class StreamTopologyStatus(Model):
-    """What the operator reports; computed state (routing) lives in the owned ConfigMap instead."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="ignore",
-        frozen=True,
-        use_attribute_docstrings=True,
-    )
-    observed_generation: int | None = None
-    phase: Literal["Pending", "Planned", "Running", "Degraded", "Failed", "Suspended"] | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    executors: int | None = None
-    """Executors in the routing table (the scale subresource's replicas)."""
-    selector: str | None = None
-    """Label selector of the executor pods (the scale subresource's, for an HPA)."""
-    max_utilization: float | None = None
-    """COLA's U: the largest host utilisation of the plan."""
-    communication_cost: float | None = None
-    """COLA's C: total cost of the streams that cross PEs."""
-    load_distance: float | None = None
-    pes: list[PESummary] = Field(default_factory=list)
-    last_rebalance: RebalanceSummary | None = None
-    recommendation: RecommendationSummary | None = None
-    routing_version: int | None = None
-    routing_config_map: str | None = None
-    sharing: SharingStatus | None = None
 
 
 # ------------------------------------------------------------------------------------ cross-field check

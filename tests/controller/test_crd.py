@@ -25,7 +25,8 @@ from streamtopo.controller.crd import CRD_FILENAME, CRD_NAME, crd_manifest, rend
 from streamtopo.controller.fieldtable import field_rows, render_reference
 from streamtopo.controller.generated import generated_files, stale_files
 from streamtopo.documents import load_topology
-from streamtopo.planner.model import StreamTopologySpec, StreamTopologyStatus, TopologyError
+from streamtopo.planner.model import StreamTopologySpec, TopologyError
+from streamtopo.planner.status import StreamTopologyStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_VERSION = "1.30.0"

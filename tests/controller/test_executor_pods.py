@@ -280,7 +280,7 @@ def test_the_platform_keeps_tenants_off_the_clusters_nodes(executor, requires, n
     """On a platform a tenant may not select on or tolerate the cluster's own node keys (control-plane
     role, lifecycle taints), nor tolerate every taint; with executor.allowedNodeKeys only the listed ones.
     Locally (no platform) the same document is accepted: there are no nodes to protect."""
-    from streamtopo.planner.model import PlatformPolicy
+    from streamtopo.planner.policy import PlatformPolicy
 
     doc = document(executor)
     if requires is not None:

@@ -33,7 +33,7 @@ from streamtopo.controller.reconcile import (
 from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
-from streamtopo.planner.model import PlatformPolicy
+from streamtopo.planner.policy import PlatformPolicy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount.yaml"
 

@@ -19,9 +19,8 @@ from streamtopo.controller.sharing import (
     is_shared,
     owners,
     reader_units,
-    trim,
-    trim_point,
 )
+from streamtopo.controller.transport_acl import trim, trim_point
 from streamtopo.planner.model import StreamTopology, TopologyError
 from streamtopo.runtime.embedded import EmbeddedValkey
 

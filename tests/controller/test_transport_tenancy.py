@@ -147,7 +147,8 @@ def test_a_shared_stream_is_readable_across_namespaces_and_nothing_else(valkey: 
     read team-a's other streams; an unshared qualified name is refused naming the field."""
     from streamtopo.controller import transport_acl
     from streamtopo.documents import load_topology
-    from streamtopo.planner.model import PlatformPolicy, TopologyError
+    from streamtopo.planner.model import TopologyError
+    from streamtopo.planner.policy import PlatformPolicy
 
     policy = PlatformPolicy(shared_streams=("team-a/trades",))
     reader = shared_names("team-b")

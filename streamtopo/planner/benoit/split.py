@@ -77,13 +77,7 @@ def split_shared(topologies: Sequence[StreamTopology], *, across_namespaces: boo
     streams: dict[str, list[str]] = {}
     consumers = []
     for topology, digests in zip(topologies, hashes):
-        needed = {
-            digests[i]
-            for op in topology.spec.operators
-            if digests[op.name] not in shared
-            for i in op.inputs
-            if digests[i] in shared
-        }
+        needed = _needed(topology, digests, shared)
         for h in sorted(needed):
             streams.setdefault(stream_name(h), []).append(topology.metadata.name)
         consumers.append(
@@ -134,17 +128,22 @@ def join_shared(topology: StreamTopology, shared: StreamTopology) -> StreamTopol
     }
     mine = {digests[op.name] for op in topology.spec.operators} & runs
     while True:
-        needed = {
-            digests[i]
-            for op in topology.spec.operators
-            if digests[op.name] not in mine
-            for i in op.inputs
-            if digests[i] in mine
-        }
+        needed = _needed(topology, digests, mine)
         if not needed - published:
             break
         mine -= needed - published
     return _consumer(topology, digests, mine, needed) if needed else None
+
+
+def _needed(topology: StreamTopology, digests: dict[str, str], shared: set[str]) -> set[str]:
+    """The shared operators (hashes) whose output an operator of ``topology`` that is not shared reads."""
+    return {
+        digests[i]
+        for op in topology.spec.operators
+        if digests[op.name] not in shared
+        for i in op.inputs
+        if digests[i] in shared
+    }
 
 
 def _unique(name: str, operators: list[dict[str, Any]]) -> str:
