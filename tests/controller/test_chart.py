@@ -371,7 +371,7 @@ def allowed(
 
 # What the operator calls, per object in a watched namespace (kopf + reconcile + SPL loop).
 NEEDED_IN_NAMESPACE = (
-    [("streamtopo.dev", "streamtopologies", v) for v in ("get", "list", "watch", "patch")]
+    [("streamtopo.dev", "streamtopologies", v) for v in ("get", "list", "watch", "patch", "create", "delete")]
     + [
         ("streamtopo.dev", "streamtopologies/status", "patch"),
         ("streamtopo.dev", "streamtopologies/finalizers", "update"),

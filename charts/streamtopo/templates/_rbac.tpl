@@ -5,10 +5,11 @@ calls. Secrets: `create` and `patch` (each topology's transport Secret, written 
 Secret back), `get` on exactly rbac.secretNames (Prometheus basic auth named by topologies).
 */}}
 {{- define "streamtopo.topologyRules" -}}
-# kopf watches StreamTopologies and patches them (finalizers, progress annotations).
+# kopf watches StreamTopologies and patches them (finalizers, progress annotations); the operator
+# creates, re-owns and deletes the shared topologies of spec.sharing (controller/sharing.py).
 - apiGroups: ["streamtopo.dev"]
   resources: ["streamtopologies"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch", "create", "delete"]
 # Status is written through the status subresource only.
 - apiGroups: ["streamtopo.dev"]
   resources: ["streamtopologies/status"]
