@@ -19,7 +19,7 @@ for topologies applied with it, then starts whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -103,15 +103,17 @@ def decide(
     """What ``topology`` (admitted from ``body``) runs, given every StreamTopology of its namespace by
     name, whether it already runs (``deployed``), and how the platform admits a document.
 
-    Raises TopologyError when its named streams and the namespace's form a cycle (each would wait for the
-    other's watermark), and :class:`WaitForPartners` while a new topology waits for partners. Nothing is
-    created before these checks pass.
+    Raises TopologyError when its named streams and the namespace's form a cycle through it (each would
+    wait for the other's watermark; a cycle among other topologies is theirs to answer for), and
+    :class:`WaitForPartners` while a new topology waits for partners. Nothing is created before these
+    checks pass.
     """
     if not topology.spec.sharing.enabled or is_shared(body):
         return Sharing(topology)
     name, uid = body["metadata"]["name"], body["metadata"].get("uid")
     others = {n: doc for n, doc in namespace.items() if n != name and not is_shared(doc)}
-    cycles = stream_cycles([topology, *_valid(others.values(), admit)])
+    valid = list(_valid(others, admit).values())
+    cycles = sorted(set(stream_cycles([topology, *valid])) - set(stream_cycles(valid)))  # through this one
     if cycles:
         raise TopologyError([(FIELD, f"topologies feed each other in a cycle: {c}") for c in cycles])
     parts = {n: doc for n, doc in sorted(namespace.items()) if is_shared(doc)}
@@ -137,8 +139,7 @@ def decide(
         for n, doc in others.items()
         if _new(doc) and not any(r.get("name") == n for d in parts.values() for r in owners(d))
     }
-    valid = dict(zip(partners, _valid(partners.values(), admit)))
-    opted = {n: t for n, t in valid.items() if t.spec.sharing.enabled}
+    opted = {n: t for n, t in _valid(partners, admit).items() if t.spec.sharing.enabled}
     founders = [topology, *opted.values()]
     split = split_shared(founders)
     if split.shared is not None and split.consumers[0] is not topology:
@@ -158,13 +159,13 @@ def decide(
 
 
 def _valid(
-    docs: Iterable[Mapping[str, Any]], admit: Callable[[Mapping[str, Any]], StreamTopology]
-) -> list[StreamTopology]:
-    """The documents that pass admission (an invalid one is its own topology's problem, not this one's)."""
-    valid = []
-    for doc in docs:
+    docs: Mapping[str, Mapping[str, Any]], admit: Callable[[Mapping[str, Any]], StreamTopology]
+) -> dict[str, StreamTopology]:
+    """The documents (by name) that pass admission: an invalid one is its own topology's problem."""
+    valid = {}
+    for name, doc in docs.items():
         try:
-            valid.append(admit(doc))
+            valid[name] = admit(doc)
         except TopologyError:
             continue
     return valid

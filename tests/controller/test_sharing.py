@@ -156,6 +156,23 @@ def test_a_cycle_through_named_streams_is_refused_naming_the_field():
     ]
 
 
+def test_a_cycle_among_other_topologies_does_not_refuse_this_one():
+    x, y = topology("x", sharing=False), topology("y", sharing=False)
+    x["spec"]["operators"][0]["source"] = {"stream": "p"}
+    x["spec"]["operators"][-1]["sink"] = {"stream": "q"}
+    y["spec"]["operators"][0]["source"] = {"stream": "q"}
+    y["spec"]["operators"][-1]["sink"] = {"stream": "p"}
+    decision = run(topology("a"), {"x": x, "y": y, "b": topology("b", window="20s")})
+    assert decision.shared is not None and [r["name"] for r in owners(decision.shared)] == ["a", "b"]
+
+
+def test_an_invalid_partner_is_left_out_and_the_others_still_found_the_part():
+    bad = topology("aa-bad")
+    bad["spec"]["operators"][1]["inputs"] = ["missing"]
+    decision = run(topology("a"), {"aa-bad": bad, "b": topology("b", window="20s")})
+    assert [r["name"] for r in owners(decision.shared)] == ["a", "b"]
+
+
 def test_sharing_across_namespaces_is_refused_naming_the_field():
     doc = topology("a")
     doc["spec"]["sharing"]["scope"] = "Cluster"
