@@ -5,7 +5,7 @@ Run with ``streamtopo operator`` (or ``kopf run -m streamtopo.controller.operato
 - create / update (spec changes only) / resume -> :func:`streamtopo.controller.reconcile.reconcile`
   through :class:`~streamtopo.controller.kubernetes.KubernetesPlatform`; status and Events from its outcome.
 - a daemon per topology (the SPL loop): every ``spec.autoscaling.interval`` one
-  :class:`~streamtopo.controller.reconcile.AdaptationLoop` step (ALBIC + scaling) on the deployment the
+  :class:`~streamtopo.controller.adaptation_loop.AdaptationLoop` step (ALBIC + scaling) on the deployment the
   routing ConfigMap records; between periods it re-plans when Nodes changed and keeps the pods converged
   (a deleted or failed executor pod is recreated). Owned objects go by garbage collection
   (ownerReferences); what Kubernetes cannot collect, the topology's Valkey user, keys and named output
@@ -47,6 +47,7 @@ from typing import Any
 import kopf
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from streamtopo.controller.adaptation_loop import AdaptationLoop
 from streamtopo.controller.kubernetes import (
     GROUP,
     PLURAL,
@@ -67,7 +68,6 @@ from streamtopo.controller.platform import DesiredState, MetricsSource, MetricsU
 from streamtopo.controller.prometheus import PrometheusMetricsSource
 from streamtopo.controller.reconcile import (
     APPROVE_ANNOTATION,
-    AdaptationLoop,
     ConditionChange,
     Event,
     Outcome,

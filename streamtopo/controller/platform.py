@@ -30,7 +30,7 @@ class DesiredState:
     topology: StreamTopology
     routing: RoutingTable
     memory: str | None = None
-    """The SPL loop's state (:class:`~streamtopo.controller.reconcile.LoopMemory` as JSON), stored with the
+    """The SPL loop's state (:class:`~streamtopo.controller.adaptation_loop.LoopMemory` as JSON), stored with the
     routing table in one object: a decision and the state that follows from it are written together, so
     a restarted operator neither repeats nor forgets it."""
 

@@ -4,7 +4,7 @@ AdaptationLoop as on Kubernetes, scraping the local processes directly."""
 from __future__ import annotations
 
 from streamtopo.contracts import RoutingTable
-from streamtopo.controller.reconcile import AdaptationLoop
+from streamtopo.controller.adaptation_loop import AdaptationLoop
 from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.local.platform import LocalPlatform
 from streamtopo.planner.model import StreamTopology

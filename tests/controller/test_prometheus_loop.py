@@ -14,9 +14,9 @@ import pytest
 from controller_testkit import MemoryPlatform, ScriptedRuntime, wait_for
 from test_reconcile import initial_routing, load_distance, scenario_topology, skewed, two_hosts
 
+from streamtopo.controller.adaptation_loop import AdaptationLoop
 from streamtopo.controller.platform import MetricsUnavailable
 from streamtopo.controller.prometheus import PrometheusMetricsSource
-from streamtopo.controller.reconcile import AdaptationLoop
 from streamtopo.documents import load_topology
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(180)]

@@ -17,16 +17,14 @@ import pytest
 from controller_testkit import MemoryPlatform, ScriptedRuntime, wait_for
 
 from streamtopo.contracts import ExecutorEntry, RoutingTable
+from streamtopo.controller.adaptation_loop import AdaptationLoop, LoopMemory, allocation_state
 from streamtopo.controller.planner_worker import WorkerPlanner
 from streamtopo.controller.platform import MetricsUnavailable, RuntimeStats, UnitRates
 from streamtopo.controller.reconcile import (
     APPROVE_ANNOTATION,
     IN_PROCESS,
-    AdaptationLoop,
     ConditionChange,
-    LoopMemory,
     Planner,
-    allocation_state,
     merge_conditions,
     reconcile,
 )

@@ -11,9 +11,9 @@ from controller_testkit import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamtopo.contracts import ExecutorEntry, RoutingTable
+from streamtopo.controller.adaptation_loop import allocation_state
 from streamtopo.controller.platform import MetricsUnavailable
 from streamtopo.controller.prometheus import PrometheusMetricsSource
-from streamtopo.controller.reconcile import allocation_state
 from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host

@@ -1,0 +1,640 @@
+"""The SPL loop: every statistics period, metrics -> AllocationState -> ALBIC's Algorithm 1 -> apply.
+
+:class:`AdaptationLoop` runs one round of ALBIC's Algorithm 1 (Madsen et al., ICDE 2017: terminate drained
+nodes, lines 1-3; plan; scale; re-plan, lines 4-7; apply, line 8) with the spec's rebalancing policy, on a
+:class:`~streamtopo.controller.platform.Platform` and a
+:class:`~streamtopo.controller.platform.MetricsSource`. Missing or stale metrics skip the round (no
+rebalancing, no scaling) and say why. Its memory (windows, collocations, history) is a value,
+:class:`LoopMemory`, stored with the routing table, so a restarted operator resumes it. The local run, the
+operator and the simulator drive the same class (tests/controller/test_one_decision_path.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from streamtopo.contracts import (
+    ExecutorEntry,
+    KeyGroupId,
+    RoutingTable,
+    executor_index,
+)
+from streamtopo.controller.platform import (
+    DesiredState,
+    MetricsSource,
+    MetricsUnavailable,
+    Platform,
+    RuntimeStats,
+    UnitRates,
+)
+from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
+from streamtopo.planner.cluster import Cluster
+from streamtopo.planner.model import StreamTopology, StreamTopologySpec
+
+if TYPE_CHECKING:
+    from streamtopo.planner.adaptation import AdaptationResult
+    from streamtopo.planner.scaling.policy import ScalingState
+from streamtopo.controller.reconcile import (
+    APPROVE_ANNOTATION,
+    IN_PROCESS,
+    Collocations,
+    ConditionChange,
+    Event,
+    Outcome,
+    Planner,
+    executor_hosts,
+    now_iso,
+    placement_rules,
+    reconcile,
+)
+
+
+def allocation_state(
+    stats: RuntimeStats,
+    routing: RoutingTable,
+    spec: StreamTopologySpec,
+    cluster: Cluster,
+    *,
+    failing: Collection[str] = (),
+    lost: Collection[str] = (),
+) -> AllocationState:
+    """ALBIC's view of one period: gLoad_k = 100 * busy rate, mc_k = state bytes, out(g_i, g_j) = rate.
+
+    Raises MetricsUnavailable when a unit of the routing table has no measurement (full metric window),
+    except on a ``failing`` executor, which cannot report: such a unit counts with its operator's mean
+    measured load and no state. ``lost`` executors (failing past the grace period) are marked for removal
+    (ALBIC's B), so their key groups move to the others.
+    """
+    assignment = routing.assignment()
+    stats = _estimate_failing(stats, [u for u, e in assignment.items() if e in failing])
+    missing = [u for u in assignment if u not in stats.units]
+    if missing:
+        shown = ", ".join(f"{op}/{kg}" for op, kg in sorted(missing)[:5])
+        raise MetricsUnavailable(
+            "MetricsIncomplete",
+            f"no measurement for {len(missing)} of {len(assignment)} "
+            f"units over the last {stats.window_seconds:g}s (e.g. {shown})",
+        )
+    labels = {h.name: dict(h.labels) for h in cluster.hosts}
+    executors = [
+        ExecutorInfo(
+            name=name,
+            capacity=entry.cpu,
+            host=entry.host,
+            labels=labels.get(entry.host or "", {}),
+            marked_for_removal=entry.draining or name in lost,
+        )
+        for name, entry in sorted(routing.executors.items())
+    ]
+    key_groups = [
+        KeyGroupStats(
+            id=u,
+            load=stats.units[u].load,
+            memory=stats.units[u].state_bytes,
+            migration_cost=stats.units[u].state_bytes,
+            rate=stats.units[u].records_in,
+            backlog=stats.units[u].backlog,
+        )
+        for u in sorted(assignment)
+    ]
+    traffic = {
+        pair: rate for pair, rate in stats.traffic.items() if pair[0] in assignment and pair[1] in assignment
+    }
+    return AllocationState(
+        executors=executors,
+        key_groups=key_groups,
+        assignment=assignment,
+        traffic=traffic,
+        rules=placement_rules(spec, cluster),
+    )
+
+
+def _estimate_failing(stats: RuntimeStats, units: Sequence[KeyGroupId]) -> RuntimeStats:
+    """``stats`` with the unmeasured ``units`` (hosted by failing executors) at their operator's mean busy
+    and input rates over its measured units, or every measured unit's when none of the operator's is."""
+    unmeasured = [u for u in units if u not in stats.units]
+    if not unmeasured or not stats.units:
+        return stats
+
+    def mean(rates: Sequence[UnitRates]) -> UnitRates:
+        return UnitRates(
+            busy=sum(r.busy for r in rates) / len(rates),
+            records_in=sum(r.records_in for r in rates) / len(rates),
+        )
+
+    by_operator: dict[str, list[UnitRates]] = {}
+    for (op, _), rates in stats.units.items():
+        by_operator.setdefault(op, []).append(rates)
+    overall = mean(list(stats.units.values()))
+    estimated = dict(stats.units)
+    for unit in unmeasured:
+        estimated[unit] = mean(by_operator[unit[0]]) if unit[0] in by_operator else overall
+    return dataclasses.replace(stats, units=estimated)
+
+
+def executor_loads(
+    state: AllocationState, assignment: Mapping[KeyGroupId, str], capacity: Mapping[str, float]
+) -> dict[str, float]:
+    """Percent of each executor's own capacity (gLoad / capacity, ALBIC's heterogeneous nodes)."""
+    load = dict.fromkeys(capacity, 0.0)
+    by_id = {kg.id: kg.load for kg in state.key_groups}
+    for unit, executor in assignment.items():
+        if executor in load:
+            load[executor] += by_id.get(unit, 0.0) / (capacity[executor] or 1.0)
+    return load
+
+
+def next_executors(
+    result: AdaptationResult, current: Mapping[str, ExecutorEntry], cluster: Cluster
+) -> dict[str, ExecutorEntry]:
+    """The routing table's executors after a round: terminated gone, set B draining, new ones placed.
+
+    A new executor (it joins empty, Algorithm 1 line 6) goes to the host with the most CPU not yet
+    requested by this topology's executors.
+    """
+    free = {h.name: h.cpu for h in cluster.hosts}
+    for entry in current.values():
+        if entry.host in free:
+            free[entry.host] -= entry.cpu
+    out: dict[str, ExecutorEntry] = {}
+    for info in result.executors:
+        if info.name in current:
+            out[info.name] = current[info.name].model_copy(update={"draining": info.marked_for_removal})
+            continue
+        host = max(cluster.hosts, key=lambda h: (free[h.name], h.name)).name
+        free[host] -= info.capacity
+        out[info.name] = ExecutorEntry(host=host, cpu=info.capacity, draining=info.marked_for_removal)
+    return out
+
+
+@dataclass
+class StepResult:
+    """One SPL round: what changed, with the status fields and events to report."""
+
+    applied: bool = False
+    routing: RoutingTable | None = None
+    outcome: Outcome = field(default_factory=Outcome)
+    skipped: str | None = None
+    """Why nothing was decided (a condition reason), if so."""
+    adaptation: AdaptationResult | None = None
+    executors_before: int = 0
+    executors_after: int = 0
+
+
+DECISIONS_KEPT = 20
+
+
+@dataclass(frozen=True)
+class LoopMemory:
+    """The SPL loop's state between rounds: the scaling rule's windows, ALBIC's collocations and the last
+    decisions. Kept with the routing table (``DesiredState.memory``) so an operator restart resumes it."""
+
+    scaling: ScalingState = field(default_factory=lambda: _scaling_state())
+    collocations: Collocations = ()
+    decisions: tuple[dict[str, Any], ...] = ()
+    failing_since: Mapping[str, float] = field(default_factory=dict)
+    """Executor -> when the loop first saw it failing (the failure grace period runs from there)."""
+
+    def to_json(self) -> str:
+        import json
+
+        return json.dumps(
+            {
+                "scaling": dataclasses.asdict(self.scaling),
+                "collocations": self.collocations,
+                "decisions": self.decisions,
+                "failing": dict(self.failing_since),
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | None) -> LoopMemory:
+        """Tolerant: a missing or unreadable memory (older operator, hand edit) starts fresh."""
+        import json
+
+        if not text:
+            return cls()
+        try:
+            data = json.loads(text)
+            scaling = data.get("scaling") or {}
+            scaling["history"] = tuple(tuple(h) for h in scaling.get("history") or ())
+            pairs = tuple((_unit(a), _unit(b)) for a, b in data.get("collocations") or ())
+            failing = {str(e): float(t) for e, t in (data.get("failing") or {}).items()}
+            return cls(_scaling_state(**scaling), pairs, tuple(data.get("decisions") or ()), failing)
+        except (ValueError, TypeError, AttributeError):
+            return cls()
+
+
+def _scaling_state(**fields: Any) -> ScalingState:
+    from streamtopo.planner.scaling.policy import ScalingState
+
+    return ScalingState(**fields)
+
+
+def _unit(value: Any) -> KeyGroupId:
+    op, kg = value
+    return (str(op), int(kg))
+
+
+def decision_record(before: RoutingTable, after: RoutingTable, result: AdaptationResult) -> dict[str, Any]:
+    """One applied decision as the history keeps it (time, kind, before/after, reason, figures)."""
+    kinds = [
+        kind
+        for kind, happened in (
+            ("rebalance", bool(result.migrations)),
+            ("scale-up", bool(result.added or result.unmarked)),
+            ("scale-down", bool(result.marked)),
+            ("terminate", bool(result.terminated)),
+        )
+        if happened
+    ]
+    rebalance = result.rebalance
+    return {
+        "time": now_iso(),
+        "kind": "+".join(kinds) or "reassign",
+        "routingVersion": after.version,
+        "executorsBefore": len(before.executors),
+        "executorsAfter": len(after.executors),
+        "migrations": len(result.migrations),
+        "reason": result.reason,
+        "loadDistance": round(rebalance.load_distance, 4) if rebalance else None,
+    }
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """A decision computed in Recommend mode and not applied: what approving ``id`` would apply."""
+
+    id: str
+    state: AllocationState
+    result: AdaptationResult
+    before: RoutingTable
+    routing: RoutingTable
+    """The routing table it applies (version ``before.version + 1``)."""
+
+    @staticmethod
+    def identify(routing: RoutingTable) -> str:
+        """A content hash: the same decision on the same routing version gets the same id."""
+        import hashlib
+
+        return hashlib.sha256(routing.to_json().encode()).hexdigest()[:12]
+
+    def summary(self, approved: bool = False) -> dict[str, Any]:
+        rebalance = self.result.rebalance
+        return {
+            "id": self.id,
+            "time": now_iso(),
+            "routingVersion": self.before.version,
+            "migrations": len(self.result.migrations),
+            "executorsBefore": len(self.before.executors),
+            "executorsAfter": len(self.routing.executors),
+            "loadDistance": round(rebalance.load_distance if rebalance else 0.0, 4),
+            "reason": self.result.reason,
+            "approved": approved,
+        }
+
+
+class AdaptationLoop:
+    """The SPL loop for one topology on any platform: ``step(now)`` once per statistics period.
+
+    ``streamtopo run`` and the Kubernetes operator both drive it. ``routing`` is the table currently
+    applied; without one, the first step plans and applies the initial deployment (:func:`reconcile`).
+    ``now`` is seconds on any clock (only differences matter: stabilisation and scale-down delays).
+
+    ``spec.autoscaling.mode`` decides what a period does with its decision: apply it (Auto), only publish
+    it as ``pending`` until :meth:`approve` is called with its id (Recommend; the scaling and policy state
+    stay as they were, since nothing changed), or compute nothing (Off).
+    """
+
+    def __init__(
+        self,
+        platform: Platform,
+        metrics: MetricsSource,
+        topology: StreamTopology,
+        *,
+        routing: RoutingTable | None = None,
+        seed: int = 0,
+        planner: Planner = IN_PROCESS,
+    ):
+        from streamtopo.planner.scaling.policy import ScalingState
+
+        self.platform = platform
+        self.metrics = metrics
+        self.topology = topology
+        self.routing = routing
+        self.seed = seed
+        self.planner = planner
+        self.scaling_state = ScalingState()
+        self.collocations: Collocations = ()
+        """ALBIC's collocated pairs from the last round, passed into the next."""
+        self.pending: Recommendation | None = None
+        """Recommend mode: the last decision that would change something, until approved or replaced."""
+        self.decisions: tuple[dict[str, Any], ...] = ()
+        """The last :data:`DECISIONS_KEPT` decisions applied (persisted with the routing table)."""
+        self._written: str | None = None
+        """The memory last handed to the platform (a period that changes nothing writes nothing)."""
+        self.history: list[StepResult] = []
+        self.failing_since: dict[str, float] = {}
+        """Executor -> ``now`` of the first period that saw it failing (forgotten once it runs again)."""
+
+    @property
+    def interval(self) -> float:
+        return self.topology.spec.autoscaling.interval
+
+    def deploy(self) -> Outcome:
+        """Plan and apply the initial deployment (re-applies the current one when already deployed)."""
+        previous = DesiredState(self.topology, self.routing) if self.routing else None
+        outcome = reconcile(
+            self.topology, self.platform, previous=previous, seed=self.seed, planner=self.planner
+        )
+        if outcome.desired is not None:
+            self.routing = outcome.desired.routing
+        return outcome
+
+    def step(self, now: float) -> StepResult:
+        """One period of ALBIC's Algorithm 1; missing metrics skip the round instead of raising."""
+        if self.routing is None:
+            deployed = self.deploy()
+            return self._record(
+                StepResult(applied=deployed.desired is not None, routing=self.routing, outcome=deployed)
+            )
+        before = self.routing
+        count = len(before.executors)
+        mode = self.topology.spec.autoscaling.acting
+        if self.topology.spec.suspend:
+            self.pending = None
+            return self._record(
+                StepResult(routing=before, skipped="Suspended", executors_before=count, executors_after=count)
+            )
+        if mode == "Off":
+            self.pending = None
+            return self._record(
+                StepResult(
+                    routing=before,
+                    skipped="AutoscalingDisabled",
+                    executors_before=count,
+                    executors_after=count,
+                )
+            )
+        try:
+            cluster = executor_hosts(self.topology.spec, self.platform.hosts())
+        except ValueError as error:
+            return self._record(self._skip("NoMatchingNodes", str(error), count))
+        failing = {e: why for e, why in self.platform.failing_executors().items() if e in before.executors}
+        previous, self.failing_since = (
+            self.failing_since,
+            {e: self.failing_since.get(e, now) for e in failing},
+        )
+        if self.failing_since != previous:
+            self._remember(before)  # the failing-since times survive an operator restart
+        grace = self.topology.spec.autoscaling.failure_grace
+        lost = {e for e, since in self.failing_since.items() if now - since >= grace}
+        if lost and lost >= set(before.executors):
+            lost = set()  # nowhere to move their key groups: wait for an executor to run again
+        if waiting := sorted(set(failing) - lost):
+            reasons = ", ".join(f"{e} ({failing[e]})" for e in waiting)
+            return self._record(
+                self._skip(
+                    "ExecutorFailing",
+                    f"{reasons} not running: no rebalancing or scaling until it runs again or "
+                    f"{grace:g}s have passed, when its key groups move to the others",
+                    count,
+                )
+            )
+        try:
+            stats = self.metrics.collect(self.topology.metadata.name, self.interval)
+            state = allocation_state(stats, before, self.topology.spec, cluster, failing=failing, lost=lost)
+        except MetricsUnavailable as why:
+            return self._record(
+                self._skip(why.reason, f"{why}: no rebalancing or scaling this period", count)
+            )
+        result = self.planner.adapt(
+            self.topology,
+            state,
+            self.scaling_state,
+            now=now,
+            window=self.interval,
+            seed=self.seed,
+            collocations=self.collocations,
+        )
+        if result.safe:
+            return self._record(self._skip("AllocationKept", result.reason, count))
+        executors = next_executors(result, before.executors, cluster)
+        routing = before
+        if result.assignment != before.assignment() or executors != dict(before.executors):
+            routing = before.moved(result.assignment, executors)
+        if mode == "Recommend":
+            step = self._recommend(state, before, routing, result)
+        else:
+            step = self._apply(state, before, routing, result)
+        step.outcome.events += [
+            Event(
+                "ExecutorLost",
+                f"{e} has not run for {now - self.failing_since[e]:.0f}s ({failing[e]}): its "
+                f"{len(before.units_of(e))} key groups move to the other executors",
+                "Warning",
+            )
+            for e in sorted(lost)
+            if before.units_of(e)
+        ]
+        return self._record(step)
+
+    def approve(self, decision: str) -> StepResult | None:
+        """Apply the pending recommendation ``decision`` (Recommend mode); None when it is not the
+        pending one (already applied, replaced by a newer decision, or never made: nothing to do).
+
+        A decision made for an older routing version than the one applied now is stale (the deployment
+        changed since, e.g. a re-plan) and is dropped with a Warning instead of applied."""
+        pending = self.pending
+        if pending is None or pending.id != decision or self.routing is None:
+            return None
+        self.pending = None
+        if self.routing.version != pending.before.version:
+            count = len(self.routing.executors)
+            step = StepResult(
+                routing=self.routing,
+                skipped="RecommendationStale",
+                executors_before=count,
+                executors_after=count,
+            )
+            step.outcome.events.append(
+                Event(
+                    "RecommendationStale",
+                    f"decision {decision} was made for routing v{pending.before.version}, "
+                    f"v{self.routing.version} is applied now: not applied",
+                    "Warning",
+                )
+            )
+            return self._record(step)
+        step = self._apply(pending.state, pending.before, pending.routing, pending.result)
+        step.outcome.events.insert(
+            0,
+            Event(
+                "RecommendationApproved",
+                f"decision {decision} approved: applied as routing v{pending.routing.version}",
+            ),
+        )
+        step.outcome.status["recommendation"] = pending.summary(approved=True)
+        return self._record(step)
+
+    @property
+    def memory(self) -> LoopMemory:
+        """What the next round needs from this one, as a value (persisted, restorable)."""
+        return LoopMemory(self.scaling_state, self.collocations, self.decisions, dict(self.failing_since))
+
+    def restore(self, text: str | None) -> None:
+        """Continue from a persisted :attr:`memory` (an operator restart); None or unreadable: start fresh."""
+        memory = LoopMemory.from_json(text)
+        self.scaling_state, self.collocations, self.decisions = (
+            memory.scaling,
+            memory.collocations,
+            memory.decisions,
+        )
+        self.failing_since = dict(memory.failing_since)
+        self._written = text
+
+    def _remember(self, routing: RoutingTable) -> None:
+        """Write the loop's memory with ``routing`` when it changed since the last write."""
+        memory = self.memory.to_json()
+        if memory != self._written:
+            self.platform.apply(DesiredState(self.topology, routing, memory))
+            self._written = memory
+
+    def _apply(
+        self, state: AllocationState, before: RoutingTable, routing: RoutingTable, result: AdaptationResult
+    ) -> StepResult:
+        """Line 8: apply the decision with the scaling and policy state that follow from it, in one write."""
+        self.scaling_state = result.scaling_state
+        self.collocations = tuple(getattr(result.policy_config, "collocations", ()))
+        if routing is not before:
+            self.decisions = (*self.decisions, decision_record(before, routing, result))[-DECISIONS_KEPT:]
+        memory = self.memory.to_json()
+        if routing is not before or memory != self._written:
+            self.platform.apply(DesiredState(self.topology, routing, memory))
+            self.routing, self._written = routing, memory
+        step = StepResult(
+            applied=routing is not before,
+            routing=routing,
+            adaptation=result,
+            executors_before=len(before.executors),
+            executors_after=len(routing.executors),
+        )
+        step.outcome = report(state, before, routing, result)
+        return step
+
+    def _recommend(
+        self, state: AllocationState, before: RoutingTable, routing: RoutingTable, result: AdaptationResult
+    ) -> StepResult:
+        """Publish the decision, apply nothing: the report as it would read, under a Recommendation."""
+        count = len(before.executors)
+        step = StepResult(routing=before, adaptation=result, executors_before=count, executors_after=count)
+        reported = report(state, before, routing, result)
+        step.outcome.conditions.append(ConditionChange("Degraded", "False", "MetricsAvailable", ""))
+        if routing is before:
+            self.pending = None
+            step.outcome.conditions += [
+                ConditionChange(kind, "False", "NothingToRecommend", result.reason)
+                for kind in ("Rebalancing", "Scaling")
+            ]
+            return step
+        self.pending = Recommendation(Recommendation.identify(routing), state, result, before, routing)
+        approve = (
+            f"approve with: kubectl annotate stopo {self.topology.metadata.name} "
+            f"{APPROVE_ANNOTATION}={self.pending.id}"
+        )
+        details = "; ".join(e.message for e in reported.events) or result.reason
+        message = f"decision {self.pending.id} (not applied, mode Recommend): {details}; {approve}"
+        step.outcome.events.append(Event("Recommendation", message))
+        step.outcome.conditions += [
+            ConditionChange(kind, "False", "RecommendationPending", message)
+            for kind in ("Rebalancing", "Scaling")
+        ]
+        step.outcome.status["recommendation"] = self.pending.summary()
+        return step
+
+    def _skip(self, reason: str, message: str, count: int) -> StepResult:
+        result = StepResult(
+            routing=self.routing, skipped=reason, executors_before=count, executors_after=count
+        )
+        degraded = "False" if reason == "WarmingUp" else "True"  # executors just started: not a fault
+        result.outcome.conditions += [
+            ConditionChange("Degraded", degraded, reason, message),
+            ConditionChange("Rebalancing", "False", reason, message),
+            ConditionChange("Scaling", "False", reason, message),
+        ]
+        return result
+
+    def _record(self, result: StepResult) -> StepResult:
+        self.history.append(result)
+        return result
+
+
+def report(
+    state: AllocationState, before: RoutingTable, after: RoutingTable, result: AdaptationResult
+) -> Outcome:
+    """RebalanceReport / ScalingReport events with per-executor load before -> after (percent of capacity)."""
+    rebalance = result.rebalance
+    assert rebalance is not None  # a safe decision (no plan) is reported before it gets here
+    capacity = {n: e.cpu for n, e in {**before.executors, **after.executors}.items()}
+    load_before = executor_loads(state, before.assignment(), {n: capacity[n] for n in before.executors})
+    load_after = executor_loads(state, after.assignment(), {n: capacity[n] for n in after.executors})
+    order = sorted(
+        capacity, key=lambda n: (-1 if (i := executor_index(before.topology, n)) is None else i, n)
+    )
+    figures = ", ".join(f"{n} {_pct(load_before.get(n))} -> {_pct(load_after.get(n))}" for n in order)
+    outcome = Outcome()
+    if rebalance.migrations:
+        message = (
+            f"{len(rebalance.migrations)} key groups moved (routing v{after.version}); load distance "
+            f"{rebalance.load_distance:.2f}, collocation factor {rebalance.collocation_factor:.3f}; "
+            f"executor load {figures}"
+        )
+        outcome.events.append(Event("RebalanceReport", message))
+        outcome.conditions.append(ConditionChange("Rebalancing", "True", "KeyGroupsMoving", message))
+        outcome.status["lastRebalance"] = {
+            "time": now_iso(),
+            "migrations": len(rebalance.migrations),
+            "loadDistance": round(rebalance.load_distance, 4),
+            "collocationFactor": round(rebalance.collocation_factor, 4),
+        }
+    else:
+        outcome.conditions.append(
+            ConditionChange(
+                "Rebalancing", "False", "Balanced", f"load distance {rebalance.load_distance:.2f}"
+            )
+        )
+    changes = [
+        f"started {', '.join(f'{n} on {after.executors[n].host}' for n in result.added)}"
+        if result.added
+        else "",
+        f"draining {', '.join(result.marked)}" if result.marked else "",
+        f"kept {', '.join(result.unmarked)}" if result.unmarked else "",
+        f"terminated {', '.join(result.terminated)}" if result.terminated else "",
+    ]
+    changes = [c for c in changes if c]
+    if changes:
+        message = (
+            f"executors {len(before.executors)} -> {len(after.executors)}: {'; '.join(changes)}; "
+            f"{result.decision.reason}; executor load {figures}"
+        )
+        outcome.events.append(Event("ScalingReport", message))
+        outcome.conditions.append(ConditionChange("Scaling", "True", "ScalingExecutors", message))
+    else:
+        outcome.conditions.append(ConditionChange("Scaling", "False", "Stable", result.decision.reason))
+    outcome.conditions.append(ConditionChange("Degraded", "False", "MetricsAvailable", ""))
+    outcome.status.update(
+        {
+            "executors": len(after.executors),
+            "routingVersion": after.version,
+            "loadDistance": round(rebalance.load_distance, 4),
+        }
+    )
+    return outcome
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
