@@ -310,10 +310,7 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 def _share(body: kopf.Body, topology: StreamTopology, *, deployed: bool) -> Sharing:
     """The sharing decision for ``topology`` (:mod:`.sharing`), the shared topology written first: a
-    consumer never runs before what it reads exists. A conflict (another consumer changed the shared
-    topology meanwhile) retries the whole decision in a second."""
-    from kubernetes.client.exceptions import ApiException
-
+    consumer never runs before what it reads exists."""
     if not topology.spec.sharing.enabled:
         return Sharing(topology)
     namespace = body.metadata.namespace or ""
@@ -326,13 +323,21 @@ def _share(body: kopf.Body, topology: StreamTopology, *, deployed: bool) -> Shar
         admit=lambda doc: admit(doc, STATE.settings.policy),
     )
     if decision.write and decision.shared is not None:
-        try:
-            write_shared(STATE.client(), namespace, decision.shared)
-        except ApiException as error:
-            if error.status != 409:
-                raise
-            raise kopf.TemporaryError("the shared topology changed meanwhile", delay=1) from None
+        _write_shared(namespace, decision.shared)
     return decision
+
+
+def _write_shared(namespace: str, doc: Mapping[str, Any]) -> None:
+    """:func:`write_shared`; a conflict (another consumer changed the shared topology meanwhile) retries
+    the handler, and so the whole decision, in a second."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        write_shared(STATE.client(), namespace, doc)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        raise kopf.TemporaryError("the shared topology changed meanwhile", delay=1) from None
 
 
 @kopf.on.field(GROUP, VERSION, PLURAL, field="metadata.ownerReferences", labels={SHARED_LABEL: "true"})
@@ -352,18 +357,10 @@ def leave_shared(body: kopf.Body, **_: Any) -> None:
     """A deleted consumer leaves the shared topologies it reads; the last one out deletes them (their own
     delete handler then removes their streams). The API server's garbage collector would do the latter
     through the ownerReferences; doing it here does not depend on it."""
-    from kubernetes.client.exceptions import ApiException
-
     namespace, uid = body.metadata.namespace or "", body.metadata.uid
     for doc in list_topologies(STATE.client(), namespace).values():
         if is_shared(doc) and any(r.get("uid") == uid for r in owners(doc)):
-            kept = [r for r in owners(doc) if r.get("uid") != uid]
-            try:
-                write_shared(STATE.client(), namespace, with_owners(doc, kept))
-            except ApiException as error:
-                if error.status != 409:
-                    raise
-                raise kopf.TemporaryError("the shared topology changed meanwhile", delay=1) from None
+            _write_shared(namespace, with_owners(doc, [r for r in owners(doc) if r.get("uid") != uid]))
 
 
 def _previous(platform: KubernetesPlatform) -> DesiredState | None:
@@ -685,13 +682,12 @@ def _trim_shared(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, stopped:
     except TopologyError:
         return
     keys = Keys.of(shared)
-    readers: dict[str, list[str]] = {}
-    for op in shared.spec.operators:
-        if op.sink is not None and op.sink.stream:
-            for consumer in consumers:
-                joined = join_shared(consumer, shared)
-                units = reader_units(joined, op.sink.stream) if joined is not None else []
-                readers.setdefault(keys.sink_stream(op.sink.stream), []).extend(units)
+    joined = [j for j in (join_shared(c, shared) for c in consumers) if j is not None]
+    readers = {
+        keys.sink_stream(op.sink.stream): [u for j in joined for u in reader_units(j, op.sink.stream)]
+        for op in shared.spec.operators
+        if op.sink is not None and op.sink.stream
+    }
     try:
         with _lock(memo):
             if stopped:

@@ -37,7 +37,7 @@ from streamtopo.controller.platform import (
 )
 from streamtopo.documents import load_topology, object_document
 from streamtopo.planner.allocation import AllocationState, PlacementRules
-from streamtopo.planner.cluster import Cluster, leave_room
+from streamtopo.planner.cluster import MIN_EXECUTOR_CPU, Cluster, leave_room
 from streamtopo.planner.graph import operator_of, replica_name
 from streamtopo.planner.model import StreamTopology, StreamTopologySpec, TopologyError
 from streamtopo.planner.plan import Plan
@@ -53,7 +53,6 @@ Collocations = tuple[tuple[KeyGroupId, KeyGroupId], ...]
 CONDITION_TYPES = ("Planned", "Ready", "Progressing", "Rebalancing", "Scaling", "Degraded")
 APPROVE_ANNOTATION = "streamtopo.dev/approve"
 """Recommend mode: the annotation whose value, a decision id, approves that one decision."""
-MIN_EXECUTOR_CPU = 0.1
 
 
 # ------------------------------------------------------------------------------------ outcome as data

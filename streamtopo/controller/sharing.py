@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from streamtopo.contracts import Keys, unit_key
@@ -117,13 +117,13 @@ def decide(
     if cycles:
         raise TopologyError([(FIELD, f"topologies feed each other in a cycle: {c}") for c in cycles])
     parts = {n: doc for n, doc in sorted(namespace.items()) if is_shared(doc)}
-    member = [n for n, doc in parts.items() if any(r.get("uid") == uid for r in owners(doc))]
-    for n in member:  # a consumer (after an operator restart, or a spec update)
-        consumer = join_shared(topology, admit(parts[n]))
+    member = next((doc for doc in parts.values() if any(r.get("uid") == uid for r in owners(doc))), None)
+    if member is not None:  # a consumer (after an operator restart, or a spec update)
+        consumer = join_shared(topology, admit(member))
         if consumer is not None:
-            return Sharing(consumer, dict(parts[n]))
-        kept = [r for r in owners(parts[n]) if r.get("uid") != uid]
-        return Sharing(topology, with_owners(parts[n], kept), write=True)  # no longer matches: whole
+            return Sharing(consumer, dict(member))
+        kept = [r for r in owners(member) if r.get("uid") != uid]
+        return Sharing(topology, with_owners(member, kept), write=True)  # no longer matches: whole
     if deployed:
         return Sharing(topology)  # running whole: never re-wired
     for doc in parts.values():
@@ -137,7 +137,8 @@ def decide(
     partners = {
         n: doc
         for n, doc in others.items()
-        if _new(doc) and not any(r.get("name") == n for d in parts.values() for r in owners(d))
+        if _new(doc)
+        and not any(r.get("uid") == doc["metadata"].get("uid") for d in parts.values() for r in owners(d))
     }
     opted = {n: t for n, t in _valid(partners, admit).items() if t.spec.sharing.enabled}
     founders = [topology, *opted.values()]
@@ -178,8 +179,9 @@ def _new(doc: Mapping[str, Any]) -> bool:
 
 
 def _created(doc: Mapping[str, Any]) -> datetime:
+    """When the API server created ``doc``; without a stamp, long ago (nothing to wait for)."""
     stamp = (doc.get("metadata") or {}).get("creationTimestamp")
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else datetime.min
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else datetime.min.replace(tzinfo=UTC)
 
 
 def reader_units(consumer: StreamTopology, stream: str) -> list[str]:

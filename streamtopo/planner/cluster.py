@@ -100,8 +100,8 @@ def parse_cluster(source: str | Mapping[str, Any], origin: str = "(text)") -> Cl
         raise TopologyError(problems_of(error)) from None
 
 
-MIN_ROOM = 0.1
-"""Cores: a host with less left than this is full for planning (an executor requests at least 0.1)."""
+MIN_EXECUTOR_CPU = 0.1
+"""Cores: the least an executor requests, so a host with less left is full for planning."""
 
 
 def leave_room(cluster: Cluster, committed: Mapping[str, float]) -> Cluster:
@@ -114,7 +114,7 @@ def leave_room(cluster: Cluster, committed: Mapping[str, float]) -> Cluster:
     hosts = [
         h.model_copy(update={"cpu": h.cpu - committed.get(h.name, 0.0)})
         for h in cluster.hosts
-        if h.cpu - committed.get(h.name, 0.0) >= MIN_ROOM
+        if h.cpu - committed.get(h.name, 0.0) >= MIN_EXECUTOR_CPU
     ]
     if not hosts:
         return cluster

@@ -117,6 +117,9 @@ def test_a_lone_new_topology_waits_for_partners_then_starts_whole():
     assert wait.value.seconds == pytest.approx(6.0)
     alone = run(topology("a", age=11.0), {})
     assert alone.shared is None and not alone.write and len(alone.deploy.spec.operators) == 5
+    unstamped = topology("a")
+    del unstamped["metadata"]["creationTimestamp"]  # nothing to wait from: it starts whole at once
+    assert run(unstamped, {}).deploy.spec.operator("src").source.generator == "sequence"
 
 
 def test_opted_out_and_different_topologies_share_nothing():
