@@ -191,3 +191,12 @@ def test_the_api_refuses_a_bad_topology_through_the_charts_webhook_configuration
         assert kube.get(f"{CR_PATH}/pipe") is None
         kube.create(CR_PATH, topology())
         wait_for(lambda: pods(kube), what="the admitted topology's pods")
+        # Stop only once kopf has recorded the creation as handled: stopping while the handler still
+        # writes status made kopf start the daemon again during shutdown and time out (seen twice in CI).
+        wait_for(
+            lambda: (
+                "streamtopo.dev/last-handled-configuration"
+                in ((kube.get(f"{CR_PATH}/pipe") or {}).get("metadata", {}).get("annotations") or {})
+            ),
+            what="the creation handled",
+        )
