@@ -314,7 +314,11 @@ def make_emulator_class() -> type:
             return payload
 
         async def _collect_garbage(self) -> None:
-            """Delete objects whose every owner is gone (Kubernetes' garbage collector, background mode)."""
+            """Delete objects whose every owner is gone (Kubernetes' garbage collector, background mode).
+
+            As the API server's collector does, this is a DELETE request: an object with finalizers only
+            gets its deletionTimestamp, and goes once its controller has removed them.
+            """
             async with self._lock:
                 live = {
                     obj.raw.get("metadata", {}).get("uid")
@@ -325,7 +329,15 @@ def make_emulator_class() -> type:
                     if obj.deleted:
                         continue
                     owners = obj.raw.get("metadata", {}).get("ownerReferences") or []
-                    if owners and not any(o.get("uid") in live for o in owners):
+                    if not owners or any(o.get("uid") in live for o in owners):
+                        continue
+                    meta = obj.raw.get("metadata", {})
+                    if meta.get("deletionTimestamp"):
+                        continue
+                    if meta.get("finalizers"):
+                        obj.patch({"metadata": {"deletionTimestamp": datetime.now(UTC).isoformat()}})
+                        await self._buses[resource].put({"type": "MODIFIED", "object": obj.raw})
+                    else:
                         raw = obj.raw
                         obj.delete()
                         await self._buses[resource].put({"type": "DELETED", "object": raw})

@@ -468,6 +468,22 @@ def test_delete_garbage_collects_owned_objects(kube: EmulatedKubernetes, monkeyp
     assert kube.get(f"/api/v1/namespaces/{NS}/services/pipe-metrics") is None
 
 
+def test_emulator_collects_garbage_as_a_delete_that_finalizers_hold(kube: EmulatedKubernetes):
+    """The emulator's garbage collector must not skip a dependent's finalizer, as the API server's does not:
+    a shared topology deleted with its last consumer still runs its own delete handler (its streams)."""
+    configmaps = f"/api/v1/namespaces/{NS}/configmaps"
+    owner = kube.create(configmaps, {"metadata": {"name": "owner"}})
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+    for name, finalizers in (("held", ["streamtopo.dev/test"]), ("free", [])):
+        kube.create(configmaps, {"metadata": {"name": name, "ownerReferences": [ref], "finalizers": finalizers}})
+    kube.delete(f"{configmaps}/owner")
+    assert kube.get(f"{configmaps}/free") is None
+    held = kube.get(f"{configmaps}/held")
+    assert held is not None and held["metadata"].get("deletionTimestamp")
+    kube.patch(f"{configmaps}/held", {"metadata": {"finalizers": []}})
+    assert kube.get(f"{configmaps}/held") is None
+
+
 @pytest.mark.slow
 def test_killed_mid_reconcile_converges_without_duplicates(
     kube: EmulatedKubernetes, subprocess_env: dict[str, str]
