@@ -73,6 +73,7 @@ from streamtopo.runtime.operators.base import (
 from streamtopo.runtime.operators.sink import SinkOperator
 from streamtopo.runtime.operators.source import SourceOperator
 from streamtopo.runtime.operators.state import frame_to_ipc
+from streamtopo.runtime.operators.windows import closing_windows
 from streamtopo.runtime.partitioning import route, route_column
 from streamtopo.runtime.scheduling import DEFAULT_RECORD_BYTES, Backlog, Scheduler, UnitLoad
 from streamtopo.runtime.state_store import Commit, StateStore
@@ -112,6 +113,7 @@ class Dataflow:
     _dests: dict[str, dict[int, dict[str, list[int]]]]
     _producers: dict[str, dict[int, list[str]]]
     _last_punct: dict[tuple[str, str], float]
+    _closes: dict[str, tuple[tuple[float, float], ...]]
 
     # ------------------------------------------------------------------------------------- topology
 
@@ -303,11 +305,26 @@ class Dataflow:
         return operator.source is not None and operator.source.generator is not None
 
     def _paces(self, units: list[Hosted]) -> dict[int, SourcePace]:
-        """Each generator unit's pacing: its records come due as wall time passes."""
-        source = self.spec.operator(units[0].op).source
+        """Each generator unit's pacing: its records come due as wall time passes, and are released at
+        the ends of the windows that alone see them while few (SourcePace.released)."""
+        op = units[0].op
+        source = self.spec.operator(op).source
         assert source is not None  # only generator units are paced
-        k = self.spec.key_groups_of(units[0].op)
-        return {u.kg: SourcePace(self.t0, source.rate_per_second, u.kg, k, source.count) for u in units}
+        k = self.spec.key_groups_of(op)
+        if op not in self._closes:
+            self._closes[op] = tuple((w.slide, w.size) for w in closing_windows(self.spec, op))
+        return {
+            u.kg: SourcePace(
+                self.t0,
+                source.rate_per_second,
+                u.kg,
+                k,
+                source.count,
+                self._closes[op],
+                self.config.held_records,
+            )
+            for u in units
+        }
 
     def _requests(
         self, units: list[Hosted], paces: dict[int, SourcePace], now: float
@@ -315,7 +332,11 @@ class Dataflow:
         """(kg, state, records) each unfinished generator unit takes this step: what is due, up to the cap."""
         cap = self._source_cap(units[0].op, len(units))
         return [
-            (u.kg, u.state, max(0, min(paces[u.kg].due(now) - u.rec.emitted, cap)))
+            (
+                u.kg,
+                u.state,
+                max(0, min(paces[u.kg].due(paces[u.kg].released(now, u.rec.emitted)) - u.rec.emitted, cap)),
+            )
             for u in units
             if u.rec.watermark != math.inf
         ]

@@ -103,6 +103,7 @@ class Executor(Handover, Dataflow):
         )
         self._dests: dict[str, dict[int, dict[str, list[int]]]] = {}
         self._producers: dict[str, dict[int, list[str]]] = {}
+        self._closes: dict[str, tuple[tuple[float, float], ...]] = {}
         self.keys = Keys.of(topology)
         self.metrics = ExecutorMetrics(topology.metadata.name, name)
         self.metrics.exec(self.metrics.capacity).set(cpu)

@@ -25,6 +25,10 @@ class ExecutorConfig:
     materialized_records: int = 1_000_000
     """Records all units of a source generate per step at most when they must come out of the JVM (a sink,
     a UDF, records travelling whole): the driver's heap (512 MB by default) bounds what one step collects."""
+    held_records: int = 100_000
+    """Records a generator unit whose output only windows see holds back at most until the next window
+    end (metrics.SourcePace.released): small steps between window ends cost Spark's fixed cost each and
+    delay the step that closes the window, while beyond this the work left at a window's end grows."""
     codegen_records: int = 250_000
     """Records a step must expect (entries read plus generator records due) for Spark to generate code
     for whole stages; fewer run interpreted (dataflow.Dataflow._plan_for)."""

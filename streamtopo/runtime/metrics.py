@@ -47,13 +47,37 @@ class SourcePace:
     key_groups: int
     count: int | None = None
     """Records of the whole source (all key groups), None for an endless one."""
+    closes: tuple[tuple[float, float], ...] = ()
+    """(slide, size) of the windows through which alone the unit's records reach any output
+    (:func:`~streamtopo.runtime.operators.windows.closing_windows`); empty when some path has no window."""
+    hold: int = 0
+    """Records the unit holds back at most until the next of those windows ends (:meth:`released`)."""
+
+    @property
+    def total(self) -> int | None:
+        """Records of this unit in all: its share of ``count`` (None for an endless source)."""
+        return None if self.count is None else max(0, -(-(self.count - self.kg) // self.key_groups))
 
     def due(self, now: float) -> int:
         """Records of this unit whose event time is <= ``now`` (capped by the unit's share of ``count``)."""
         due = max(0, math.floor(((now - self.t0) * self.rate - self.kg) / self.key_groups) + 1)
-        if self.count is not None:
-            due = min(due, max(0, -(-(self.count - self.kg) // self.key_groups)))
-        return due
+        return due if self.total is None else min(due, self.total)
+
+    def released(self, now: float, emitted: int) -> float:
+        """The time up to which the unit emits what is due, having emitted ``emitted`` records by ``now``.
+
+        ``now``, unless all its records are seen only through windows (``closes``): then the last window
+        end by ``now``, as long as fewer than ``hold`` records are due and the source is not about to end.
+        A window's result needs every record up to its end and nothing after, so emitting at window ends
+        gives the same results with one step (one Spark job) per window end instead of one per loop turn,
+        and the step that closes a window starts when the window ends rather than up to a step later.
+        Beyond ``hold`` records, incremental steps keep the work at a window's end small.
+        """
+        due = self.due(now)
+        if not self.closes or due - emitted >= self.hold or (self.total is not None and due >= self.total):
+            return now
+        since = now - self.t0
+        return self.t0 + max(math.floor((since - size) / slide) * slide + size for slide, size in self.closes)
 
     def event_time(self, index: int) -> float:
         """Seconds after ``t0`` of the unit's ``index``-th record."""
@@ -150,8 +174,9 @@ class ExecutorMetrics:
     def refresh(self, now: float | None = None) -> None:
         """Bring the generator units' backlog, oldest-record age and arrivals counter to ``now``.
 
-        Called before every exposition: backlog = records due but not emitted, oldest age = how long ago
-        the first of them came due. Stream-fed units' gauges are the executor's (their queue is in Valkey).
+        Called before every exposition: backlog = records due but not emitted (and not held for a window
+        end), oldest age = how long ago the first of them came due. Stream-fed units' gauges are the
+        executor's (their queue is in Valkey).
         """
         now = time.time() if now is None else now
         with self._lock:
@@ -160,7 +185,8 @@ class ExecutorMetrics:
                 if due > counted:
                     self.unit(self.records_due, op, kg).inc(due - counted)
                     self._sources[(op, kg)] = (pace, emitted, due)
-                backlog = max(0, due - emitted)
+                # Records held for a window end (SourcePace.released) are on time, not behind.
+                backlog = max(0, pace.due(pace.released(now, emitted)) - emitted)
                 self.unit(self.backlog, op, kg).set(backlog)
                 self.unit(self.oldest_age, op, kg).set(
                     max(0.0, now - pace.t0 - pace.event_time(emitted)) if backlog else 0.0

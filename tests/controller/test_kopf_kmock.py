@@ -475,7 +475,9 @@ def test_emulator_collects_garbage_as_a_delete_that_finalizers_hold(kube: Emulat
     owner = kube.create(configmaps, {"metadata": {"name": "owner"}})
     ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
     for name, finalizers in (("held", ["streamtopo.dev/test"]), ("free", [])):
-        kube.create(configmaps, {"metadata": {"name": name, "ownerReferences": [ref], "finalizers": finalizers}})
+        kube.create(
+            configmaps, {"metadata": {"name": name, "ownerReferences": [ref], "finalizers": finalizers}}
+        )
     kube.delete(f"{configmaps}/owner")
     assert kube.get(f"{configmaps}/free") is None
     held = kube.get(f"{configmaps}/held")

@@ -85,6 +85,21 @@ def test_a_generator_units_lag_is_what_is_due_when_scraped(exporter):
     assert caught_up[("streamtopo_unit_oldest_record_age_seconds", "0")] == 0
 
 
+def test_records_held_for_a_window_end_are_not_lag(exporter):
+    """A unit releasing its records at 1 s window ends has emitted what was due at the last end: the
+    records due since wait on purpose, so neither backlog nor oldest age counts them."""
+    metrics, url = exporter
+    start = time.time() - 2.5
+    pace = SourcePace(t0=start, rate=RATE, kg=0, key_groups=1, closes=((1.0, 1.0),), hold=100_000)
+    last_end = start + int(time.time() - start)
+    metrics.source_progress("src", 0, pace, emitted=pace.due(last_end))
+    held = gauges(url)
+    assert held[("streamtopo_unit_backlog_records", "0")] == 0
+    assert held[("streamtopo_unit_oldest_record_age_seconds", "0")] == 0
+    metrics.source_progress("src", 0, pace, emitted=pace.due(last_end - 1.0))  # a window end missed
+    assert gauges(url)[("streamtopo_unit_backlog_records", "0")] >= RATE - 1
+
+
 def test_a_finite_generator_has_no_lag_once_its_count_is_emitted(exporter):
     metrics, url = exporter
     pace = SourcePace(t0=time.time() - 100.0, rate=RATE, kg=1, key_groups=2, count=11)

@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from streamtopo.planner.model import WindowSpec
+from streamtopo.planner.model import StreamTopologySpec, WindowSpec
 
 _DENOMINATOR = 1_000_000  # durations are read to the microsecond
 
@@ -105,3 +105,21 @@ def combine_pays(size: float, slide: float, t: float) -> bool:
     """
     k = float(hcf(size, slide))
     return t * (size - slide) > size / k
+
+
+def closing_windows(spec: StreamTopologySpec, op: str) -> tuple[Windowing, ...]:
+    """The windows at whose ends alone ``op``'s records can change an output: every path downstream of
+    ``op`` passes per-record operators (filter, map) into a windowed aggregate or a join, whose results
+    need all records up to a window's end. Empty when some path reaches anything else first (a sink, a
+    UDF, an aggregate without a window): there every record counts as soon as it is out."""
+    found: list[Windowing] = []
+    for consumer in spec.operators:
+        if op not in consumer.inputs:
+            continue
+        if consumer.kind in ("aggregate", "join") and consumer.window is not None:
+            found.append(Windowing.of(consumer.window))
+        elif consumer.kind in ("filter", "map") and (further := closing_windows(spec, consumer.name)):
+            found.extend(further)
+        else:
+            return ()
+    return tuple(dict.fromkeys(found))
