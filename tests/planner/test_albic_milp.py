@@ -198,6 +198,18 @@ def test_set_b_drains_when_d_cannot_improve():
     assert "e2" not in set(state.assignment.values())
 
 
+def test_set_b_drains_even_where_that_raises_d_by_up_to_one_key_group():
+    """Figure 5's 1OL at 60 nodes left 9 key groups on B for good: A was balanced to d = 1.18 pp and each
+    of them (2.4 pp) would have raised d to 1.3. A node marked for removal must still go. Here A's three
+    nodes sit at mean - 1 (d = 1) and B's one group of 3 can only leave by raising d to 2; it leaves, and
+    d stays within that group's load."""
+    state = make_state([10.0] * 6 + [3.0], [0, 0, 1, 1, 2, 2, 3], marked={3})
+    result = milp_rebalance(state, max_migrations=2, config=FAST)
+    check(state, result, max_migrations=2)
+    assert "e3" not in set(result.assignment.values())
+    assert result.load_distance == pytest.approx(2.0)
+
+
 def test_heterogeneous_capacity_balances_utilisation():
     # e0 is twice as fast: balanced means e0 holds twice the load of e1 (load in % of own capacity).
     state = make_state([10.0] * 6, [1] * 6, caps=[2.0, 1.0])

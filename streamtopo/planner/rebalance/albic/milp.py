@@ -166,6 +166,9 @@ class _Problem:
     mean_s: int
     d_hi: int
     """Upper bound of d, d_u, d_l in 1/scale pp (the greatest possible node load, or the mean)."""
+    slack: int
+    """The most one unit on set B adds to a node of A it may go to, in 1/scale pp: the d that draining B
+    may cost (:func:`score`)."""
     u_bal: np.ndarray
     u_mem: np.ndarray
     u_cpu: np.ndarray
@@ -244,6 +247,8 @@ def _prepare(
         allowed.append(cols)
     mean_s = round(mean * S)
     d_hi = max(mean_s, int(u_bal.sum(axis=1).max()))
+    on_b = [u_i for u_i, u in enumerate(units) if ix.marked[ix.current[list(u)]].any()]
+    slack = max((int(u_bal[i, u_i]) for u_i in on_b for i in allowed[u_i] if not ix.marked[i]), default=0)
     return _Problem(
         ix,
         units,
@@ -252,6 +257,7 @@ def _prepare(
         mean,
         mean_s,
         d_hi,
+        slack,
         u_bal,
         u_mem,
         u_cpu,
@@ -430,7 +436,9 @@ def solve_units(
     sizes = np.array([len(u) for u in units], dtype=np.int64)
 
     def scored(pl: np.ndarray) -> Score:
-        return score(~ix.marked, node_loads(pl), pb.mean, int(sizes[ix.marked[pl]].sum()))
+        return score(
+            ~ix.marked, node_loads(pl), pb.mean, int(sizes[ix.marked[pl]].sum()), pb.slack / config.scale
+        )
 
     start = scored(place)
     if config.warm_start:
@@ -522,7 +530,7 @@ def _greedy_incumbent(pb: _Problem, place: np.ndarray, scale: int, cpu_cap: floa
     mean_s = pb.mean * scale
     sizes = np.array([len(u) for u in pb.units], dtype=np.int64)
     on_b = int(sizes[ix.marked[place]].sum())
-    current = score(active, loads, mean_s, on_b)
+    current = score(active, loads, mean_s, on_b, pb.slack)
     for _ in range(4 * len(pb.units)):
         dev = loads - mean_s
         holds = np.bincount(place, minlength=n_nodes) > 0
@@ -556,7 +564,9 @@ def _greedy_incumbent(pb: _Problem, place: np.ndarray, scale: int, cpu_cap: floa
                 trial = loads.copy()
                 trial[a] -= pb.u_bal[a, u]
                 trial[b] += pb.u_bal[b, u]
-                trial_score = score(active, trial, mean_s, on_b - int(sizes[u]) * bool(ix.marked[a]))
+                trial_score = score(
+                    active, trial, mean_s, on_b - int(sizes[u]) * bool(ix.marked[a]), pb.slack
+                )
                 if _better(trial_score, step[4] if step else current):
                     step = (u, a, b, trial, trial_score)
         if step is None:
@@ -694,26 +704,34 @@ def objective_terms(active: np.ndarray, loads: np.ndarray, mean: float) -> tuple
     return d, max(min(d, mean + d - top), 0.0) + max(min(d, low - mean + d), 0.0)
 
 
-Score = tuple[float, float, tuple[float, ...], int]
-"""(d, d_u + d_l, deviation profile, key groups left on set B): see :func:`score`."""
+Score = tuple[float, float, tuple[float, ...], int, float]
+"""(d, d_u + d_l, deviation profile, key groups left on set B, d as draining B sees it): see :func:`score`."""
 
 
-def score(active: np.ndarray, loads: np.ndarray, mean: float, on_b: int = 0) -> Score:
-    """(d, d_u + d_l, deviation profile, key groups on B): the profile lists |load - mean| of nodes in A
-    and the excess of nodes in B, largest first. Allocations compare by d, then by the profile (leximax):
-    a round that improves the nodes it may touch while another node still sets d counts as progress;
-    then by the key groups still on B (the paper's second objective, sum over B of load_i: B drains with
-    the budget d no longer needs)."""
+def score(active: np.ndarray, loads: np.ndarray, mean: float, on_b: int = 0, slack: float = 0.0) -> Score:
+    """(d, d_u + d_l, deviation profile, key groups on B, level): the profile lists |load - mean| of nodes
+    in A and the excess of nodes in B, largest first; the level is d, or ``slack`` (the most one unit on B
+    adds to a node of A) while B holds key groups and d is below it.
+
+    Allocations compare by level, then by the key groups still on B (the paper's second objective, sum
+    over B of load_i), then by d, then by the profile (leximax: a round that improves the nodes it may
+    touch while another node still sets d counts as progress). So d comes first as long as it exceeds a
+    key group's load, and B drains once it does not. Lemma 2 has B drain because d falls as it does; with
+    whole key groups it may not (here 9 key groups stayed on B for good in Figure 5's 1OL, each of which
+    would have raised d from 1.18 to 1.3 pp), and a node marked for removal must go. One unit moved from B
+    to the least loaded node of A (below the mean while B holds load) raises d to at most its own load,
+    so that is the least slack that lets every unit leave.
+    """
     dev = np.where(active, np.abs(loads - mean), np.maximum(loads - mean, 0.0))
-    return (*objective_terms(active, loads, mean), tuple(np.round(np.sort(dev)[::-1], 6)), on_b)
+    d, du_dl = objective_terms(active, loads, mean)
+    return (d, du_dl, tuple(np.round(np.sort(dev)[::-1], 6)), on_b, max(d, slack) if on_b else d)
 
 
 def _better(new: Score, old: Score, tol: float = 1e-6) -> bool:
-    if abs(new[0] - old[0]) > tol:
-        return new[0] < old[0]
-    if new[2] != old[2]:
-        return new[2] < old[2]
-    return new[3] < old[3]
+    for a, b in ((new[4], old[4]), (new[3], old[3]), (new[0], old[0])):
+        if abs(a - b) > tol:
+            return a < b
+    return new[2] < old[2]
 
 
 def solve_to_rebalance(
