@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -493,9 +493,9 @@ def solve_units(
     return MilpOutcome(
         where_of(best),
         status,
-        d=final[0],
-        d_u=max(min(final[0], pb.mean + final[0] - top), 0.0),
-        d_l=max(min(final[0], low - pb.mean + final[0]), 0.0),
+        d=final.d,
+        d_u=max(min(final.d, pb.mean + final.d - top), 0.0),
+        d_l=max(min(final.d, low - pb.mean + final.d), 0.0),
         seconds=seconds,
         relaxed_5=bool(info.get("relaxed_5")),
         details=details,
@@ -572,7 +572,7 @@ def _greedy_incumbent(pb: _Problem, place: np.ndarray, scale: int, cpu_cap: floa
         if step is None:
             break
         u, a, b, loads, current = step
-        on_b = current[3]
+        on_b = current.on_b
         spent = [s - int(uc[a, u]) + int(uc[b, u]) for s, uc in zip(spent, pb.u_cost)]
         mem[a] -= pb.u_mem[u]
         mem[b] += pb.u_mem[u]
@@ -704,34 +704,52 @@ def objective_terms(active: np.ndarray, loads: np.ndarray, mean: float) -> tuple
     return d, max(min(d, mean + d - top), 0.0) + max(min(d, low - mean + d), 0.0)
 
 
-Score = tuple[float, float, tuple[float, ...], int, float]
-"""(d, d_u + d_l, deviation profile, key groups left on set B, d as draining B sees it): see :func:`score`."""
+class Score(NamedTuple):
+    """How good an allocation is (:func:`score`); compared by :func:`_better`."""
+
+    d: float
+    du_dl: float
+    """d_u + d_l, the MILP's optimum for the allocation."""
+    profile: tuple[float, ...]
+    """|load - mean| of the nodes in A and the excess of the nodes in B, largest first."""
+    on_b: int
+    """Key groups still on set B."""
+    level: float
+    """d, or while B holds key groups the slack when d is below it."""
+    above: tuple[float, ...]
+    """The profile with every deviation below the level's slack raised to it."""
 
 
 def score(active: np.ndarray, loads: np.ndarray, mean: float, on_b: int = 0, slack: float = 0.0) -> Score:
-    """(d, d_u + d_l, deviation profile, key groups on B, level): the profile lists |load - mean| of nodes
-    in A and the excess of nodes in B, largest first; the level is d, or ``slack`` (the most one unit on B
-    adds to a node of A) while B holds key groups and d is below it.
+    """The allocation's :class:`Score`. ``slack`` is the most one unit on B adds to a node of A.
 
-    Allocations compare by level, then by the key groups still on B (the paper's second objective, sum
-    over B of load_i), then by d, then by the profile (leximax: a round that improves the nodes it may
-    touch while another node still sets d counts as progress). So d comes first as long as it exceeds a
-    key group's load, and B drains once it does not. Lemma 2 has B drain because d falls as it does; with
-    whole key groups it may not (here 9 key groups stayed on B for good in Figure 5's 1OL, each of which
-    would have raised d from 1.18 to 1.3 pp), and a node marked for removal must go. One unit moved from B
-    to the least loaded node of A (below the mean while B holds load) raises d to at most its own load,
-    so that is the least slack that lets every unit leave.
+    Allocations compare by d, then by the deviation profile (leximax: a round that improves the nodes it
+    may touch while another node still sets d counts as progress), then by the key groups still on B (the
+    paper's second objective, sum over B of load_i), except that while B holds key groups, deviations
+    below the slack count as equal in the first two. Lemma 2 has B drain because d falls as it does; with
+    whole key groups it may not: in Figure 5's 1OL, 9 key groups stayed on B for good, each of which would
+    have raised d from 1.18 to 1.3 pp, and a node marked for removal must go. One unit moved from B to the
+    least loaded node of A (below the mean while B holds load) raises d to at most its own load, so that is
+    the least slack that lets every unit leave; above it, relieving overloaded nodes still comes first.
     """
     dev = np.where(active, np.abs(loads - mean), np.maximum(loads - mean, 0.0))
     d, du_dl = objective_terms(active, loads, mean)
-    return (d, du_dl, tuple(np.round(np.sort(dev)[::-1], 6)), on_b, max(d, slack) if on_b else d)
+    floor = slack if on_b else 0.0
+    profile = tuple(np.round(np.sort(dev)[::-1], 6))
+    above = tuple(np.round(np.sort(np.maximum(dev, floor))[::-1], 6))
+    return Score(d, du_dl, profile, on_b, max(d, floor), above)
 
 
 def _better(new: Score, old: Score, tol: float = 1e-6) -> bool:
-    for a, b in ((new[4], old[4]), (new[3], old[3]), (new[0], old[0])):
-        if abs(a - b) > tol:
-            return a < b
-    return new[2] < old[2]
+    if abs(new.level - old.level) > tol:
+        return new.level < old.level
+    if new.above != old.above:
+        return new.above < old.above
+    if new.on_b != old.on_b:
+        return new.on_b < old.on_b
+    if abs(new.d - old.d) > tol:
+        return new.d < old.d
+    return new.profile < old.profile
 
 
 def solve_to_rebalance(
@@ -754,7 +772,7 @@ def solve_to_rebalance(
     }
     for key, value in (("score_current", outcome.score_current), ("score_solution", outcome.score_solution)):
         if value is not None:
-            details[key] = value[:2]  # (d, d_u + d_l); the deviation profile stays internal
+            details[key] = (value.d, value.du_dl)  # the deviation profile stays internal
     if outcome.where is None:
         return build_rebalance(
             state,
@@ -773,7 +791,7 @@ def solve_to_rebalance(
             ix,
             dict(state.assignment),
             solve_seconds=outcome.seconds,
-            reason=f"{policy}: no allocation better than the current one (d {before[0]:.3f} pp); kept it",
+            reason=f"{policy}: no allocation better than the current one (d {before.d:.3f} pp); kept it",
             details=details,
         )
     assignment = {kg: ix.names[int(outcome.where[k])] for k, kg in enumerate(ix.kg_ids)}
@@ -783,8 +801,8 @@ def solve_to_rebalance(
         assignment,
         solve_seconds=outcome.seconds,
         details=details,
-        reason=f"{policy}: {outcome.status} solution, d {after[0]:.3f} pp "
-        f"(was {before[0]:.3f}), {moved} migration(s)",
+        reason=f"{policy}: {outcome.status} solution, d {after.d:.3f} pp "
+        f"(was {before.d:.3f}), {moved} migration(s)",
     )
 
 
