@@ -210,6 +210,17 @@ def test_set_b_drains_even_where_that_raises_d_by_up_to_one_key_group():
     assert result.load_distance == pytest.approx(2.0)
 
 
+def test_relieving_overloaded_nodes_comes_before_draining_b():
+    """Above the slack, the deviation profile still leads (Figure 5's 5OL drained first otherwise): three
+    nodes of A at +5.6 and two at -9.4, one migration. No single move lowers d; moving a group of 5 off an
+    overloaded node is progress, moving one of B's groups of 1 is not yet."""
+    state = make_state([5.0] * 14 + [1.0, 1.0], [0] * 4 + [1] * 4 + [2] * 4 + [3, 4, 5, 5], marked={5})
+    result = milp_rebalance(state, max_migrations=1, config=FAST)
+    check(state, result, max_migrations=1)
+    moved = [kg for kg, ex in result.assignment.items() if state.assignment[kg] != ex]
+    assert len(moved) == 1 and state.assignment[moved[0]] in {"e0", "e1", "e2"}
+
+
 def test_heterogeneous_capacity_balances_utilisation():
     # e0 is twice as fast: balanced means e0 holds twice the load of e1 (load in % of own capacity).
     state = make_state([10.0] * 6, [1] * 6, caps=[2.0, 1.0])
