@@ -49,18 +49,13 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from streamtopo.controller.adaptation_loop import AdaptationLoop
 from streamtopo.controller.kubernetes import (
-    GROUP,
-    PLURAL,
-    VERSION,
     KubernetesPlatform,
     NoHosts,
     PodHealth,
-    RenderSettings,
     TransportAdminError,
     list_topologies,
     patch_status,
     read_topology,
-    selector,
     write_shared,
 )
 from streamtopo.controller.planner_worker import DEFAULT_TASKS_PER_CHILD, DEFAULT_TIMEOUT, WorkerPlanner
@@ -77,6 +72,7 @@ from streamtopo.controller.reconcile import (
     problems_message,
     reconcile,
 )
+from streamtopo.controller.rendering import GROUP, PLURAL, VERSION, RenderSettings, selector
 from streamtopo.controller.sharing import (
     SHARED_LABEL,
     Sharing,

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from streamtopo.contracts import Keys, unit_key
-from streamtopo.controller.kubernetes import owner_reference
+from streamtopo.controller.rendering import owner_reference
 from streamtopo.planner.benoit.split import join_shared, split_shared
 from streamtopo.planner.benoit.topologies import stream_cycles
 from streamtopo.planner.model import API_GROUP, KIND, StreamTopology, TopologyError

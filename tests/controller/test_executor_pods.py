@@ -10,8 +10,8 @@ import pytest
 import yaml
 from controller_testkit import MemoryPlatform
 
-from streamtopo.controller.kubernetes import render
 from streamtopo.controller.reconcile import adaptation_config, reconcile
+from streamtopo.controller.rendering import render
 from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.model import TopologyError
@@ -303,8 +303,8 @@ def test_the_chart_settings_give_each_topology_a_valid_network_policy_and_its_ow
 
     import kubernetes_validate
 
-    from streamtopo.controller.kubernetes import RenderSettings
     from streamtopo.controller.manifests import render_chart
+    from streamtopo.controller.rendering import RenderSettings
 
     (deployment,) = [d.obj for d in render_chart({}) if d.kind == "Deployment"]
     env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -346,7 +346,7 @@ def test_the_chart_settings_give_each_topology_a_valid_network_policy_and_its_ow
 
 
 def test_rotating_the_admin_password_rotates_the_topologys_password_and_replaces_its_pods():
-    from streamtopo.controller.kubernetes import HASH_ANNOTATION, RenderSettings
+    from streamtopo.controller.rendering import HASH_ANNOTATION, RenderSettings
 
     outcome = reconcile(document(), MemoryPlatform(mixed_cluster()))
     assert outcome.desired is not None
@@ -378,7 +378,7 @@ def test_a_topologys_prometheus_must_be_one_the_platform_allows():
     """The operator queries a topology's Prometheus from inside the cluster: on a platform only URLs under
     the chart's prometheus.allowedUrls or the platform's own Prometheus are accepted (no reaching any
     internal service through the operator)."""
-    from streamtopo.controller.kubernetes import RenderSettings
+    from streamtopo.controller.rendering import RenderSettings
 
     policy = RenderSettings.from_env(
         {
@@ -420,7 +420,7 @@ def test_a_topologys_prometheus_must_be_one_the_platform_allows():
 def test_the_platforms_limits_are_kept_per_topology(edit, field):
     """The chart's limits (STREAMTOPO_MAX_*) refuse a topology above them, naming the field; the same
     document is fine locally and under the model's own bounds."""
-    from streamtopo.controller.kubernetes import RenderSettings
+    from streamtopo.controller.rendering import RenderSettings
 
     policy = RenderSettings.from_env(
         {"STREAMTOPO_MAX_EXECUTORS": "8", "STREAMTOPO_MAX_KEY_GROUPS": "32", "STREAMTOPO_MAX_OPERATORS": "10"}

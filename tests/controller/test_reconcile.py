@@ -572,7 +572,7 @@ def test_rendered_objects_are_valid_kubernetes_and_keep_ha_replicas_apart():
     pod carrying an HA replica refuses nodes running another replica of the same group."""
     import kubernetes_validate
 
-    from streamtopo.controller.kubernetes import render
+    from streamtopo.controller.rendering import render
     from streamtopo.documents import load_cluster
 
     root = EXAMPLE.parents[1]
