@@ -335,7 +335,7 @@ class Dataflow:
             (
                 u.kg,
                 u.state,
-                max(0, min(paces[u.kg].due(paces[u.kg].released(now, u.rec.emitted)) - u.rec.emitted, cap)),
+                max(0, min(paces[u.kg].releasable(now, u.rec.emitted) - u.rec.emitted, cap)),
             )
             for u in units
             if u.rec.watermark != math.inf

@@ -79,6 +79,10 @@ class SourcePace:
         since = now - self.t0
         return self.t0 + max(math.floor((since - size) / slide) * slide + size for slide, size in self.closes)
 
+    def releasable(self, now: float, emitted: int) -> int:
+        """Records the unit emits by ``now`` in all: what is due up to :meth:`released`."""
+        return self.due(self.released(now, emitted))
+
     def event_time(self, index: int) -> float:
         """Seconds after ``t0`` of the unit's ``index``-th record."""
         return (index * self.key_groups + self.kg) / self.rate
@@ -186,7 +190,7 @@ class ExecutorMetrics:
                     self.unit(self.records_due, op, kg).inc(due - counted)
                     self._sources[(op, kg)] = (pace, emitted, due)
                 # Records held for a window end (SourcePace.released) are on time, not behind.
-                backlog = max(0, pace.due(pace.released(now, emitted)) - emitted)
+                backlog = max(0, pace.releasable(now, emitted) - emitted)
                 self.unit(self.backlog, op, kg).set(backlog)
                 self.unit(self.oldest_age, op, kg).set(
                     max(0.0, now - pace.t0 - pace.event_time(emitted)) if backlog else 0.0

@@ -26,6 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from streamtopo.planner.graph import operator_dag
 from streamtopo.planner.model import StreamTopologySpec, WindowSpec
 
 _DENOMINATOR = 1_000_000  # durations are read to the microsecond
@@ -112,14 +113,15 @@ def closing_windows(spec: StreamTopologySpec, op: str) -> tuple[Windowing, ...]:
     ``op`` passes per-record operators (filter, map) into a windowed aggregate or a join, whose results
     need all records up to a window's end. Empty when some path reaches anything else first (a sink, a
     UDF, an aggregate without a window): there every record counts as soon as it is out."""
+    dag = operator_dag(spec)
     found: list[Windowing] = []
-    for consumer in spec.operators:
-        if op not in consumer.inputs:
-            continue
-        if consumer.kind in ("aggregate", "join") and consumer.window is not None:
-            found.append(Windowing.of(consumer.window))
-        elif consumer.kind in ("filter", "map") and (further := closing_windows(spec, consumer.name)):
-            found.extend(further)
-        else:
-            return ()
-    return tuple(dict.fromkeys(found))
+
+    def only_windows_after(name: str) -> bool:
+        for consumer in map(spec.operator, dag.successors(name)):
+            if consumer.kind in ("aggregate", "join") and consumer.window is not None:
+                found.append(Windowing.of(consumer.window))
+            elif consumer.kind not in ("filter", "map") or not only_windows_after(consumer.name):
+                return False
+        return True
+
+    return tuple(dict.fromkeys(found)) if only_windows_after(op) else ()
