@@ -20,6 +20,7 @@ from streamtopo.planner.model import (
     parse_topology,
 )
 from streamtopo.planner.policy import PlatformPolicy
+from streamtopo.planner.scaling.aeolus import open_key_groups
 
 Source = str | Path | Mapping[str, Any]
 """A path (``Path``, or a string naming an existing file), YAML text, or parsed data."""
@@ -49,9 +50,22 @@ def _text(source: Source) -> tuple[str | Mapping[str, Any], str]:
 
 
 def load_topology(source: Source, *, policy: PlatformPolicy | None = None) -> StreamTopology:
-    """A validated StreamTopology from a path, YAML text or data (:func:`parse_topology`)."""
+    """A validated StreamTopology from a path, YAML text or data (:func:`parse_topology`), with the key
+    groups the spec leaves open sized by Aeolus (:func:`~streamtopo.planner.scaling.aeolus.open_key_groups`).
+
+    Every reader goes through here (``streamtopo run``/``plan``, the webhook, the reconcile, the
+    executors), so all of them see the same key groups; a topology written back out names them.
+    """
     data, origin = _text(source)
-    return parse_topology(data, origin=origin, policy=policy)
+    topology = parse_topology(data, origin=origin, policy=policy)
+    sized = open_key_groups(topology.spec, policy.max_key_groups if policy else None)
+    if not sized:
+        return topology
+    operators = [
+        op.model_copy(update={"key_groups": sized[op.name]}) if op.name in sized else op
+        for op in topology.spec.operators
+    ]
+    return topology.model_copy(update={"spec": topology.spec.model_copy(update={"operators": operators})})
 
 
 def object_document(obj: Mapping[str, Any]) -> dict[str, Any]:

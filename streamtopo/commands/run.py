@@ -56,6 +56,14 @@ def run(
         show_default=False,
         help="Run the SPL adaptation loop (ALBIC rebalancing + scaling) [default: spec.autoscaling.enabled].",
     ),
+    profile_iterations: int | None = typer.Option(
+        None,
+        "--profile-iterations",
+        min=0,
+        max=20,
+        help="COLA's profiling loop: run NONE first, then re-plan on the measured costs N times, one per "
+        "SPL, gamma 0.5 -> 1.0 [default: spec.fusion.profileIterations].",
+    ),
     interval: float | None = typer.Option(
         None,
         "--interval",
@@ -114,6 +122,7 @@ def run(
         host_cpu=host_cpu,
         seed=seed,
         autoscale=autoscale,
+        profile_iterations=profile_iterations,
         interval=interval,
         rate_scale=rate_scale,
         verbose=verbose,

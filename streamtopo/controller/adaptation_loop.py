@@ -12,6 +12,7 @@ operator and the simulator drive the same class (tests/controller/test_one_decis
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from streamtopo.controller.platform import (
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology, StreamTopologySpec
+from streamtopo.planner.scaling.aeolus import entry_batch_sizes, resized_batches
 
 if TYPE_CHECKING:
     from streamtopo.planner.adaptation import AdaptationResult
@@ -48,6 +50,7 @@ from streamtopo.controller.reconcile import (
     executor_hosts,
     now_iso,
     placement_rules,
+    plan_status,
     reconcile,
 )
 
@@ -182,6 +185,8 @@ class StepResult:
     adaptation: AdaptationResult | None = None
     executors_before: int = 0
     executors_after: int = 0
+    profile: str | None = None
+    """What a COLA profiling iteration did (its ProfileIteration event), if the period was one."""
 
 
 DECISIONS_KEPT = 20
@@ -197,6 +202,8 @@ class LoopMemory:
     decisions: tuple[dict[str, Any], ...] = ()
     failing_since: Mapping[str, float] = field(default_factory=dict)
     """Executor -> when the loop first saw it failing (the failure grace period runs from there)."""
+    profiled: int = 0
+    """COLA profiling iterations done (``spec.fusion.profileIterations``)."""
 
     def to_json(self) -> str:
         import json
@@ -207,6 +214,7 @@ class LoopMemory:
                 "collocations": self.collocations,
                 "decisions": self.decisions,
                 "failing": dict(self.failing_since),
+                "profiled": self.profiled,
             },
             sort_keys=True,
         )
@@ -224,7 +232,8 @@ class LoopMemory:
             scaling["history"] = tuple(tuple(h) for h in scaling.get("history") or ())
             pairs = tuple((_unit(a), _unit(b)) for a, b in data.get("collocations") or ())
             failing = {str(e): float(t) for e, t in (data.get("failing") or {}).items()}
-            return cls(_scaling_state(**scaling), pairs, tuple(data.get("decisions") or ()), failing)
+            decisions = tuple(data.get("decisions") or ())
+            return cls(_scaling_state(**scaling), pairs, decisions, failing, int(data.get("profiled") or 0))
         except (ValueError, TypeError, AttributeError):
             return cls()
 
@@ -238,6 +247,29 @@ def _scaling_state(**fields: Any) -> ScalingState:
 def _unit(value: Any) -> KeyGroupId:
     op, kg = value
     return (str(op), int(kg))
+
+
+def processing_times(stats: RuntimeStats) -> dict[str, float]:
+    """Aeolus' pure processing time per operator (seconds per record): its units' busy seconds over the
+    records they took in; operators without input this period are left out (their declared cost stands)."""
+    busy: dict[str, float] = defaultdict(float)
+    records: dict[str, float] = defaultdict(float)
+    for (op, _), rates in stats.units.items():
+        if rates.records_in > 0:
+            busy[op] += rates.busy
+            records[op] += rates.records_in
+    return {op: busy[op] / records[op] for op in records}
+
+
+def batches_event(before: Mapping[str, int], after: Mapping[str, int]) -> Event:
+    """What changed in the entry sizes, stream by stream."""
+    changed = ", ".join(
+        f"{k} {before.get(k, '-')} -> {v}" for k, v in sorted(after.items()) if before.get(k) != v
+    )
+    return Event(
+        "BatchSizesChanged",
+        f"records per transport entry from measured processing times (Aeolus Eq. 4): {changed}",
+    )
 
 
 def decision_record(before: RoutingTable, after: RoutingTable, result: AdaptationResult) -> dict[str, Any]:
@@ -340,6 +372,9 @@ class AdaptationLoop:
         self.history: list[StepResult] = []
         self.failing_since: dict[str, float] = {}
         """Executor -> ``now`` of the first period that saw it failing (forgotten once it runs again)."""
+        self.profiled = 0
+        """COLA profiling iterations done; the loop re-plans on measured costs until it reaches
+        ``spec.fusion.profileIterations``, and runs ALBIC from then on."""
 
     @property
     def interval(self) -> float:
@@ -370,7 +405,8 @@ class AdaptationLoop:
             return self._record(
                 StepResult(routing=before, skipped="Suspended", executors_before=count, executors_after=count)
             )
-        if mode == "Off":
+        profiling = self.profiled < self.topology.spec.fusion.profile_iterations
+        if mode == "Off" and not profiling:
             self.pending = None
             return self._record(
                 StepResult(
@@ -412,6 +448,8 @@ class AdaptationLoop:
             return self._record(
                 self._skip(why.reason, f"{why}: no rebalancing or scaling this period", count)
             )
+        if profiling:
+            return self._record(self._profile(stats, cluster, before))
         result = self.planner.adapt(
             self.topology,
             state,
@@ -421,12 +459,17 @@ class AdaptationLoop:
             seed=self.seed,
             collocations=self.collocations,
         )
+        batches = resized_batches(
+            before.batch_sizes, entry_batch_sizes(self.topology.spec, processing_times(stats))
+        )
         if result.safe:
-            return self._record(self._skip("AllocationKept", result.reason, count))
+            if batches is None or mode == "Recommend":
+                return self._record(self._skip("AllocationKept", result.reason, count))
+            return self._record(self._resize(before, batches, result.reason))
         executors = next_executors(result, before.executors, cluster)
         routing = before
-        if result.assignment != before.assignment() or executors != dict(before.executors):
-            routing = before.moved(result.assignment, executors)
+        if result.assignment != before.assignment() or executors != dict(before.executors) or batches:
+            routing = before.moved(result.assignment, executors, batches)
         if mode == "Recommend":
             step = self._recommend(state, before, routing, result)
         else:
@@ -441,6 +484,8 @@ class AdaptationLoop:
             for e in sorted(lost)
             if before.units_of(e)
         ]
+        if batches and step.applied:
+            step.outcome.events.append(batches_event(before.batch_sizes, batches))
         return self._record(step)
 
     def approve(self, decision: str) -> StepResult | None:
@@ -484,7 +529,9 @@ class AdaptationLoop:
     @property
     def memory(self) -> LoopMemory:
         """What the next round needs from this one, as a value (persisted, restorable)."""
-        return LoopMemory(self.scaling_state, self.collocations, self.decisions, dict(self.failing_since))
+        return LoopMemory(
+            self.scaling_state, self.collocations, self.decisions, dict(self.failing_since), self.profiled
+        )
 
     def restore(self, text: str | None) -> None:
         """Continue from a persisted :attr:`memory` (an operator restart); None or unreadable: start fresh."""
@@ -495,6 +542,7 @@ class AdaptationLoop:
             memory.decisions,
         )
         self.failing_since = dict(memory.failing_since)
+        self.profiled = memory.profiled
         self._written = text
 
     def _remember(self, routing: RoutingTable) -> None:
@@ -524,6 +572,78 @@ class AdaptationLoop:
             executors_after=len(routing.executors),
         )
         step.outcome = report(state, before, routing, result)
+        return step
+
+    def _profile(self, stats: RuntimeStats, cluster: Cluster, before: RoutingTable) -> StepResult:
+        """One iteration of COLA's profiling loop (Section 4): re-plan with the spec's fusion algorithm on
+        the costs this period measured (busy cores per unit, records per unit pair) and the iteration's
+        gamma, and migrate to the plan through the normal hand-over; executors keep their names where they
+        keep units."""
+        from streamtopo.planner.placement.cola.profiling import Profile, iteration_gamma
+
+        iteration, total = self.profiled + 1, self.topology.spec.fusion.profile_iterations
+        gamma = iteration_gamma(iteration)
+        profile = Profile({u: r.busy for u, r in stats.units.items()}, dict(stats.traffic), gamma)
+        count = len(before.executors)
+        self.profiled = iteration  # a plan that fails is not retried: the next period moves on
+        try:
+            desired, plan = self.planner.plan(self.topology, cluster, before, self.seed, profile)
+        except ValueError as error:  # TopologyError, COLA's NoValidPlan
+            self._remember(before)
+            return self._skip("ProfilePlanFailed", f"profiling iteration {iteration}: {error}", count)
+        routing = desired.routing
+        moved = sum(routing.units.get(k) != e for k, e in before.units.items())
+        if not moved and routing.executors == before.executors:
+            routing = before  # the same deployment: no new routing version
+        message = (
+            f"{plan.algorithm.upper()} profiling iteration {iteration} of {total}"
+            f"{f' (gamma {gamma:g})' if plan.algorithm == 'cola' else ''} on measured costs: "
+            f"{len(plan.pes)} PEs on {len(routing.executors)} executors, U {plan.max_utilization:.3f}, "
+            f"C {plan.communication_cost:.4f} cores; "
+            + (
+                f"{moved} key groups moved (routing v{routing.version})"
+                if routing is not before
+                else "no change"
+            )
+        )
+        self.decisions = (
+            *self.decisions,
+            {
+                "time": now_iso(),
+                "kind": "profile",
+                "routingVersion": routing.version,
+                "executorsBefore": count,
+                "executorsAfter": len(routing.executors),
+                "migrations": moved,
+                "reason": message,
+                "loadDistance": None,
+            },
+        )[-DECISIONS_KEPT:]
+        memory = self.memory.to_json()
+        self.platform.apply(DesiredState(self.topology, routing, memory))
+        self.routing, self._written = routing, memory
+        step = StepResult(
+            applied=routing is not before,
+            routing=routing,
+            executors_before=count,
+            executors_after=len(routing.executors),
+            profile=message,
+        )
+        step.outcome.events.append(Event("ProfileIteration", message))
+        step.outcome.status.update(plan_status(plan, routing))
+        return step
+
+    def _resize(self, before: RoutingTable, batches: Mapping[str, int], kept: str) -> StepResult:
+        """A period that keeps the allocation but re-sizes transport entries (Aeolus on measured costs)."""
+        routing = before.moved(before.assignment(), None, batches)
+        memory = self.memory.to_json()
+        self.platform.apply(DesiredState(self.topology, routing, memory))
+        self.routing, self._written = routing, memory
+        count = len(before.executors)
+        step = StepResult(applied=True, routing=routing, executors_before=count, executors_after=count)
+        step.outcome.events.append(batches_event(before.batch_sizes, batches))
+        step.outcome.conditions.append(ConditionChange("Rebalancing", "False", "AllocationKept", kept))
+        step.outcome.status["routingVersion"] = routing.version
         return step
 
     def _recommend(

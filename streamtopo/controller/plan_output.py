@@ -17,7 +17,7 @@ import yaml
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
-from streamtopo.contracts import RoutingTable, unit_key
+from streamtopo.contracts import RoutingTable, parse_unit
 from streamtopo.documents import load_cluster, load_topology
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import TopologyError
@@ -176,7 +176,7 @@ def scores_line(plan: Plan) -> str:
 
 def plan_tables(plan: Plan, routing: RoutingTable | None = None) -> tuple[Table, Table]:
     """The PE table and the host table of a plan; with ``routing`` the PE table names each PE's executor
-    (the one its first unit is routed to; "-" for an HA replica, which a local run does not start)."""
+    (the executors its units are routed to; "-" for an HA replica, which a local run does not start)."""
     pes = Table(title=f"{plan.algorithm} plan on the {plan.graph_kind} graph: {len(plan.pes)} PEs")
     columns: list[tuple[str, JustifyMethod]] = [("PE", "left")]
     if routing is not None:
@@ -201,6 +201,11 @@ def plan_tables(plan: Plan, routing: RoutingTable | None = None) -> tuple[Table,
 
 
 def _executor_of(pe: PE, routing: RoutingTable) -> str:
-    member = pe.members[0]
-    unit = member if isinstance(member, tuple) else (member, 0)
-    return routing.units.get(unit_key((unit[0], int(unit[1]))), "-")
+    """The executors running ``pe``'s units (several when Aeolus' count split it), "-" for none."""
+    members = {(m[0], int(m[1])) if isinstance(m, tuple) else m for m in pe.members}
+    names = {
+        executor
+        for key, executor in routing.units.items()
+        if (unit := parse_unit(key)) in members or unit[0] in members
+    }
+    return ", ".join(sorted(names, key=lambda n: (len(n), n))) or "-"

@@ -33,7 +33,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamtopo.contracts import RoutingTable
 from streamtopo.controller.platform import DesiredState
@@ -42,6 +42,9 @@ from streamtopo.planner.allocation import AllocationState
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology, TopologyError
 from streamtopo.planner.plan import Plan
+
+if TYPE_CHECKING:
+    from streamtopo.planner.placement.cola.profiling import Profile
 
 DEFAULT_TASKS_PER_CHILD = 50
 DEFAULT_TIMEOUT = 120.0
@@ -60,11 +63,15 @@ class Refused:
 
 
 def _plan(
-    topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None, seed: int
+    topology: StreamTopology,
+    cluster: Cluster,
+    previous: RoutingTable | None,
+    seed: int,
+    profile: Profile | None = None,
 ) -> tuple[DesiredState, Plan] | Refused:
     """Runs in the worker."""
     try:
-        return IN_PROCESS.plan(topology, cluster, previous, seed)
+        return IN_PROCESS.plan(topology, cluster, previous, seed, profile)
     except TopologyError as error:
         return Refused(error.problems, str(error))
     except ValueError as error:  # COLA's NoValidPlan: only its message matters to the caller
@@ -116,9 +123,14 @@ class WorkerPlanner(Planner):
         self._lock = threading.Lock()
 
     def plan(
-        self, topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None, seed: int
+        self,
+        topology: StreamTopology,
+        cluster: Cluster,
+        previous: RoutingTable | None,
+        seed: int,
+        profile: Profile | None = None,
     ) -> tuple[DesiredState, Plan]:
-        result = self._call(_plan, topology, cluster, previous, seed)
+        result = self._call(_plan, topology, cluster, previous, seed, profile)
         if isinstance(result, Refused):
             raise result.exception()
         return result

@@ -18,17 +18,14 @@ time changes only when the status does.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from streamtopo.contracts import (
-    ExecutorEntry,
     KeyGroupId,
     RoutingTable,
-    executor_name,
     executor_prefix,
 )
 from streamtopo.controller.platform import (
@@ -37,8 +34,8 @@ from streamtopo.controller.platform import (
 )
 from streamtopo.documents import load_topology, object_document
 from streamtopo.planner.allocation import AllocationState, PlacementRules
-from streamtopo.planner.cluster import MIN_EXECUTOR_CPU, Cluster, leave_room
-from streamtopo.planner.graph import operator_of, replica_name
+from streamtopo.planner.cluster import Cluster, leave_room
+from streamtopo.planner.graph import replica_name
 from streamtopo.planner.model import StreamTopology, StreamTopologySpec, TopologyError
 from streamtopo.planner.plan import Plan
 from streamtopo.planner.policy import PlatformPolicy
@@ -46,6 +43,7 @@ from streamtopo.planner.scaling.aeolus import entry_batch_sizes
 
 if TYPE_CHECKING:
     from streamtopo.planner.adaptation import AdaptationConfig, AdaptationResult
+    from streamtopo.planner.placement.cola.profiling import Profile
 
 Collocations = tuple[tuple[KeyGroupId, KeyGroupId], ...]
 """ALBIC's collocated key-group pairs, carried from round to round."""
@@ -130,42 +128,33 @@ def problems_message(problems: Sequence[tuple[str, str]]) -> str:
 # ----------------------------------------------------------------------------------- initial planning
 
 
-def plan_units(plan: Plan, spec: StreamTopologySpec) -> list[list[KeyGroupId]]:
-    """The units of every PE: a logical-graph PE holds all key groups of its operators."""
-    out = []
-    for pe in plan.pes:
-        units: list[KeyGroupId] = []
-        for member in pe.members:
-            if isinstance(member, tuple):
-                units.append((member[0], int(member[1])))
-            else:
-                units.extend((member, kg) for kg in range(spec.key_groups_of(operator_of(member))))
-        out.append(units)
-    return out
-
-
 def plan_deployment(
-    topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None = None, seed: int = 0
+    topology: StreamTopology,
+    cluster: Cluster,
+    previous: RoutingTable | None = None,
+    seed: int = 0,
+    profile: Profile | None = None,
 ) -> tuple[DesiredState, Plan]:
-    """COLA's plan on ``cluster`` as a desired state: one executor per PE on the PE's host.
+    """The fusion plan on ``cluster`` as a desired state: the PEs as executors on their hosts, split up
+    to Aeolus' executor count (:func:`streamtopo.planner.deployment.deployment`, shared with ``streamtopo
+    run``).
 
-    The version continues ``previous`` (executors never act on an older table). Raises TopologyError
-    (or COLA's NoValidPlan, a ValueError) when the spec cannot be planned.
+    The plan is COLA's (``spec.fusion``) on the declared costs; with ``spec.fusion.profileIterations``,
+    NONE first (COLA Section 4's iteration 0), and with ``profile`` COLA on the measured costs, its
+    executors named after the running ones they take over (``keep_names``). The version continues
+    ``previous`` (executors never act on an older table). Raises TopologyError (or COLA's NoValidPlan, a
+    ValueError) when the spec cannot be planned.
     """
+    from streamtopo.planner.deployment import deployment, keep_names
     from streamtopo.planner.placement.fusion import plan_topology
 
-    name = topology.metadata.name
-    plan = plan_topology(topology.spec, cluster, seed=seed)
-    executors: dict[str, ExecutorEntry] = {}
-    units: dict[KeyGroupId, str] = {}
-    for i, (pe, pe_units) in enumerate(zip(plan.pes, plan_units(plan, topology.spec))):
-        executor = executor_name(name, i)
-        executors[executor] = ExecutorEntry(
-            host=pe.host, cpu=topology.spec.executor.resources.cpu or _cpu(pe.size)
-        )
-        units.update({u: executor for u in pe_units})
+    name, spec = topology.metadata.name, topology.spec
+    plan = plan_topology(spec, cluster, seed=seed, profile=profile)
+    planned = deployment(plan, spec, name, adaptation_config(topology).scaling_config)
+    if profile is not None and previous is not None:
+        planned = keep_names(planned, previous)
     start = RoutingTable(topology=name, version=previous.version if previous else 0, executors={}, units={})
-    routing = start.moved(units, executors, entry_batch_sizes(topology.spec))
+    routing = start.moved(planned.units, planned.executors, entry_batch_sizes(spec))
     return DesiredState(topology=topology, routing=routing), plan
 
 
@@ -184,11 +173,6 @@ def executor_hosts(spec: StreamTopologySpec, cluster: Cluster) -> Cluster:
             f"(nodes: {', '.join(h.name for h in cluster.hosts)})"
         )
     return cluster if len(hosts) == len(cluster.hosts) else Cluster(hosts=hosts)
-
-
-def _cpu(size: float) -> float:
-    """An executor's CPU request: the PE's SIZE rounded up to a tenth of a core."""
-    return max(MIN_EXECUTOR_CPU, math.ceil(size * 10 - 1e-9) / 10)
 
 
 def plan_status(plan: Plan, routing: RoutingTable) -> dict[str, Any]:
@@ -228,10 +212,15 @@ class Planner:
     """
 
     def plan(
-        self, topology: StreamTopology, cluster: Cluster, previous: RoutingTable | None, seed: int
+        self,
+        topology: StreamTopology,
+        cluster: Cluster,
+        previous: RoutingTable | None,
+        seed: int,
+        profile: Profile | None = None,
     ) -> tuple[DesiredState, Plan]:
         """:func:`plan_deployment` (COLA + Aeolus); raises TopologyError or ValueError like it."""
-        return plan_deployment(topology, cluster, previous, seed)
+        return plan_deployment(topology, cluster, previous, seed, profile)
 
     def adapt(
         self,

@@ -33,11 +33,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from streamtopo.contracts import ExecutorEntry, Keys, RoutingTable, executor_name, unit_key
+from streamtopo.controller.reconcile import adaptation_config
 from streamtopo.local.drills import Kill, Schedule, held_by, migrate, recovery_pauses
 from streamtopo.local.platform import LocalPlatform
 from streamtopo.local.progress import Progress
 from streamtopo.planner.cluster import Cluster
-from streamtopo.planner.graph import operator_of
+from streamtopo.planner.deployment import deployment
 from streamtopo.planner.model import StreamTopology
 from streamtopo.planner.placement.fusion import plan_topology
 from streamtopo.planner.plan import Plan
@@ -66,6 +67,9 @@ class RunOptions:
     workdir: Path | None = None
     autoscale: bool | None = None
     """Drive the SPL adaptation loop (ALBIC + scaling); None: ``spec.autoscaling.enabled``."""
+    profile_iterations: int | None = None
+    """COLA's profiling iterations (``spec.fusion.profileIterations``; None: the spec's). The loop runs
+    them even without ``autoscale``, and then only them."""
     adaptation: Callable[[LocalPlatform, StreamTopology, RoutingTable, float, int], Any] | None = None
     """Builds the adaptation loop over this run's executors (platform, topology, routing v1, SPL, seed):
     ``local.loop.local_loop`` for ``streamtopo run``. None: no loop, whatever ``autoscale`` says (tests
@@ -118,6 +122,8 @@ class RunSummary:
     """The loop's RebalanceReport messages (migrations, load distance, executor load before -> after)."""
     scalings: list[str] = field(default_factory=list)
     """The loop's ScalingReport messages (executors from -> to, the rule's reason)."""
+    profiles: list[str] = field(default_factory=list)
+    """The loop's ProfileIteration messages (COLA on measured costs: PEs, executors, U, C, moves)."""
     periods: int = 0
     """SPL periods the loop ran (skipped ones included)."""
     output: Path | None = None
@@ -166,45 +172,35 @@ def output_dir(topology: StreamTopology, output: Path | None) -> Path | None:
 def initial_routing(
     topology: StreamTopology, cluster: Cluster, executors: int | None, seed: int = 0
 ) -> tuple[RoutingTable, Plan | None]:
-    """Version 1 of the routing table: COLA's PEs as executors, or units round-robin over ``executors``;
-    with the plan it came from (None for round-robin), which the run shows before it starts.
+    """Version 1 of the routing table: COLA's PEs as executors, split up to Aeolus' count as the operator
+    does (``planner.deployment``), or units round-robin over ``executors``; with the plan it came from
+    (None for round-robin), which the run shows before it starts.
 
     Round-robin puts unit (op, kg) on executor ``kg mod N``: units with the same key group index share an
-    executor, so one-to-one edges stay in memory. With ``executors`` unset COLA decides (PE i is executor
-    ``executor_name(topology, i)``, as the operator names it); HA replicas r >= 1 are not run by the local
-    runtime (the primary is).
+    executor, so one-to-one edges stay in memory. HA replicas r >= 1 are not run by the local runtime (the
+    primary is), and every local executor has a capacity of one core.
     """
-    spec = topology.spec
-    units = [(op.name, kg) for op in spec.operators for kg in range(spec.key_groups_of(op.name))]
-    assignment: dict[tuple[str, int], str] = {}
-    hosts: dict[str, str | None] = {}
+    spec, name = topology.spec, topology.metadata.name
     plan = None
     if executors is None:
         plan = plan_topology(spec, cluster, seed=seed)
-        if plan.pes:
-            for i, pe in enumerate(plan.pes):
-                name = executor_name(topology.metadata.name, i)
-                hosts[name] = pe.host
-                for member in pe.members:
-                    node, kg = member if isinstance(member, tuple) else (member, None)
-                    if operator_of(node) != node:
-                        continue  # an HA replica
-                    for unit in units:
-                        if unit[0] == node and (kg is None or unit[1] == kg):
-                            assignment[unit] = name
-        executors = executors or 2
-    if len(assignment) < len(units):
-        assignment, hosts, plan = {}, {}, None
-        names = [executor_name(topology.metadata.name, i) for i in range(executors)]
-        for op, kg in units:
-            assignment[(op, kg)] = names[kg % len(names)]
-        host_names = [h.name for h in cluster.hosts]
-        hosts = {n: host_names[i % len(host_names)] for i, n in enumerate(names)}
-    used = sorted(set(assignment.values()))
+        scaling = adaptation_config(topology).scaling_config
+        planned = deployment(plan, spec, name, scaling, replicas=False, cpu=1.0)
+        assignment, entries = planned.units, planned.executors
+    else:
+        names = [executor_name(name, i) for i in range(executors)]
+        hosts = [h.name for h in cluster.hosts]
+        entries = {n: ExecutorEntry(host=hosts[i % len(hosts)], cpu=1.0) for i, n in enumerate(names)}
+        assignment = {
+            (op.name, kg): names[kg % executors]
+            for op in spec.operators
+            for kg in range(spec.key_groups_of(op.name))
+        }
+    used = set(assignment.values())
     routing = RoutingTable(
-        topology=topology.metadata.name,
+        topology=name,
         version=1,
-        executors={n: ExecutorEntry(host=hosts.get(n), cpu=1.0) for n in used},
+        executors={n: e for n, e in entries.items() if n in used},
         units={unit_key(u): e for u, e in sorted(assignment.items())},
         batch_sizes=entry_batch_sizes(topology.spec),
     )
@@ -251,6 +247,20 @@ def limit_sources(topology: StreamTopology, seconds: float | None) -> StreamTopo
     return StreamTopology.model_validate(data)
 
 
+def with_profiling(topology: StreamTopology, options: RunOptions) -> StreamTopology:
+    """``topology`` as this run's options have it: ``--profile-iterations`` in ``spec.fusion`` and
+    ``--autoscale/--no-autoscale`` in ``spec.autoscaling.enabled`` (the loop then only profiles)."""
+    spec = topology.spec
+    fusion = spec.fusion
+    if options.profile_iterations is not None:
+        fusion = fusion.model_copy(update={"profile_iterations": options.profile_iterations})
+    autoscaling = spec.autoscaling
+    if options.autoscale is not None:
+        autoscaling = autoscaling.model_copy(update={"enabled": options.autoscale})
+    update = {"fusion": fusion, "autoscaling": autoscaling}
+    return topology.model_copy(update={"spec": spec.model_copy(update=update)})
+
+
 def local_interval(topology: StreamTopology, horizon: float | None, interval: float | None) -> float:
     """The SPL of a local run: ``--interval``, else the spec's, capped at horizon / 6 (at least 5 s) so a
     run of ``--duration`` (or ``--source-seconds``) sees several periods (the first only records the
@@ -265,6 +275,8 @@ def loop_line(step) -> str | None:
     """One line for the progress view: what a loop period decided (None when it only warmed up)."""
     if step.skipped:
         return f"period skipped: {step.skipped}"
+    if step.profile:
+        return step.profile
     result = step.adaptation
     if result is None:
         return None
@@ -356,7 +368,8 @@ def run_topologies(
     ``outputs``: each topology's file-sink directory (default ``options.output``)."""
     console = console or Console()
     topologies = [
-        limit_sources(scale_rates(t, options.rate_scale), options.source_seconds) for t in topologies
+        with_profiling(limit_sources(scale_rates(t, options.rate_scale), options.source_seconds), options)
+        for t in topologies
     ]
     cluster = Cluster.uniform(options.hosts or 1, options.host_cpu)
     routings = []
@@ -482,10 +495,10 @@ class _Run:
         self.routing, self.started, self.console = routing, started, console
         self.rng = random.Random(options.seed)
         self.progress = Progress(topology.spec)
-        autoscale = topology.spec.autoscaling.enabled if options.autoscale is None else options.autoscale
+        loops = topology.spec.autoscaling.enabled or topology.spec.fusion.profile_iterations > 0
         horizons = [h for h in (options.duration, options.source_seconds) if h is not None]
         self.interval = local_interval(topology, min(horizons, default=None), options.interval)
-        adapt = options.adaptation if autoscale else None
+        adapt = options.adaptation if loops else None
         self.loop = adapt(platform, topology, routing, self.interval, options.seed) if adapt else None
         self.next_period = math.inf
         self.last_decision = (
@@ -493,7 +506,11 @@ class _Run:
             if self.loop is None
             else f"adaptation loop: SPL {self.interval:g}s, warming up"
         )
-        self.summary_log: dict[str, list[str]] = {"RebalanceReport": [], "ScalingReport": []}
+        self.summary_log: dict[str, list[str]] = {
+            "RebalanceReport": [],
+            "ScalingReport": [],
+            "ProfileIteration": [],
+        }
         self.migration_due = Schedule(started, options.migrate_every)
         self.kill_due = Schedule(started, options.kill_every)
         self.migrations = 0
@@ -576,6 +593,7 @@ class _Run:
             failed=self.failed,
             rebalances=self.summary_log["RebalanceReport"],
             scalings=self.summary_log["ScalingReport"],
+            profiles=self.summary_log["ProfileIteration"],
             periods=len(self.loop.history) if self.loop else 0,
             output=self.platform.output_dir,
             unready=self.unready,
@@ -714,10 +732,15 @@ def print_summary(summary: RunSummary, console: Console) -> None:
         console.print(recovery_line(summary), highlight=False, soft_wrap=True)
     if summary.periods:
         console.print(
-            f"adaptation loop: {summary.periods} periods, {len(summary.rebalances)} rebalances, "
-            f"{len(summary.scalings)} scaling decisions"
+            f"adaptation loop: {summary.periods} periods, {len(summary.profiles)} profiling iterations, "
+            f"{len(summary.rebalances)} rebalances, {len(summary.scalings)} scaling decisions",
+            soft_wrap=True,
         )
-        for label, messages in (("rebalance", summary.rebalances), ("scaling", summary.scalings)):
+        for label, messages in (
+            ("profiling", summary.profiles),
+            ("rebalance", summary.rebalances),
+            ("scaling", summary.scalings),
+        ):
             for i, message in enumerate(messages, 1):
                 console.print(f"  {label} {i}: {message}", highlight=False, soft_wrap=True)
     if summary.output is not None:

@@ -359,7 +359,7 @@ class Operator(Model):
     )
     """Partition key columns; key groups are hash(key) mod keyGroups."""
     key_groups: int | None = Field(default=None, ge=1, le=4096)
-    """Key groups of this operator (defaults to spec.keyGroups)."""
+    """Key groups of this operator (defaults to spec.keyGroups, or to Aeolus' sizing when that is unset)."""
     expr: str | None = Field(default=None, min_length=1, max_length=MAX_EXPRESSION)
     """Filter predicate, a Spark SQL expression."""
     select: list[Expression] | None = Field(default=None, min_length=1, max_length=256)
@@ -476,6 +476,11 @@ class FusionSpec(Model):
     """COLA's T: phase 4 keeps splitting while C <= (1 + T) * c."""
     graph: Literal["auto", "logical", "unit"] = "auto"
     """Partition the logical graph, the unit graph, or choose by size (auto)."""
+    profile_iterations: int = Field(default=0, ge=0, le=20)
+    """COLA's profiling loop (Section 4): deploy NONE (every operator its own PE) first, then re-plan with
+    ``algorithm`` on the costs measured over each statistics period (COLA with gamma rising 0.5 -> 1.0
+    by 0.1), this many times, migrating to each plan; autoscaling takes over after the last. 0: plan
+    once, on the declared costs."""
 
 
 class SharingSpec(Model):
@@ -946,6 +951,8 @@ class StreamTopologySpec(Model):
     subresource): the SPL loop keeps exactly this many and ALBIC balances within them. Unset: the
     autoscaler chooses between minExecutors and maxExecutors."""
     key_groups: int = Field(default=32, ge=1, le=4096)
+    """Key groups of every operator that sets none. Left out, an operator whose declared rate and cost
+    need more than 16 parallel tasks (Aeolus' Eq. 2) gets twice its tasks, as a power of two."""
     operators: list[Operator] = Field(min_length=1, max_length=MAX_OPERATORS)
     streams: list[StreamSpec] = Field(default_factory=list, max_length=4096)
     constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
@@ -975,8 +982,14 @@ class StreamTopologySpec(Model):
         if policy is None or not isinstance(data, dict):
             return data
         data = dict(data)
-        if policy.max_key_groups is not None and "keyGroups" not in data and "key_groups" not in data:
-            data["keyGroups"] = min(cls.model_fields["key_groups"].default, policy.max_key_groups)
+        default_groups = cls.model_fields["key_groups"].default
+        if (
+            policy.max_key_groups is not None
+            and policy.max_key_groups < default_groups
+            and "keyGroups" not in data
+            and "key_groups" not in data
+        ):
+            data["keyGroups"] = policy.max_key_groups
         scaling = data.get("autoscaling", {})
         if policy.max_executors is not None and isinstance(scaling, dict):
             if "maxExecutors" not in scaling and "max_executors" not in scaling:

@@ -98,7 +98,13 @@ def test_operator_daemon_moves_key_groups_in_the_routing_configmap(
 
     cluster(kube)
     doc = topology(exlocated=False)
-    doc["spec"]["autoscaling"] = {"interval": "3s", "maxMigrationsPerRound": 2, "stabilization": "1h"}
+    # maxExecutors 3: the scripted runtime exports pipe-e0..e2, and Aeolus would start 7 for 4.6 cores
+    doc["spec"]["autoscaling"] = {
+        "interval": "3s",
+        "maxMigrationsPerRound": 2,
+        "stabilization": "1h",
+        "maxExecutors": 3,
+    }
 
     def table() -> dict:
         cm = kube.get(f"/api/v1/namespaces/{NS}/configmaps/pipe-routing")

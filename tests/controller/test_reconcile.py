@@ -32,6 +32,7 @@ from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.policy import PlatformPolicy
+from streamtopo.planner.scaling.aeolus import aeolus_plan, entry_batch_sizes
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "wordcount.yaml"
 
@@ -56,14 +57,25 @@ def test_initial_plan_routes_every_unit_once_on_the_planned_hosts():
     routing = desired.routing
     assert routing.version == 1
     assert set(routing.units) == units_of(doc)
-    # One executor per PE, on the PE's host; a PE's units are exactly its operators' key groups.
-    assert len(routing.executors) == len(outcome.plan.pes)
-    for executor, pe in zip(
-        sorted(routing.executors, key=lambda n: int(n.rpartition("-e")[2])), outcome.plan.pes
-    ):
-        assert routing.executors[executor].host == pe.host
-        assert {u.split("/")[0] for u in routing.units if routing.units[u] == executor} == set(pe.operators)
-        assert routing.executors[executor].cpu >= pe.size - 1e-9
+    # Aeolus asks for ceil(demand / 0.7) executors: more than COLA's PEs, so the heaviest PE is split.
+    # Every executor runs on its PE's host and holds every operator of the PE for some key groups.
+    spec = load_topology(doc).spec
+    demand = aeolus_plan(spec).demand
+    assert (
+        len(routing.executors) == max(len(outcome.plan.pes), math.ceil(demand / 0.7)) > len(outcome.plan.pes)
+    )
+    for pe in outcome.plan.pes:
+        executors = {
+            routing.units[f"{op}/{kg}"] for op in pe.operators for kg in range(spec.key_groups_of(op))
+        }
+        assert {routing.executors[e].host for e in executors} == {pe.host}
+        for executor in executors:
+            assert {u.split("/")[0] for u in routing.units if routing.units[u] == executor} == set(
+                pe.operators
+            )
+        assert sum(routing.executors[e].cpu for e in executors) >= pe.size - 1e-9
+    heaviest = max(outcome.plan.pes, key=lambda pe: pe.size)
+    assert len({routing.units[f"{heaviest.operators[0]}/{kg}"] for kg in range(spec.key_groups)}) == 2
     streams = {f"{i}->{op['name']}" for op in doc["spec"]["operators"] for i in op.get("inputs", [])}
     assert set(routing.batch_sizes) == streams and all(n >= 1 for n in routing.batch_sizes.values())
     assert outcome.status["maxUtilization"] == pytest.approx(outcome.plan.max_utilization, abs=1e-4)
@@ -565,6 +577,88 @@ def test_a_recommendation_for_an_older_routing_version_is_not_applied():
 
 
 # ----------------------------------------------------------------------------- Kubernetes rendering
+
+
+def measured_src(ppt: float, busy: float = 0.05) -> RuntimeStats:
+    """Even load; every src unit takes 100 records/s at ``ppt`` seconds per record."""
+    units = {("src", kg): UnitRates(busy=ppt * 100.0, records_in=100.0) for kg in range(8)}
+    units |= {("agg", kg): UnitRates(busy=busy, records_in=100.0) for kg in range(8)}
+    units[("out", 0)] = UnitRates(busy=0.01, records_in=10.0)
+    return RuntimeStats(topology="hot", window_seconds=300.0, units=units, traffic={})
+
+
+def test_batch_sizes_follow_the_measured_processing_times_each_period():
+    """Aeolus Eq. 4 on the measured ppt of src: at 1,000 records/s and one task (Eq. 2: ppt * r < 1),
+    l_i = 1 ms, so the slack l_i - ppt - t*s = 2.5 ns gives b = ceil(n / slack) = ceil(2 us / 2.5 ns) = 800
+    records per entry on src->agg, above the 512 default and below B_max / t = 65536 / 64 = 1024."""
+    topology = load_topology(scenario_topology())
+    applied = entry_batch_sizes(topology.spec)
+    assert applied["src->agg"] == 512  # the declared (default) costs: Eq. 4 says 1, the floor says 512
+    routing = initial_routing().moved(initial_routing().assignment(), batch_sizes=applied)
+    slack = 2.5e-9
+    ppt = 1e-3 - 64 * 5e-9 - slack
+    source = StatsSource(measured_src(ppt))
+    platform = MemoryPlatform(two_hosts())
+    loop = AdaptationLoop(platform, source, topology, routing=routing)
+    step = loop.step(1000.0)
+    resized = platform.applied[-1].routing
+    assert abs(resized.batch_sizes["src->agg"] - 800) <= 1
+    assert {k: v for k, v in resized.batch_sizes.items() if k != "src->agg"} == {
+        k: v for k, v in applied.items() if k != "src->agg"
+    }
+    assert resized.version == routing.version + 1 and step.applied
+    assert any(
+        e.reason == "BatchSizesChanged" and "src->agg 512 -> 80" in e.message for e in step.outcome.events
+    )
+    # the same measurement again, and one within the 25 % tolerance: the sizes stay, no new version
+    for again in (ppt, 1e-3 - 64 * 5e-9 - 2.2e-9):  # b = 910, 14 % above 800
+        source.stats = measured_src(again)
+        loop.step(2000.0)
+        assert loop.routing is not None and loop.routing.batch_sizes == resized.batch_sizes
+
+
+def profiled_stats() -> RuntimeStats:
+    """What the NONE deployment measured: light operators, src -> agg all-to-all at 125 records/s per pair."""
+    units = {(op, kg): UnitRates(busy=0.01, records_in=100.0) for op in ("src", "agg") for kg in range(8)}
+    units[("out", 0)] = UnitRates(busy=0.01, records_in=10.0)
+    traffic = {(("src", i), ("agg", j)): 125.0 for i in range(8) for j in range(8)}
+    traffic |= {(("agg", i), ("out", 0)): 1.0 for i in range(8)}
+    return RuntimeStats(topology="hot", window_seconds=300.0, units=units, traffic=traffic)
+
+
+def test_the_loop_runs_colas_profiling_iterations_then_albic():
+    """spec.fusion.profileIterations = 2: NONE first (one executor per operator), then one COLA re-plan
+    per period on the measured costs (gamma 0.5, then 0.6), executors keeping their names where they keep
+    units; the memory counts the iterations across a restart; then ALBIC's periods as usual."""
+    doc = scenario_topology()
+    doc["spec"]["fusion"] = {"profileIterations": 2}
+    topology = load_topology(doc)
+    platform = MemoryPlatform(two_hosts())
+    source = StatsSource(profiled_stats())
+    loop = AdaptationLoop(platform, source, topology)
+    loop.step(0.0)
+    none = platform.applied[-1].routing
+    owners = {
+        op: {none.units[f"{op}/{kg}"] for kg in range(topology.spec.key_groups_of(op))}
+        for op in ("src", "agg")
+    }
+    assert len(none.executors) == 3 and all(len(e) == 1 for e in owners.values())  # NONE: one per operator
+    first = loop.step(300.0)
+    assert first.profile is not None and "iteration 1 of 2 (gamma 0.5)" in first.profile
+    fused = platform.applied[-1].routing
+    assert fused.version == none.version + 1
+    assert len(fused.executors) == 1  # 0.17 measured cores and 1,000 records/s between src and agg: one PE
+    # the fused executor keeps the name of one it took most units from (src's or agg's, 8 each)
+    assert set(fused.executors) <= set(none.executors)
+    assert [e.reason for e in first.outcome.events] == ["ProfileIteration"]
+    assert len(first.outcome.status["pes"]) == 1 and first.outcome.status["routingVersion"] == fused.version
+    assert loop.memory.profiled == 1 and loop.decisions[-1]["kind"] == "profile"
+    restarted = AdaptationLoop(platform, source, topology, routing=fused)
+    restarted.restore(platform.applied[-1].memory)
+    second = restarted.step(600.0)
+    assert second.profile is not None and "iteration 2 of 2 (gamma 0.6)" in second.profile
+    third = restarted.step(900.0)
+    assert third.profile is None and restarted.memory.profiled == 2  # ALBIC from now on
 
 
 def test_rendered_objects_are_valid_kubernetes_and_keep_ha_replicas_apart():

@@ -12,6 +12,7 @@ from streamtopo.planner.model import StreamTopologySpec
 from streamtopo.planner.scaling.aeolus import (
     aeolus_plan,
     initial_executors,
+    open_key_groups,
     optimal_batch,
     optimal_dop,
     output_rate,
@@ -159,3 +160,43 @@ def test_demand_and_initial_executors_by_hand() -> None:
     config = ScalingConfig(min_executors=1, max_executors=32, target_utilization=0.75)
     assert initial_executors(plan, config) == math.ceil((5.3 + shipping) / 0.75)  # 7.0 / 0.75 -> 10
     assert initial_executors(plan, ScalingConfig(max_executors=4)) == 4
+
+
+def open_chain(**extra) -> dict:
+    """chain() as a document whose spec leaves keyGroups open."""
+    doc = chain(**extra).model_dump(by_alias=True, exclude_unset=True)
+    del doc["keyGroups"]
+    return doc
+
+
+def test_key_groups_left_open_follow_eq2_with_headroom() -> None:
+    # cost.cpu = 40 cores at 1e5 rec/s -> ppt = 4e-4; Eq. 2: 4e-4 * 1e5 = 40 -> 41 tasks; twice that is
+    # 82 -> 128 key groups (a power of two). src and out are light: they keep the default 32.
+    spec = StreamTopologySpec.model_validate(open_chain(cost={"cpu": 40.0}))
+    assert aeolus_plan(spec).dop["m"] == 41
+    assert open_key_groups(spec) == {"m": 128}
+    assert open_key_groups(spec, limit=64) == {"m": 64}  # the platform's maxKeyGroups caps it
+    # 16 tasks fit the default 32 key groups at the headroom of 2: nothing to size
+    light = StreamTopologySpec.model_validate(open_chain(cost={"cpu": 15.5}))
+    assert aeolus_plan(light).dop["m"] == 16 and open_key_groups(light) == {}
+    # a spec-wide keyGroups, or the operator's own, is the user's choice and stays
+    assert open_key_groups(chain(cost={"cpu": 40.0})) == {}
+    assert (
+        open_key_groups(StreamTopologySpec.model_validate(open_chain(cost={"cpu": 40.0}, keyGroups=4))) == {}
+    )
+
+
+def test_every_reader_of_a_topology_sees_the_sized_key_groups(tmp_path) -> None:
+    """load_topology (run, plan, webhook, reconcile, executors) sizes the open operators once; the sized
+    topology written back out reads the same."""
+    import yaml
+
+    from streamtopo.documents import load_topology
+
+    document = {"metadata": {"name": "heavy"}, "spec": open_chain(cost={"cpu": 40.0})}
+    topology = load_topology(document)
+    assert topology.spec.key_groups_of("m") == 128 and topology.spec.key_groups_of("src") == 32
+    assert not aeolus_plan(topology.spec).warnings
+    written = tmp_path / "topology.yaml"
+    written.write_text(yaml.safe_dump(topology.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    assert load_topology(written).spec.key_groups_of("m") == 128

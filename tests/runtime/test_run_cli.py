@@ -27,6 +27,26 @@ def write(tmp_path: Path, topology) -> Path:
     return path
 
 
+def run_cli(tmp_path: Path, topology, *options: str) -> subprocess.CompletedProcess[str]:
+    """``streamtopo run`` on ``topology`` with file sinks under ``tmp_path/out``, ``--duration 600`` and
+    ``options``: what a user types, output captured."""
+    return subprocess.run(
+        [
+            *STREAMTOPO,
+            "run",
+            str(write(tmp_path, topology)),
+            "--output",
+            str(tmp_path / "out"),
+            *options,
+            "--duration",
+            "600",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
 def test_run_rejects_an_invalid_topology_naming_the_field(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(
@@ -155,26 +175,7 @@ def test_run_with_drills_ends_by_itself_with_exact_output_and_no_leftovers(tmp_p
     count, rate, keys, window = 1500, 100, 9, 1.0
     topology = sequence_topology("cli-drills", count=count, rate=rate, keys=keys, window=window)
     out = tmp_path / "out"
-    result = subprocess.run(
-        [
-            *STREAMTOPO,
-            "run",
-            str(write(tmp_path, topology)),
-            "--executors",
-            "2",
-            "--output",
-            str(out),
-            "--migrate-every",
-            "1.5",
-            "--kill-every",
-            "5",
-            "--duration",
-            "600",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = run_cli(tmp_path, topology, "--executors", "2", "--migrate-every", "1.5", "--kill-every", "5")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "finished (end of stream)" in result.stdout
     assert "hand-over pauses: p50" in result.stdout
@@ -200,31 +201,34 @@ def test_run_with_the_adaptation_loop_decides_and_keeps_the_output_exact(tmp_pat
     auto = topology.spec.autoscaling.model_copy(update={"max_executors": 4})  # bounded: a shared machine
     topology = topology.model_copy(update={"spec": topology.spec.model_copy(update={"autoscaling": auto})})
     out = tmp_path / "out"
-    result = subprocess.run(
-        [
-            *STREAMTOPO,
-            "run",
-            str(write(tmp_path, topology)),
-            "--executors",
-            "3",
-            "--output",
-            str(out),
-            "--interval",
-            "3",
-            "--duration",
-            "600",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = run_cli(tmp_path, topology, "--executors", "3", "--interval", "3")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "finished (end of stream)" in result.stdout
     loop = next(line for line in result.stdout.splitlines() if line.startswith("adaptation loop:"))
-    rebalances, scalings = (int(loop.split(", ")[i].split()[0]) for i in (1, 2))
+    rebalances, scalings = (int(loop.split(", ")[i].split()[0]) for i in (2, 3))
     assert rebalances + scalings >= 1, result.stdout
     if scalings:  # the decision's figures are printed: executors from -> to, with the rule's reason
         assert "executors 3 -> " in result.stdout and "utilisation" in result.stdout
+    assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
+
+
+@pytest.mark.slow
+def test_run_profiles_none_then_fuses_on_measured_costs_and_keeps_the_output_exact(tmp_path):
+    """COLA's profiling loop on the running system: NONE first (numbers, totals and out each on an
+    executor of their own), then one COLA re-plan per 3 s period on what the executors measured; the
+    light job fuses into fewer executors, its key groups hand over, and the output stays exact."""
+    count, rate, keys, window = 4800, 40, 9, 1.0
+    topology = sequence_topology("cli-profile", count=count, rate=rate, keys=keys, window=window)
+    out = tmp_path / "out"
+    result = run_cli(tmp_path, topology, "--profile-iterations", "2", "--no-autoscale", "--interval", "3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "none plan on the logical graph: 3 PEs" in result.stdout, result.stdout
+    assert "finished (end of stream)" in result.stdout
+    assert "2 profiling iterations, 0 rebalances, 0 scaling decisions" in result.stdout, result.stdout
+    first = next(line for line in result.stdout.splitlines() if "profiling 1: " in line)
+    assert "iteration 1 of 2 (gamma 0.5)" in first
+    executors = int(first.split(" PEs on ")[1].split()[0])
+    assert executors < 3, first  # measured, the job is light: COLA fuses what NONE kept apart
     assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
 
 
@@ -318,21 +322,7 @@ def test_run_shows_the_plan_before_it_starts_and_the_sinks_latest_records_at_the
     count, rate, keys, window = 300, 100, 3, 1.0
     topology = sequence_topology("cli-show", count=count, rate=rate, keys=keys, window=window)
     out = tmp_path / "out"
-    result = subprocess.run(
-        [
-            *STREAMTOPO,
-            "run",
-            str(write(tmp_path, topology)),
-            "--output",
-            str(out),
-            "--no-autoscale",
-            "--duration",
-            "600",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = run_cli(tmp_path, topology, "--no-autoscale")
     output = result.stdout
     assert result.returncode == 0, output + result.stderr
     plan = output.index("cola plan on the logical graph: 1 PEs")

@@ -12,6 +12,7 @@ unit graph, whose (operator, key group) vertices let COLA spread one heavy opera
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -25,6 +26,7 @@ from streamtopo.planner.plan import Plan
 
 if TYPE_CHECKING:
     from streamtopo.planner.placement.cola import ColaOptions
+    from streamtopo.planner.placement.cola.profiling import Profile
 
 FUSION_ALGORITHMS = {"cola", "none", "single", "fint", "metis"}
 GRAPH_KINDS = {"auto", "logical", "unit"}
@@ -95,10 +97,24 @@ def plan_topology(
     algorithm: str | None = None,
     graph_kind: str | None = None,
     seed: int = 0,
+    profile: Profile | None = None,
 ) -> Plan:
-    """Plan a validated spec on ``cluster``: graph, constraints, algorithm (spec.fusion unless given)."""
-    algorithm = algorithm or spec.fusion.algorithm
+    """Plan a validated spec on ``cluster``: graph, constraints, algorithm (spec.fusion unless given).
+
+    With ``spec.fusion.profileIterations`` the first deployment is NONE, every operator its own PE (COLA
+    Section 4's iteration 0, which profiles every operator and stream apart); ``profile`` is a later
+    iteration: the algorithm on the graph with the measured costs in place of the declared ones, and for
+    COLA the hosts' capacities scaled by ``profile.gamma`` (the paper iterates FINT alike, without gamma).
+    """
+    profiling = spec.fusion.profile_iterations > 0 and profile is None
+    algorithm = algorithm or ("none" if profiling else spec.fusion.algorithm)
     options = cola_options(spec) if algorithm == "cola" else None
     graph = choose_graph(spec, cluster, graph_kind or spec.fusion.graph, _gamma(options))
+    if profile is not None:
+        from streamtopo.planner.placement.cola.profiling import measured_costs, with_costs
+
+        if options is not None:
+            options = replace(options, gamma=profile.gamma)
+        graph = with_costs(graph, measured_costs(graph, profile))
     constraints = expand_constraints(spec, graph, cluster)
     return plan_fusion(graph, cluster, constraints, algorithm, options, seed)

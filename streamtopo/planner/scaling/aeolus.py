@@ -19,7 +19,8 @@ the producers first (lines 3-11), then the dop of every consumer whose producers
 Mapping onto streamtopo: a task is one parallel instance of an operator, so ``dop`` is how many
 executors' worth of parallelism the operator needs; the planner uses it to size key groups (an
 operator cannot run on more tasks than it has key groups, so ``warnings`` names every operator whose
-dop exceeds its ``keyGroups``) and the initial executor count (:func:`initial_executors`: the job's
+dop exceeds its ``keyGroups``; :func:`open_key_groups` sizes the operators whose count the spec leaves
+open) and the initial executor count (:func:`initial_executors`: the job's
 CPU demand at the planned rates, processing plus shipping, at the target utilisation). The batch size
 per edge ``from->to`` is
 what the runtime puts in one transport entry (``RoutingTable.batch_sizes``). Two choices the paper
@@ -200,6 +201,33 @@ def aeolus_plan(
     )
 
 
+KEY_GROUP_HEADROOM = 2
+"""Key groups an open operator gets per task Eq. 2 asks for: room for the autoscaler to spread a load
+peak or a skewed key over more executors than the declared rates need."""
+
+
+def open_key_groups(spec: StreamTopologySpec, limit: int | None = None) -> dict[str, int]:
+    """Key groups for the operators whose count the spec leaves open (neither ``keyGroups`` at the top
+    nor on the operator): :data:`KEY_GROUP_HEADROOM` x Algorithm 1's dop (Eq. 2, raised by line 7),
+    rounded up to a power of two, where that exceeds the default ``spec.keyGroups``; at most 4096 and
+    ``limit`` (the platform's maxKeyGroups). An operator Eq. 2 finds light keeps the default.
+
+    Key groups are fixed for a deployment's life (they partition state), so they are sized once, from
+    the declared rates and costs, before anything runs; the executor count follows the measured load.
+    """
+    if "key_groups" in spec.model_fields_set:
+        return {}
+    ceiling = min(4096, limit or 4096)
+    plan = aeolus_plan(spec)
+    out = {}
+    for op in spec.operators:
+        if op.key_groups is None:
+            wanted = min(ceiling, 1 << math.ceil(math.log2(KEY_GROUP_HEADROOM * plan.dop[op.name])))
+            if wanted > spec.key_groups:
+                out[op.name] = wanted
+    return out
+
+
 def initial_executors(plan: AeolusPlan, config: ScalingConfig) -> int:
     """Executors for a new deployment: the plan's demand at the target utilisation (the scaling rule's
     steady-state count, so the first SPL starts where the rule would put it)."""
@@ -314,18 +342,37 @@ def default_batch_records(spec: StreamTopologySpec, producer: str) -> int:
     return max(1, min(DEFAULT_BATCH_RECORDS, spec.batching.max_bytes // record_bytes))
 
 
-def entry_batch_sizes(spec: StreamTopologySpec) -> dict[str, int]:
+def entry_batch_sizes(
+    spec: StreamTopologySpec, measured: Mapping[str, float] | None = None
+) -> dict[str, int]:
     """Records per transport entry for every stream ``from->to``, as the routing table carries them (the
     one rule of the local run and the operator): Aeolus' batch (Algorithm 1, Eq. 4, capped by B_max =
-    ``batching.maxBytes``), raised to :func:`default_batch_records`.
+    ``batching.maxBytes``), raised to :func:`default_batch_records`. ``measured``: pure processing times
+    per operator (seconds per record), as the adaptation loop measures them every period; the declared
+    costs stand in for the rest.
 
     Aeolus' model has only the per-message cost n and often gives 1 at moderate rates; a micro-batch
     executor also pays a fixed cost per step and reads a bounded number of entries per step, so entries
     much smaller than the default only add overhead.
     """
-    planned = aeolus_plan(spec).batch_sizes
+    planned = aeolus_plan(spec, measured).batch_sizes
     return {
         edge_key(u, op.name): max(int(planned.get(edge_key(u, op.name), 1)), default_batch_records(spec, u))
         for op in spec.operators
         for u in op.inputs
     }
+
+
+BATCH_TOLERANCE = 0.25
+"""A re-computed batch size replaces the applied one only when it differs by more than this fraction, so
+measurement noise does not publish a new routing version every period."""
+
+
+def resized_batches(applied: Mapping[str, int], planned: Mapping[str, int]) -> dict[str, int] | None:
+    """``planned`` when some stream's batch moved by more than :data:`BATCH_TOLERANCE` of the applied one,
+    else None: the applied sizes stay. Streams the applied table does not size are not compared (a table
+    without sizes uses the defaults; a new stream comes with a re-plan, not with a period)."""
+    for key, old in applied.items():
+        if abs(planned.get(key, old) - old) > BATCH_TOLERANCE * old:
+            return dict(planned)
+    return None

@@ -16,13 +16,14 @@ gamma, each with the plan and the graph (costs) it was planned from. The functio
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
 from streamtopo.planner.cluster import Cluster
-from streamtopo.planner.graph import Node
+from streamtopo.planner.graph import CommCostModel, Node, operator_of
 from streamtopo.planner.placement.cola.algorithm import cola_plan
 from streamtopo.planner.placement.cola.options import ColaOptions
 from streamtopo.planner.placement.constraints import GraphConstraints
@@ -52,6 +53,58 @@ def gamma_schedule(start: float = 0.5, stop: float = 1.0, step: float = 0.1) -> 
     """0.5, 0.6, ..., 1.0 (rounded so float steps land exactly on 1.0)."""
     count = round((stop - start) / step)
     return [round(start + k * step, 10) for k in range(count + 1)]
+
+
+def iteration_gamma(iteration: int) -> float:
+    """gamma of profiling iteration ``iteration`` >= 1: 0.5 in the first, 0.1 more in each next one,
+    1.0 from the sixth on (the paper's six iterations; more repeat the last)."""
+    schedule = gamma_schedule()
+    return schedule[min(iteration, len(schedule)) - 1]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a running deployment measured over one period, as the planner needs it: busy CPU cores per
+    unit (operator, key group) and records per second from unit to unit (ALBIC's out[g_i][g_j], which the
+    executors count whether the records stay in a process or cross), and the gamma to plan with."""
+
+    busy: Mapping[tuple[str, int], float]
+    traffic: Mapping[tuple[tuple[str, int], tuple[str, int]], float]
+    gamma: float = 1.0
+
+
+def measured_costs(graph: nx.DiGraph, profile: Profile, comm: CommCostModel | None = None) -> MeasuredCosts:
+    """Section 4's profile of ``graph``'s nodes and arcs from a running deployment: w_v = busy cores,
+    w_e = records per second x the per-record transport cost of the arc's record size (what the stream
+    costs once it crosses processes, which is what COLA's cut counts).
+
+    ``graph`` is the logical graph (a node's measure sums its operator's units) or the unit graph (one
+    unit each). HA replicas r >= 1, which a local run does not start, take their primary's measure: each
+    replica does the same work. Nodes and arcs the profile does not cover keep their estimates.
+    """
+    comm = comm or CommCostModel()
+    unit_graph = graph.graph.get("name") == "unit"
+
+    def key(node: Node) -> Node:
+        """Where a graph node's measure is kept: per operator, or per (operator, key group)."""
+        if unit_graph:
+            assert isinstance(node, tuple)
+            return (operator_of(node[0]), int(node[1]))
+        return operator_of(node)
+
+    busy: dict[Node, float] = defaultdict(float)
+    for (op, kg), cores in profile.busy.items():
+        busy[(op, kg) if unit_graph else op] += cores
+    records: dict[tuple[Node, Node], float] = defaultdict(float)
+    for ((u, i), (v, j)), rate in profile.traffic.items():
+        records[((u, i), (v, j)) if unit_graph else (u, v)] += rate
+    operators = {n: busy[key(n)] for n in graph.nodes if key(n) in busy}
+    streams = {
+        (u, v): comm.stream_cost(records[(key(u), key(v))], data["record_bytes"])
+        for u, v, data in graph.edges(data=True)
+        if (key(u), key(v)) in records
+    }
+    return MeasuredCosts(operators, streams)
 
 
 def with_costs(graph: nx.DiGraph, costs: MeasuredCosts) -> nx.DiGraph:
