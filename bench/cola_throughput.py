@@ -285,6 +285,8 @@ def report(
         f"![Figure 7]({image.relative_to(ROOT / 'docs')})",
         "",
         *verdicts,
+        "",
+        'Reading, against the paper\'s Table 2 and Figure 7: docs/cola.md, "Throughput on the runtime".',
     ]
     write_section(SECTION, lines)
 
