@@ -273,7 +273,7 @@ def batches_event(before: Mapping[str, int], after: Mapping[str, int]) -> Event:
 
 
 def decision_record(before: RoutingTable, after: RoutingTable, result: AdaptationResult) -> dict[str, Any]:
-    """One applied decision as the history keeps it (time, kind, before/after, reason, figures)."""
+    """One applied ALBIC decision as the history keeps it (:func:`history_entry`)."""
     kinds = [
         kind
         for kind, happened in (
@@ -285,15 +285,34 @@ def decision_record(before: RoutingTable, after: RoutingTable, result: Adaptatio
         if happened
     ]
     rebalance = result.rebalance
+    return history_entry(
+        before,
+        after,
+        "+".join(kinds) or "reassign",
+        len(result.migrations),
+        result.reason,
+        round(rebalance.load_distance, 4) if rebalance else None,
+    )
+
+
+def history_entry(
+    before: RoutingTable,
+    after: RoutingTable,
+    kind: str,
+    migrations: int,
+    reason: str,
+    load_distance: float | None = None,
+) -> dict[str, Any]:
+    """One applied decision as the history keeps it: time, kind, before/after, reason, figures."""
     return {
         "time": now_iso(),
-        "kind": "+".join(kinds) or "reassign",
+        "kind": kind,
         "routingVersion": after.version,
         "executorsBefore": len(before.executors),
         "executorsAfter": len(after.executors),
-        "migrations": len(result.migrations),
-        "reason": result.reason,
-        "loadDistance": round(rebalance.load_distance, 4) if rebalance else None,
+        "migrations": migrations,
+        "reason": reason,
+        "loadDistance": load_distance,
     }
 
 
@@ -426,7 +445,7 @@ class AdaptationLoop:
             {e: self.failing_since.get(e, now) for e in failing},
         )
         if self.failing_since != previous:
-            self._remember(before)  # the failing-since times survive an operator restart
+            self._publish(before)  # the failing-since times survive an operator restart
         grace = self.topology.spec.autoscaling.failure_grace
         lost = {e for e, since in self.failing_since.items() if now - since >= grace}
         if lost and lost >= set(before.executors):
@@ -545,12 +564,12 @@ class AdaptationLoop:
         self.profiled = memory.profiled
         self._written = text
 
-    def _remember(self, routing: RoutingTable) -> None:
-        """Write the loop's memory with ``routing`` when it changed since the last write."""
+    def _publish(self, routing: RoutingTable) -> None:
+        """Apply ``routing`` with the loop's memory in one write, when either changed since the last."""
         memory = self.memory.to_json()
-        if memory != self._written:
+        if routing is not self.routing or memory != self._written:
             self.platform.apply(DesiredState(self.topology, routing, memory))
-            self._written = memory
+            self.routing, self._written = routing, memory
 
     def _apply(
         self, state: AllocationState, before: RoutingTable, routing: RoutingTable, result: AdaptationResult
@@ -560,10 +579,7 @@ class AdaptationLoop:
         self.collocations = tuple(getattr(result.policy_config, "collocations", ()))
         if routing is not before:
             self.decisions = (*self.decisions, decision_record(before, routing, result))[-DECISIONS_KEPT:]
-        memory = self.memory.to_json()
-        if routing is not before or memory != self._written:
-            self.platform.apply(DesiredState(self.topology, routing, memory))
-            self.routing, self._written = routing, memory
+        self._publish(routing)
         step = StepResult(
             applied=routing is not before,
             routing=routing,
@@ -589,7 +605,7 @@ class AdaptationLoop:
         try:
             desired, plan = self.planner.plan(self.topology, cluster, before, self.seed, profile)
         except ValueError as error:  # TopologyError, COLA's NoValidPlan
-            self._remember(before)
+            self._publish(before)
             return self._skip("ProfilePlanFailed", f"profiling iteration {iteration}: {error}", count)
         routing = desired.routing
         moved = sum(routing.units.get(k) != e for k, e in before.units.items())
@@ -606,22 +622,9 @@ class AdaptationLoop:
                 else "no change"
             )
         )
-        self.decisions = (
-            *self.decisions,
-            {
-                "time": now_iso(),
-                "kind": "profile",
-                "routingVersion": routing.version,
-                "executorsBefore": count,
-                "executorsAfter": len(routing.executors),
-                "migrations": moved,
-                "reason": message,
-                "loadDistance": None,
-            },
-        )[-DECISIONS_KEPT:]
-        memory = self.memory.to_json()
-        self.platform.apply(DesiredState(self.topology, routing, memory))
-        self.routing, self._written = routing, memory
+        entry = history_entry(before, routing, "profile", moved, message)
+        self.decisions = (*self.decisions, entry)[-DECISIONS_KEPT:]
+        self._publish(routing)
         step = StepResult(
             applied=routing is not before,
             routing=routing,
@@ -636,9 +639,7 @@ class AdaptationLoop:
     def _resize(self, before: RoutingTable, batches: Mapping[str, int], kept: str) -> StepResult:
         """A period that keeps the allocation but re-sizes transport entries (Aeolus on measured costs)."""
         routing = before.moved(before.assignment(), None, batches)
-        memory = self.memory.to_json()
-        self.platform.apply(DesiredState(self.topology, routing, memory))
-        self.routing, self._written = routing, memory
+        self._publish(routing)
         count = len(before.executors)
         step = StepResult(applied=True, routing=routing, executors_before=count, executors_after=count)
         step.outcome.events.append(batches_event(before.batch_sizes, batches))
