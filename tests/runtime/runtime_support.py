@@ -8,12 +8,42 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 import threading
 from collections import defaultdict
 from pathlib import Path
 
+import yaml
+
 from streamtopo.contracts import ExecutorEntry, RoutingTable, unit_key
 from streamtopo.planner.model import StreamTopology
+
+STREAMTOPO = str(Path(sys.executable).with_name("streamtopo"))
+"""The installed command, as a user runs it."""
+
+
+def write_topology(directory: Path, topology: StreamTopology) -> Path:
+    """``topology`` as ``directory/topology.yaml``, the file a user hands to ``streamtopo run``."""
+    path = directory / "topology.yaml"
+    path.write_text(yaml.safe_dump(topology.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    return path
+
+
+def streamtopo_run(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``streamtopo run ARGS`` in a process of its own, output captured (``env`` added to ours)."""
+    return subprocess.run(
+        [STREAMTOPO, "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 def sequence_topology(

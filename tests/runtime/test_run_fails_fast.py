@@ -8,22 +8,17 @@ output without Spark's log lines or a traceback. Runs are real: PySpark in local
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from runtime_support import sequence_topology
+from runtime_support import sequence_topology, streamtopo_run, write_topology
 from typer.testing import CliRunner
 
 from streamtopo.cli import app
 from streamtopo.documents import load_topology
-from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.analysis import analyze_pipeline
 
-STREAMTOPO = str(Path(sys.executable).with_name("streamtopo"))
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NOISE = ("log4j", "Traceback", " WARN ", "SQLQueryContextLogger", "py4j")
 
@@ -38,12 +33,6 @@ def write(directory: Path, name: str, operators: list[dict]) -> Path:
     }
     (directory / "topology.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return directory / "topology.yaml"
-
-
-def write_topology(directory: Path, topology: StreamTopology) -> Path:
-    path = directory / "topology.yaml"
-    path.write_text(yaml.safe_dump(topology.model_dump(mode="json", by_alias=True, exclude_none=True)))
-    return path
 
 
 def numbers(name: str = "numbers", count: int = 200) -> dict:
@@ -62,18 +51,6 @@ def console(of: str) -> dict:
     return op("out", "sink", [of], sink={"console": {}})
 
 
-def streamtopo(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [STREAMTOPO, "run", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-
-
 def assert_short_and_quiet(output: str, lines: int = 30) -> None:
     assert len(output.splitlines()) < lines, output
     assert not [n for n in NOISE if n in output], output
@@ -88,7 +65,7 @@ def test_a_filter_naming_a_missing_column_is_refused_before_any_executor_starts(
         "ff-filter",
         [numbers(), op("valid", "filter", ["numbers"], expr="valeu > 0"), console("valid")],
     )
-    result = streamtopo(str(path), "--duration", "60", cwd=tmp_path)
+    result = streamtopo_run(str(path), "--duration", "60", cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output
     assert "operator 'valid', expr: [UNRESOLVED_COLUMN" in output and "`valeu`" in output
@@ -198,7 +175,7 @@ def test_a_sink_write_failing_inside_an_executor_fails_the_run_instead_of_retryi
     topology = sequence_topology("ff-write", count=200, rate=100, keys=3, window=1.0, key_groups=2)
     blocked = tmp_path / "out" / "out" / "kg-0000.jsonl"
     blocked.mkdir(parents=True)
-    result = streamtopo(
+    result = streamtopo_run(
         str(write_topology(tmp_path, topology)),
         "--output",
         str(tmp_path / "out"),
@@ -247,7 +224,7 @@ def test_a_udf_beside_the_file_runs_output_defaults_to_streamtopo_output_and_tmp
     work, tmp = tmp_path / "elsewhere", tmp_path / "tmp"
     work.mkdir()
     tmp.mkdir()
-    result = streamtopo(str(path), "--duration", "300", cwd=work, env={"TMPDIR": str(tmp)})
+    result = streamtopo_run(str(path), "--duration", "300", cwd=work, env={"TMPDIR": str(tmp)})
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "file sinks: streamtopo-output/ff-udf/<sink>/kg-NNNN.jsonl" in output
@@ -270,7 +247,7 @@ def test_a_run_shorter_than_the_warm_up_says_so_and_fails(tmp_path):
     """One second cannot start and warm an executor's JVM: the summary says the run ended during warm-up
     and the exit code is 1, rather than 0 with empty output and no word why."""
     topology = sequence_topology("ff-short", count=200, rate=100, keys=3, window=1.0)
-    result = streamtopo(str(write_topology(tmp_path, topology)), "--duration", "1", cwd=tmp_path)
+    result = streamtopo_run(str(write_topology(tmp_path, topology)), "--duration", "1", cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "the run ended during warm-up: executor(s) " in output and "were not running yet" in output
