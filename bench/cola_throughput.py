@@ -47,13 +47,14 @@ from rich.table import Table
 from bench.report import header, markdown, write_section
 from bench.runtime import ExecutorGroup
 from streamtopo.contracts import KeyGroupId
+from streamtopo.controller.adaptation_loop import measured_profile
 from streamtopo.controller.platform import MetricsUnavailable, RuntimeStats
 from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.deployment import deployment
 from streamtopo.planner.model import StreamTopology
-from streamtopo.planner.placement.cola.profiling import Profile, iteration_gamma
+from streamtopo.planner.placement.cola.profiling import iteration_gamma
 from streamtopo.planner.placement.fusion import plan_topology
 from streamtopo.planner.plan import Plan
 from streamtopo.planner.scaling.policy import ScalingConfig
@@ -109,8 +110,8 @@ class Run:
     """Records per second of wall time, from the routing version to every sink's end of stream."""
 
 
-def measure(top: StreamTopology, plan: Plan, work: Path) -> tuple[float, RuntimeStats]:
-    """Run ``plan`` once: (records per second, the executors' rates over the run)."""
+def measure(top: StreamTopology, plan: Plan, work: Path) -> tuple[float, RuntimeStats, dict[KeyGroupId, str]]:
+    """Run ``plan`` once: (records per second, the executors' rates over the run, unit -> executor)."""
     planned = deployment(plan, top.spec, top.metadata.name, ScalingConfig(max_executors=1), replicas=False)
     names = {e: f"ex-{i}" for i, e in enumerate(sorted(planned.executors))}
     assignment: dict[KeyGroupId, str] = {u: names[e] for u, e in planned.units.items()}
@@ -130,19 +131,25 @@ def measure(top: StreamTopology, plan: Plan, work: Path) -> tuple[float, Runtime
             raise TimeoutError(f"{plan.algorithm} with {len(plan.pes)} PEs did not finish in an hour")
         wall = time.perf_counter() - start
         stats = metrics.collect(top.metadata.name, wall)
-    return records / wall, stats
+    return records / wall, stats, assignment
 
 
 def series(
-    top: StreamTopology, cluster: Cluster, fusion: str, iterations: int, none: RuntimeStats, work: Path
+    top: StreamTopology,
+    cluster: Cluster,
+    fusion: str,
+    iterations: int,
+    none: tuple[RuntimeStats, dict[KeyGroupId, str]],
+    work: Path,
 ) -> list[Run]:
     """Iterations 1..N of ``fusion`` (cola or fint), each planned on the previous run's measurements."""
-    out, stats = [], none
+    out, (stats, placement), known = [], none, None
     for k in range(1, iterations + 1):
         gamma = iteration_gamma(k) if fusion == "cola" else None
-        profile = Profile({u: r.busy for u, r in stats.units.items()}, dict(stats.traffic), gamma or 1.0)
+        profile = measured_profile(stats, placement, gamma or 1.0, known)
+        known = profile.crossing_cost  # measured on NONE, kept (as the SPL loop does)
         plan = plan_topology(top.spec, cluster, algorithm=fusion, profile=profile)
-        throughput, stats = measure(top, plan, work / f"{fusion}-{k}")
+        throughput, stats, placement = measure(top, plan, work / f"{fusion}-{k}")
         out.append(Run(fusion, k, gamma, len(plan.pes), throughput))
         print(f"  {fusion} iteration {k}: {len(plan.pes)} PEs, {throughput:,.0f} records/s", flush=True)
     return out
@@ -181,11 +188,13 @@ def main() -> None:
             for repeat in range(args.repeats):
                 print(f"{hosts} hosts, series {repeat + 1} of {args.repeats}", flush=True)
                 none_plan = plan_topology(top.spec, cluster, algorithm="none")
-                none_rate, none_stats = measure(top, none_plan, work / "none")
+                none_rate, none_stats, none_placement = measure(top, none_plan, work / "none")
                 print(f"  none: {len(none_plan.pes)} PEs, {none_rate:,.0f} records/s", flush=True)
                 runs = {"none": [Run("none", 0, None, len(none_plan.pes), none_rate)]}
                 for fusion in ("fint", "cola"):
-                    runs[fusion] = series(top, cluster, fusion, args.iterations, none_stats, work)
+                    runs[fusion] = series(
+                        top, cluster, fusion, args.iterations, (none_stats, none_placement), work
+                    )
                 results.setdefault(hosts, []).append(runs)
     report(console, args, top, results)
 

@@ -38,6 +38,7 @@ from streamtopo.planner.scaling.aeolus import entry_batch_sizes, resized_batches
 
 if TYPE_CHECKING:
     from streamtopo.planner.adaptation import AdaptationResult
+    from streamtopo.planner.placement.cola.profiling import Profile
     from streamtopo.planner.scaling.policy import ScalingState
 from streamtopo.controller.reconcile import (
     APPROVE_ANNOTATION,
@@ -204,6 +205,8 @@ class LoopMemory:
     """Executor -> when the loop first saw it failing (the failure grace period runs from there)."""
     profiled: int = 0
     """COLA profiling iterations done (``spec.fusion.profileIterations``)."""
+    crossing_cost: float | None = None
+    """CPU-seconds per record crossing executors, measured in the first profiling iteration."""
 
     def to_json(self) -> str:
         import json
@@ -215,6 +218,7 @@ class LoopMemory:
                 "decisions": self.decisions,
                 "failing": dict(self.failing_since),
                 "profiled": self.profiled,
+                "crossing_cost": self.crossing_cost,
             },
             sort_keys=True,
         )
@@ -233,7 +237,9 @@ class LoopMemory:
             pairs = tuple((_unit(a), _unit(b)) for a, b in data.get("collocations") or ())
             failing = {str(e): float(t) for e, t in (data.get("failing") or {}).items()}
             decisions = tuple(data.get("decisions") or ())
-            return cls(_scaling_state(**scaling), pairs, decisions, failing, int(data.get("profiled") or 0))
+            profiled, cost = int(data.get("profiled") or 0), data.get("crossing_cost")
+            crossing = None if cost is None else float(cost)
+            return cls(_scaling_state(**scaling), pairs, decisions, failing, profiled, crossing)
         except (ValueError, TypeError, AttributeError):
             return cls()
 
@@ -259,6 +265,22 @@ def processing_times(stats: RuntimeStats) -> dict[str, float]:
             busy[op] += rates.busy
             records[op] += rates.records_in
     return {op: busy[op] / records[op] for op in records}
+
+
+def measured_profile(
+    stats: RuntimeStats, placement: Mapping[KeyGroupId, str], gamma: float, known: float | None = None
+) -> Profile:
+    """COLA's profile of one period (Section 4): busy cores per unit, records per unit pair, and what a
+    record crossing executors costs, so the cut is priced at this runtime's cost rather than the transport
+    model's: ``known`` once measured, else the executors' CPU outside operators per crossing record under
+    ``placement``. It is measured once, in the NONE deployment where every arc crosses: in a fused one
+    few records cross and the executors' fixed cost per step would be charged to them."""
+    from streamtopo.planner.placement.cola.profiling import Profile, crossing_cost
+
+    busy = {u: r.busy for u, r in stats.units.items()}
+    if known is None:
+        known = crossing_cost(sum(e.cpu for e in stats.executors.values()), busy, stats.traffic, placement)
+    return Profile(busy, dict(stats.traffic), gamma, known)
 
 
 def batches_event(before: Mapping[str, int], after: Mapping[str, int]) -> Event:
@@ -394,6 +416,8 @@ class AdaptationLoop:
         self.profiled = 0
         """COLA profiling iterations done; the loop re-plans on measured costs until it reaches
         ``spec.fusion.profileIterations``, and runs ALBIC from then on."""
+        self.crossing_cost: float | None = None
+        """What a record crossing executors cost, measured once (:func:`measured_profile`)."""
 
     @property
     def interval(self) -> float:
@@ -549,7 +573,12 @@ class AdaptationLoop:
     def memory(self) -> LoopMemory:
         """What the next round needs from this one, as a value (persisted, restorable)."""
         return LoopMemory(
-            self.scaling_state, self.collocations, self.decisions, dict(self.failing_since), self.profiled
+            self.scaling_state,
+            self.collocations,
+            self.decisions,
+            dict(self.failing_since),
+            self.profiled,
+            self.crossing_cost,
         )
 
     def restore(self, text: str | None) -> None:
@@ -561,7 +590,7 @@ class AdaptationLoop:
             memory.decisions,
         )
         self.failing_since = dict(memory.failing_since)
-        self.profiled = memory.profiled
+        self.profiled, self.crossing_cost = memory.profiled, memory.crossing_cost
         self._written = text
 
     def _publish(self, routing: RoutingTable) -> None:
@@ -595,11 +624,12 @@ class AdaptationLoop:
         the costs this period measured (busy cores per unit, records per unit pair) and the iteration's
         gamma, and migrate to the plan through the normal hand-over; executors keep their names where they
         keep units."""
-        from streamtopo.planner.placement.cola.profiling import Profile, iteration_gamma
+        from streamtopo.planner.placement.cola.profiling import iteration_gamma
 
         iteration, total = self.profiled + 1, self.topology.spec.fusion.profile_iterations
         gamma = iteration_gamma(iteration)
-        profile = Profile({u: r.busy for u, r in stats.units.items()}, dict(stats.traffic), gamma)
+        profile = measured_profile(stats, before.assignment(), gamma, self.crossing_cost)
+        self.crossing_cost = profile.crossing_cost
         count = len(before.executors)
         self.profiled = iteration  # a plan that fails is not retried: the next period moves on
         try:

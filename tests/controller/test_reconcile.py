@@ -19,7 +19,7 @@ from controller_testkit import MemoryPlatform, ScriptedRuntime, wait_for
 from streamtopo.contracts import ExecutorEntry, RoutingTable
 from streamtopo.controller.adaptation_loop import AdaptationLoop, LoopMemory, allocation_state
 from streamtopo.controller.planner_worker import WorkerPlanner
-from streamtopo.controller.platform import MetricsUnavailable, RuntimeStats, UnitRates
+from streamtopo.controller.platform import ExecutorRates, MetricsUnavailable, RuntimeStats, UnitRates
 from streamtopo.controller.reconcile import (
     APPROVE_ANNOTATION,
     IN_PROCESS,
@@ -620,12 +620,15 @@ def test_batch_sizes_follow_the_measured_processing_times_each_period():
 
 
 def profiled_stats() -> RuntimeStats:
-    """What the NONE deployment measured: light operators, src -> agg all-to-all at 125 records/s per pair."""
+    """What the NONE deployment measured: light operators (0.17 busy cores), src -> agg all-to-all at 125
+    records/s per pair, and executors using 0.8008 cores more than their operators: 1e-4 CPU-seconds per
+    crossing record (8,008 records/s cross)."""
     units = {(op, kg): UnitRates(busy=0.01, records_in=100.0) for op in ("src", "agg") for kg in range(8)}
     units[("out", 0)] = UnitRates(busy=0.01, records_in=10.0)
     traffic = {(("src", i), ("agg", j)): 125.0 for i in range(8) for j in range(8)}
     traffic |= {(("agg", i), ("out", 0)): 1.0 for i in range(8)}
-    return RuntimeStats(topology="hot", window_seconds=300.0, units=units, traffic=traffic)
+    executors = {"hot-e0": ExecutorRates(cpu=0.5), "hot-e1": ExecutorRates(cpu=0.4708)}
+    return RuntimeStats("hot", 300.0, units=units, traffic=traffic, executors=executors)
 
 
 def test_the_loop_runs_colas_profiling_iterations_then_albic():
@@ -655,10 +658,14 @@ def test_the_loop_runs_colas_profiling_iterations_then_albic():
     assert [e.reason for e in first.outcome.events] == ["ProfileIteration"]
     assert len(first.outcome.status["pes"]) == 1 and first.outcome.status["routingVersion"] == fused.version
     assert loop.memory.profiled == 1 and loop.decisions[-1]["kind"] == "profile"
+    # the crossing cost is measured on NONE, where every arc crosses, and kept for the next iterations
+    assert loop.memory.crossing_cost == pytest.approx(0.8008 / 8008)
     restarted = AdaptationLoop(platform, source, topology, routing=fused)
     restarted.restore(platform.applied[-1].memory)
+    assert restarted.memory.crossing_cost == pytest.approx(1e-4)
     second = restarted.step(600.0)
     assert second.profile is not None and "iteration 2 of 2 (gamma 0.6)" in second.profile
+    assert restarted.memory.crossing_cost == pytest.approx(1e-4)  # fused, nothing crosses: not re-measured
     third = restarted.step(900.0)
     assert third.profile is None and restarted.memory.profiled == 2  # ALBIC from now on
 

@@ -10,7 +10,12 @@ from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.deployment import Deployment, keep_names
 from streamtopo.planner.graph import CommCostModel, logical_graph, unit_graph
 from streamtopo.planner.model import StreamTopologySpec
-from streamtopo.planner.placement.cola.profiling import Profile, iteration_gamma, measured_costs
+from streamtopo.planner.placement.cola.profiling import (
+    Profile,
+    crossing_cost,
+    iteration_gamma,
+    measured_costs,
+)
 from streamtopo.planner.placement.fusion import plan_topology
 
 
@@ -82,6 +87,24 @@ def test_measured_costs_by_hand_on_the_logical_and_the_unit_graph():
     assert units.operators[("agg", 1)] == pytest.approx(0.05)
     assert units.streams[(("clean", 0), ("agg", 1))] == pytest.approx(250 * per_record)
     assert (("src", 0), ("clean", 1)) not in units.streams  # one-to-one: no such arc
+
+
+def test_crossing_cost_is_the_executors_cpu_outside_operators_per_record_that_crossed():
+    profile = light_profile()
+    # src and clean on e0, agg and out on e1: only clean -> agg crosses (4 pairs x 250 = 1000 records/s)
+    placement = {(op, kg): ("e0" if op in ("src", "clean") else "e1") for op, kg in profile.busy}
+    # the executors used 0.9 cores, their units 0.4 busy: 0.5 cores of overhead over 1000 crossing rec/s
+    per_record = crossing_cost(0.9, profile.busy, profile.traffic, placement)
+    assert per_record == pytest.approx(0.5 / 1000)
+    measured = Profile(profile.busy, profile.traffic, 0.5, per_record)
+    costs = measured_costs(logical_graph(chain()), measured)
+    # every arc is priced at the measured cost (what it would cost cut), not the 2.3 us transport model
+    assert costs.streams[("src", "clean")] == pytest.approx(1000 * 0.5 / 1000)
+    assert costs.streams[("agg", "out")] == pytest.approx(40 * 0.5 / 1000)
+    assert costs.operators["agg"] == pytest.approx(0.1)  # w_v stays the units' busy cores
+    # nothing crossed, or no overhead: nothing to learn, the transport model prices the cut
+    assert crossing_cost(0.9, profile.busy, profile.traffic, dict.fromkeys(profile.busy, "e0")) is None
+    assert crossing_cost(0.3, profile.busy, profile.traffic, placement) is None
 
 
 def test_profiling_starts_with_none_and_replans_cola_on_the_measured_costs():

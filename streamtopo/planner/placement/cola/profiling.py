@@ -71,12 +71,38 @@ class Profile:
     busy: Mapping[tuple[str, int], float]
     traffic: Mapping[tuple[tuple[str, int], tuple[str, int]], float]
     gamma: float = 1.0
+    crossing_cost: float | None = None
+    """CPU-seconds one record costs when it crosses processes, as measured (:func:`crossing_cost`); None
+    prices crossings by the transport model instead."""
+
+
+def crossing_cost(
+    executor_cores: float,
+    busy: Mapping[tuple[str, int], float],
+    traffic: Mapping[tuple[tuple[str, int], tuple[str, int]], float],
+    placement: Mapping[tuple[str, int], str],
+) -> float | None:
+    """What the profiler of Section 4 measures for w_e, from what the executors export: the CPU the
+    executors spent outside operators (``executor_cores`` minus the units' busy cores: encoding, the
+    transport, decoding and each step's fixed cost) per record that crossed executors under ``placement``.
+
+    It charges all of that overhead to crossings, so a run with more processes than cores over-prices
+    them a little; COLA then cuts fewer arcs, which is what a runtime with a per-process cost rewards.
+    None when nothing crossed or the overhead is not positive (nothing to learn from)."""
+    crossing = sum(
+        rate
+        for (u, v), rate in traffic.items()
+        if u in placement and v in placement and placement[u] != placement[v]
+    )
+    overhead = executor_cores - sum(busy.values())
+    return overhead / crossing if crossing > 0 and overhead > 0 else None
 
 
 def measured_costs(graph: nx.DiGraph, profile: Profile, comm: CommCostModel | None = None) -> MeasuredCosts:
     """Section 4's profile of ``graph``'s nodes and arcs from a running deployment: w_v = busy cores,
-    w_e = records per second x the per-record transport cost of the arc's record size (what the stream
-    costs once it crosses processes, which is what COLA's cut counts).
+    w_e = records per second x what a record costs once it crosses processes (the profile's measured
+    ``crossing_cost``, else the transport model's cost for the arc's record size), which is what COLA's
+    cut counts.
 
     ``graph`` is the logical graph (a node's measure sums its operator's units) or the unit graph (one
     unit each). HA replicas r >= 1, which a local run does not start, take their primary's measure: each
@@ -99,8 +125,11 @@ def measured_costs(graph: nx.DiGraph, profile: Profile, comm: CommCostModel | No
     for ((u, i), (v, j)), rate in profile.traffic.items():
         records[((u, i), (v, j)) if unit_graph else (u, v)] += rate
     operators = {n: busy[key(n)] for n in graph.nodes if key(n) in busy}
+    per_record = profile.crossing_cost
     streams = {
-        (u, v): comm.stream_cost(records[(key(u), key(v))], data["record_bytes"])
+        (u, v): records[(key(u), key(v))] * per_record
+        if per_record is not None
+        else comm.stream_cost(records[(key(u), key(v))], data["record_bytes"])
         for u, v, data in graph.edges(data=True)
         if (key(u), key(v)) in records
     }
