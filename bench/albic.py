@@ -45,7 +45,14 @@ from bench.report import markdown, write_section
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo
 from streamtopo.planner.rebalance.albic import AlbicConfig, MilpConfig, load_distance
 from streamtopo.planner.rebalance.registry import REBALANCERS
-from streamtopo.planner.simulation.workloads import SyntheticSetting, drift, synthetic_state
+from streamtopo.planner.simulation.workloads import (
+    RealJobSetting,
+    SyntheticSetting,
+    drift,
+    real_job,
+    synthetic_state,
+    with_loads,
+)
 
 SECTION = "ALBIC"
 SIZES = [(20, 400, 10), (40, 800, 20), (60, 1200, 30)]
@@ -133,6 +140,7 @@ def section_51(sizes, varies_list, migrations_list, limits, seed, progress) -> l
                             "policy": f"milp@{limit:g}dt",
                             "limit": limit,
                             "load_distance": result.load_distance,
+                            "bound": result.details["lower_bound"],
                             "migrations": len(result.migrations),
                             "seconds": seconds,
                         }
@@ -146,12 +154,95 @@ def section_51(sizes, varies_list, migrations_list, limits, seed, progress) -> l
                             "policy": policy,
                             "limit": None,
                             "load_distance": result.load_distance,
+                            "bound": None,
                             "migrations": len(result.migrations),
                             "seconds": seconds,
                         }
                     )
                     progress.advance(task)
     return rows
+
+
+REAL_JOB_RUNS = {  # label: (policy, maxMigrations); Figures 6-7 use 13, Figures 8-9 vary it
+    "milp": ("milp", 13),
+    "flux": ("flux", 13),
+    "potc": ("potc", 13),
+    "milp, 10": ("milp", 10),
+    "milp, 20": ("milp", 20),
+    "milp, unrestricted": ("milp", None),
+}
+PAUSE_PER_KEY_GROUP = 2.5
+"""Seconds one migrated key group is paused in the paper's Real Job 1 (Section 5.2.2), for Figure 9."""
+WARM_UP = 2
+"""Periods left out of the verdicts, as the paper leaves out its initialisation phase."""
+
+
+def section_52(periods: int, budget: float, seed: int, progress) -> dict[str, list[dict]]:
+    """Real Job 1 (Figures 6-9): each period the job's loads change, each policy rebalances its own
+    allocation, and the load distance is measured right after the migrations."""
+    state, loads = real_job(RealJobSetting(), periods, seed)
+    task = progress.add_task("5.2 Real Job 1 (Figs. 6-9)", total=len(REAL_JOB_RUNS) * periods)
+    out = {}
+    for label, (policy, max_migrations) in REAL_JOB_RUNS.items():
+        current, rows = state, []
+        for period in range(periods):
+            current = with_loads(current, loads[period])
+            result, seconds = timed(
+                policy, current, max_migrations, policy_config(policy, budget), seed + period
+            )
+            rows.append(
+                {
+                    "load_distance": result.load_distance,
+                    "migrations": len(result.migrations),
+                    "bound": result.details.get("lower_bound"),
+                    "seconds": seconds,
+                }
+            )
+            current = replace(current, assignment=result.assignment)
+            progress.advance(task)
+        out[label] = rows
+    return out
+
+
+def real_job_verdicts(runs: dict[str, list[dict]]) -> list[str]:
+    """The paper's claims for Figures 6-9, checked on the periods after the warm-up."""
+
+    def lds(label: str) -> list[float]:
+        return [r["load_distance"] for r in runs[label][WARM_UP:]]
+
+    def migrations(label: str) -> int:
+        return sum(r["migrations"] for r in runs[label][WARM_UP:])
+
+    milp, flux, potc = lds("milp"), lds("flux"), lds("potc")
+    below = sum(v < 1.0 for v in milp)
+    proven = sum(r["load_distance"] >= 1.0 and r["bound"] >= 1.0 for r in runs["milp"][WARM_UP:])
+    fig6 = max(milp) < 1.0 and max(flux) > max(milp) and min(potc) > max(milp)
+    means = {
+        label: float(np.mean(lds(label))) for label in ("milp, 10", "milp", "milp, 20", "milp, unrestricted")
+    }
+    ordered = list(means.values())
+    fig8 = all(a >= b - 1e-6 for a, b in zip(ordered, ordered[1:]))
+    overhead = {label: migrations(label) * PAUSE_PER_KEY_GROUP for label in means}
+    fig9 = overhead["milp, unrestricted"] >= 3 * overhead["milp"]
+    return [
+        f"Figure 6 (13 migrations per period): MILP load distance {np.mean(milp):.2f} pp mean, "
+        f"{max(milp):.2f} max, below 1 % in {below} of {len(milp)} periods (out of reach within 13 "
+        f"migrations, by the budget bound, in {proven} of the others); Flux {np.mean(flux):.2f} mean, "
+        f"{max(flux):.2f} max; PoTC {np.mean(potc):.2f} mean, {min(potc):.2f} min. The paper: MILP "
+        f'"consistently below 1%", Flux "up to 7%", PoTC never consistently good: {"match" if fig6 else "miss"}',
+        f"Figure 7: {migrations('milp')} migrations by the MILP, {migrations('flux')} by Flux, "
+        f"{migrations('potc')} by PoTC (owners never move): the paper's MILP also needs fewer than Flux: "
+        f"{'match' if migrations('milp') <= migrations('flux') else 'miss'}",
+        "Figure 8: mean load distance by maxMigrations "
+        + ", ".join(f"{label.removeprefix('milp').strip(', ') or '13'} {v:.2f}" for label, v in means.items())
+        + f' pp; the paper: "highly correlated with the number of allowed state migrations", the '
+        f"unrestricted best: {'match' if fig8 else 'miss'}",
+        "Figure 9: migration latency summed over the run at the paper's 2.5 s per key group: "
+        + ", ".join(
+            f"{label.removeprefix('milp').strip(', ') or '13'} {v:,.0f} s" for label, v in overhead.items()
+        )
+        + f"; the paper: very large for the unrestricted solution: {'match' if fig9 else 'miss'}",
+    ]
 
 
 def scale_in_state(size, overloaded: int, marked: int, seed: int) -> AllocationState:
@@ -337,6 +428,30 @@ def plots(q51, scale, q53, conv, sizes) -> list[str]:
     return names
 
 
+def real_job_plot(runs: dict[str, list[dict]]) -> str:
+    """Figures 6-9 side by side: load distance and migrations per period at 13 migrations, then by bound."""
+    fig, axes = plt.subplots(2, 2, figsize=(12, 7))
+    bounds = ("milp, 10", "milp", "milp, 20", "milp, unrestricted")
+    series = [
+        (axes[0][0], ("milp", "flux", "potc"), "load_distance", "Fig. 6: load distance, 13 migrations", "pp"),
+        (axes[0][1], ("milp", "flux", "potc"), "migrations", "Fig. 7: migrations per period", "key groups"),
+        (axes[1][0], bounds, "load_distance", "Fig. 8: MILP load distance by maxMigrations", "pp"),
+        (axes[1][1], bounds, "overhead", "Fig. 9: migration latency (2.5 s per key group)", "seconds"),
+    ]
+    for ax, labels, key, title, unit in series:
+        for label in labels:
+            values = [
+                r["migrations"] * PAUSE_PER_KEY_GROUP if key == "overhead" else r[key] for r in runs[label]
+            ]
+            name = "milp, 13" if label == "milp" else label
+            ax.plot(range(1, len(values) + 1), values, marker=".", label=name)
+        if key == "load_distance":
+            ax.axhline(1.0, color="grey", ls=":", lw=0.8)
+        ax.set(title=title, xlabel="period", ylabel=unit)
+        ax.legend(fontsize=7)
+    return _save(fig, ROOT / "docs/img/albic_realjob.png")
+
+
 def _save(fig, path: Path) -> str:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -392,9 +507,10 @@ def main() -> None:
         q53 = section_53([SIZES[1]], [0, 25, 50, 75, 100], periods, 1.0, args.seed, progress)
         q53 += section_53([SIZES[0], SIZES[2]], [50], periods, 1.0, args.seed, progress)
         conv = convergence(150, 0.5, args.seed, progress)
+        real = section_52(40, 1.0, args.seed, progress)
     elapsed = time.perf_counter() - started
 
-    cols51 = ["size", "varies", "maxMigr", "initial LD", "policy", "LD", "migrations", "seconds"]
+    cols51 = ["size", "varies", "maxMigr", "initial LD", "policy", "LD", "bound", "migrations", "seconds"]
     rows51 = [
         [
             r["size"],
@@ -403,6 +519,7 @@ def main() -> None:
             r["initial"],
             r["policy"],
             r["load_distance"],
+            "" if r["bound"] is None else r["bound"],
             r["migrations"],
             r["seconds"],
         ]
@@ -494,6 +611,20 @@ def main() -> None:
         "",
         *markdown(cols53, rows53),
         "",
+        "### Section 5.2: Real Job 1 (Figures 6-9)",
+        "",
+        f"![real job](img/{real_job_plot(real)})",
+        "",
+        (
+            "streamtopo.planner.simulation.workloads.real_job: 20 nodes, GeoHash -> per-article TopK -> global "
+            "TopK with 100 key groups each; article popularity Zipf (0.8) over 100,000 articles hashed onto "
+            "the key groups with mean-reverting edit bursts, the global TopK merging every second period, the "
+            "input rate swinging +-15 %; 40 periods, MILP at deterministic time 1 per period. The paper ran "
+            "the job on Storm over the Wikipedia edit history; this is its load pattern, simulated."
+        ),
+        "",
+        *(f"- {line}" for line in real_job_verdicts(real)),
+        "",
         "### Figure 12-like convergence (20 executors, 200 key groups, 2 operators, all 1-1, 10 migrations)",
         "",
         f"![convergence](img/{images[3]})",
@@ -509,6 +640,9 @@ def main() -> None:
 
 
 def target_lines(q51, q53, conv) -> list[str]:
+    """The issue's targets per size (20 migrations, deterministic time 5): load distance < 1 % and
+    <= 0.5x Flux where Flux is above 1 %, each judged against the budget bound: where no allocation within
+    20 migrations reaches the target (bound above it), the target is out of reach, not missed."""
     out = []
     for size in [f"{n}/{k}/{o}" for n, k, o in SIZES]:
         best = [r for r in q51 if r["size"] == size and r["max_migrations"] == 20 and r["limit"] == 5]
@@ -517,17 +651,23 @@ def target_lines(q51, q53, conv) -> list[str]:
             for r in q51
             if r["size"] == size and r["max_migrations"] == 20 and r["policy"] == "flux"
         }
-        ok_abs = all(r["load_distance"] < 1.0 for r in best)
-        ok_rel = all(r["load_distance"] <= 0.5 * flux[r["varies"]] for r in best)
+        cells = []
+        for r in best:
+            ld, bound, fx = r["load_distance"], r["bound"], flux[r["varies"]]
+            absolute = "met" if ld < 1.0 else ("out of reach" if bound >= 1.0 else "MISSED")
+            if fx <= 1.0:
+                relative = "n/a (Flux <= 1 %)"
+            else:
+                relative = "met" if ld <= 0.5 * fx else ("out of reach" if bound > 0.5 * fx else "MISSED")
+            cells.append(
+                f"varies {r['varies']}: MILP {ld:.2f} (bound {bound:.2f}) vs Flux {fx:.2f}: < 1 % {absolute}, "
+                f"<= 0.5x Flux {relative}"
+            )
         secs = max(r["seconds"] for r in best)
-        milp_lds = ", ".join(f"{r['load_distance']:.2f}" for r in best)
-        flux_lds = ", ".join(f"{v:.2f}" for _, v in sorted(flux.items()))
         out.append(
-            f"- {size}, 20 migrations, deterministic time 5: MILP LD {milp_lds} (varies 10/20/40) "
-            f"vs Flux "
-            f"{flux_lds}: < 1 % {'met' if ok_abs else 'MISSED'}, "
-            f"<= 0.5x Flux {'met' if ok_rel else 'MISSED'}; slowest solve {secs:.1f} s "
-            f"({'met' if secs <= 5.5 else 'MISSED'} <= 5 s)"
+            f"- {size}, 20 migrations, deterministic time 5: "
+            + "; ".join(cells)
+            + f"; slowest solve {secs:.1f} s ({'met' if secs <= 5.5 else 'MISSED'} <= 5 s)"
         )
     reached = conv["reached_period"]
     share = conv["albic_migrations"] / max(conv["cola_migrations"], 1)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats, PlacementRules
 from streamtopo.planner.rebalance.albic import AllocationError, MilpConfig, milp_rebalance
+from streamtopo.planner.rebalance.albic.bound import budget_bound
 
 FAST = MilpConfig(deterministic_time=5.0, mean_rounding="exact")
 
@@ -368,3 +369,52 @@ def test_bad_input_is_a_clear_value_error(mutate, field):
 def test_negative_budget_is_rejected():
     with pytest.raises(ValueError, match="max_migrations"):
         milp_rebalance(make_state([1, 2], [0, 1]), max_migrations=-1)
+
+
+def bound_of(loads, where, nodes, budget, integral=True, marked=()):
+    """budget_bound of unit key groups with equal capacities (one migration costs 1)."""
+    loads_ = np.array(loads, dtype=float)
+    mean = loads_.sum() / (nodes - len(marked))
+    is_marked = np.isin(np.arange(nodes), list(marked))
+    return budget_bound(
+        np.tile(loads_, (nodes, 1)),
+        np.array(where),
+        is_marked,
+        mean,
+        [(np.ones(len(loads)), budget, integral)],
+    )
+
+
+def test_budget_bound_by_hand():
+    # A holds six key groups of 10, B two, C and D four: mean 40, A is 20 over and B 20 under
+    loads, where = [10.0] * 16, [0] * 6 + [1] * 2 + [2] * 4 + [3] * 4
+    # one migration: below d = 10 A must shed 20 - d > 10, two key groups; one A -> B reaches 10
+    assert bound_of(loads, where, 4, 1) == pytest.approx(10.0, abs=1e-6)
+    assert bound_of(loads, where, 4, 2) == 0.0  # two reach d = 0
+    assert bound_of(loads, where, 4, 0) == pytest.approx(20.0, abs=1e-6)  # nothing moves
+    # a fractional cost budget of 1.5 lets A shed at most 15: d >= 5
+    assert bound_of(loads, where, 4, 1.5, integral=False) == pytest.approx(5.0, abs=1e-6)
+    # B marked for removal has no lower bound, and the mean over A is 160/3: C and D are both 13.3
+    # under it, and one migration can fill only one of them
+    assert bound_of(loads, where, 4, 1, marked=(1,)) == pytest.approx(160 / 3 - 40, abs=1e-6)
+
+
+def test_the_milp_reports_its_bound_and_gap():
+    state = make_state([10.0] * 16, [0] * 6 + [1] * 2 + [2] * 4 + [3] * 4)
+    result = milp_rebalance(state, max_migrations=1, config=FAST)
+    assert result.load_distance == pytest.approx(10.0)
+    assert result.details["lower_bound"] == pytest.approx(10.0, abs=1e-3)
+    assert result.details["gap"] == pytest.approx(0.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("budget", [0, 1, 2, 6])
+def test_budget_bound_never_exceeds_the_brute_force_optimum(seed, budget):
+    rng = np.random.default_rng(seed)
+    loads = [float(round(x, 2)) for x in rng.uniform(1, 30, 6)]
+    where = [0, 0, 0, 0, 1, 2]
+    optimum = brute_force_d(make_state(loads, where), budget)
+    bound = bound_of(loads, where, 3, budget)
+    assert 0.0 <= bound <= optimum + 1e-6
+    if budget == 0:  # nothing may move: the bound is the current load distance, the optimum
+        assert bound == pytest.approx(optimum, abs=1e-6)

@@ -9,8 +9,9 @@ import pytest
 
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
 from streamtopo.planner.rebalance.albic import AlbicConfig, MilpConfig
+from streamtopo.planner.rebalance.albic.metrics import collocation_factor
 from streamtopo.planner.rebalance.cmr import cmr_rebalance
-from streamtopo.planner.rebalance.cola_reoptimise import cola_rebalance
+from streamtopo.planner.rebalance.cola_reoptimise import ColaReoptConfig, cola_rebalance
 from streamtopo.planner.rebalance.flux import flux_rebalance
 from streamtopo.planner.rebalance.potc import PotcConfig, potc_rebalance
 from streamtopo.planner.rebalance.registry import CONFIGS, REBALANCERS, rebalance
@@ -124,3 +125,15 @@ def test_cola_reoptimisation_finds_the_perfect_collocation_and_ignores_the_bound
     assert result.collocation_factor == pytest.approx(1.0)  # every x_j with its y_j
     assert result.load_distance == pytest.approx(0.0)
     assert len(result.migrations) == 4 and result.details["bound_exceeded"]
+
+
+def test_cola_reoptimisation_splits_until_its_load_distance_is_within_max_ld():
+    """ALBIC Section 5.3: COLA's partitions are split until the load-distance requirement holds (gamma
+    falls from mean + maxLD); the plan ignores the current allocation, so nearly everything moves."""
+    state = synthetic_state(SyntheticSetting(20, 400, 10, varies=0, one_to_one=0.5), seed=1)
+    result = cola_rebalance(state, max_migrations=20, config=ColaReoptConfig(max_load_distance=5.0))
+    assert result.details["engine"] == "cola"
+    assert result.load_distance <= 5.0 and result.details["plan_load_distance"] <= 5.0
+    assert result.details["gamma"] <= 0.5 + 0.05 + 1e-9  # mean utilisation 50 % plus maxLD at most
+    assert len(result.migrations) > 200 and result.details["bound_exceeded"]
+    assert result.collocation_factor > collocation_factor(state, state.assignment)

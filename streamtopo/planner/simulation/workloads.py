@@ -127,3 +127,75 @@ def drift(state: AllocationState, seed: int, fraction: float = 0.2, spread: floa
     factor = {names[i]: 1.0 + rng.uniform(-spread, spread) for i in chosen}
     stats = [replace(kg, load=kg.load * factor.get(state.assignment[kg.id], 1.0)) for kg in state.key_groups]
     return replace(state, key_groups=stats)
+
+
+@dataclass(frozen=True)
+class RealJobSetting:
+    """Section 5.2's Real Job 1 (Figures 6-9): one input and three operators of 100 key groups each on 20
+    worker nodes, over the Wikipedia edit history. The operators are a GeoHash map (load even over its
+    key groups), a per-article TopK and a global TopK, both over 1-minute windows."""
+
+    nodes: int = 20
+    key_groups: int = 100
+    """Per operator."""
+    node_load: float = 50.0
+    """Mean node load in percent of one node's capacity."""
+    articles: int = 100_000
+    article_skew: float = 0.8
+    """Zipf exponent of article popularity; articles are hashed onto the TopK key groups."""
+    churn: float = 0.15
+    """Sigma of each key group's edit-burst noise per period (log scale, mean-reverting by ``memory``)."""
+    memory: float = 0.8
+    """How much of a burst carries into the next period."""
+    merge_every: int = 2
+    """Periods per window: the global TopK merges every ``merge_every`` periods (1-minute windows,
+    30-second periods)."""
+    merge_load: float = 0.6
+    """A merging key group's extra load, as a share of its own, varying with the state it merges."""
+    rate_swing: float = 0.15
+    """The input rate swings by this share around its mean over the run ("fluctuating", the paper)."""
+
+
+def real_job(
+    setting: RealJobSetting, periods: int, seed: int = 0
+) -> tuple[AllocationState, list[np.ndarray]]:
+    """The job's first state (even random allocation) and each period's key-group loads, in the order of
+    ``state.key_groups``. The loads change the way the paper describes the job's: the per-article TopK
+    follows bursts of edits to popular articles, and the global TopK's merge load "varies over time and
+    from node to node", so no allocation stays balanced for long."""
+    rng = np.random.default_rng(seed)
+    k, n = setting.key_groups, setting.nodes
+    ops = ("geohash", "topk", "global")
+    ids: list[KeyGroupId] = [(op, j) for op in ops for j in range(k)]
+    ranks = 1.0 / np.arange(1, setting.articles + 1) ** setting.article_skew
+    base = np.bincount(rng.integers(0, k, setting.articles), weights=ranks, minlength=k)
+    base = base / base.mean()
+    scale = setting.node_load * n / (3 * k)  # the mean key-group load, in % of a node
+    burst, loads = np.zeros(k), []
+    for period in range(periods):
+        burst = setting.memory * burst + rng.normal(0.0, setting.churn, k)
+        share = base * np.exp(burst)
+        share = share / share.mean()
+        rate = 1.0 + setting.rate_swing * np.sin(2 * np.pi * period / max(periods, 1))
+        geohash = rng.uniform(0.97, 1.03, k)
+        merge = np.ones(k)
+        if period % setting.merge_every == 0:
+            merge += setting.merge_load * rng.uniform(0.0, 2.0, k)
+        merged = share * merge
+        loads.append(scale * rate * np.concatenate([geohash, share, merged / merged.mean()]))
+    executors = [ExecutorInfo(name=f"n{i}") for i in range(n)]
+    order = rng.permutation(len(ids))
+    node_of = {ids[int(kg)]: executors[pos % n].name for pos, kg in enumerate(order)}
+    traffic = {
+        ((up, i), (down, j)): 1000.0 / k for up, down in zip(ops, ops[1:]) for i in range(k) for j in range(k)
+    }
+    stats = [
+        KeyGroupStats(id=kg, load=float(load), memory=1.0, migration_cost=1.0, rate=1000.0)
+        for kg, load in zip(ids, loads[0])
+    ]
+    return AllocationState(executors=executors, key_groups=stats, assignment=node_of, traffic=traffic), loads
+
+
+def with_loads(state: AllocationState, loads: np.ndarray) -> AllocationState:
+    """``state`` with key-group loads ``loads`` (in the order of ``state.key_groups``)."""
+    return replace(state, key_groups=[replace(kg, load=float(x)) for kg, x in zip(state.key_groups, loads)])

@@ -55,6 +55,7 @@ import numpy as np
 
 from streamtopo.contracts import KeyGroupId
 from streamtopo.planner.allocation import AllocationState, Rebalance
+from streamtopo.planner.rebalance.albic.bound import budget_bound
 from streamtopo.planner.rebalance.albic.metrics import build_rebalance
 from streamtopo.planner.rebalance.albic.rules import colocation_units, host_of, rule_operators
 from streamtopo.planner.rebalance.albic.solver import CpSatModel, SolveLimits
@@ -441,10 +442,11 @@ def solve_units(
         )
 
     start = scored(place)
+    bound = _budget_bound(pb, units)
     if config.warm_start:
         place = _greedy_incumbent(pb, place, config.scale, config.cpu_cap)
     spent, seconds, rounds, status, info, best = 0.0, 0.0, 0, "unknown", {}, None
-    size, last = config.candidate_nodes or config.lns_nodes, scored(place)
+    size, last, proven = config.candidate_nodes or config.lns_nodes, scored(place), False
     cap = config.lns_max_nodes
     if _better(last, start):
         status, best = "feasible", place
@@ -468,15 +470,17 @@ def solve_units(
         if best is None or not _better(last, new_score):  # never keep a round that ends worse than it began
             status, info, best, place, last = st, inf, new, new, new_score
         if movable.all():
+            proven = st == "optimal"
             break
         if not _better(new_score, before) and st == "optimal":
             size *= 2  # optimal yet stuck: widen the neighbourhood, up to the full model
-    details = {
+    details: dict[str, object] = {
         "mean": pb.mean,
         "resource": pb.resource,
         "rounds": rounds,
         "deterministic_time": spent,
         "columns": info.get("columns", 0),
+        "lower_bound": bound,
     }
     if best is None:
         return MilpOutcome(
@@ -488,6 +492,11 @@ def solve_units(
             score_current=start,
         )
     final = scored(best)
+    if proven:  # the whole model solved within the relative gap: d is the optimum, up to the rounding
+        rounding = 0.5 * int(np.bincount(best, minlength=n_nodes).max()) / config.scale
+        bound = max(bound, final.d * (1 - config.relative_gap) - rounding)
+    details["lower_bound"] = bound
+    details["gap"] = (final.d - bound) / final.d if final.d > 1e-9 else 0.0
     loads = node_loads(best)
     top, low = float(loads.max()), float(loads[~ix.marked].min())
     return MilpOutcome(
@@ -502,6 +511,26 @@ def solve_units(
         score_current=start,
         score_solution=final,
     )
+
+
+def _budget_bound(pb: _Problem, units: Sequence[Sequence[int]]) -> float:
+    """:func:`~streamtopo.planner.rebalance.albic.bound.budget_bound` of the problem (pp): no allocation
+    within constraint (2) has a smaller d. On the exact loads, not the solver's rounded integers, so it
+    holds for the load distance as reported. 0 while a unit spans several nodes (a new co-location)."""
+    ix = pb.ix
+    homes = [np.unique(ix.current[list(u)]) for u in units]
+    if any(len(h) != 1 for h in homes):
+        return 0.0
+    owner = np.empty(len(ix.kg_ids), dtype=int)
+    for u_i, u in enumerate(units):
+        owner[list(u)] = u_i
+    loads = np.stack([np.bincount(owner, weights=row, minlength=len(units)) for row in pb.bal])
+    place = np.array([int(h[0]) for h in homes])
+    budgets = [
+        (cost.max(axis=0).astype(float), float(limit), True)
+        for cost, (_, limit) in zip(pb.u_cost, pb.cost_rows)
+    ]
+    return budget_bound(loads, place, ix.marked, pb.mean, budgets)
 
 
 def _greedy_incumbent(pb: _Problem, place: np.ndarray, scale: int, cpu_cap: float) -> np.ndarray:
