@@ -22,6 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 
 BISECTIONS = 60
+MIN_GAIN = 1e-9
+"""Loads (pp) below this count as zero: they cannot help any node reach a need."""
 
 
 class _LeastSpend:
@@ -30,7 +32,7 @@ class _LeastSpend:
     up, since a node sheds or receives whole key groups."""
 
     def __init__(self, gain: np.ndarray, cost: np.ndarray, integral: bool) -> None:
-        useful = gain > 0
+        useful = gain > MIN_GAIN  # a denormal load would overflow the ratio; it sheds nothing anyway
         ratio = np.where(useful, cost / np.where(useful, gain, 1.0), np.inf)
         order = np.argsort(ratio, axis=1, kind="stable")
         self.gain = np.take_along_axis(np.where(useful, gain, 0.0), order, axis=1)
