@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +45,7 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 from rich.table import Table
 
-from bench.report import header, markdown, write_section
+from bench.report import header, markdown, read_section, write_section
 from bench.runtime import ExecutorGroup
 from streamtopo.contracts import KeyGroupId
 from streamtopo.controller.adaptation_loop import measured_profile
@@ -212,6 +213,7 @@ def report(
     top: StreamTopology,
     results: dict[int, list[dict[str, list[Run]]]],
 ) -> None:
+    measured_at = f"{datetime.now(UTC):%Y-%m-%d %H:%M}"
     rows = []
     for hosts, series_ in results.items():
         none = median_run(series_, "none")[0]
@@ -225,6 +227,8 @@ def report(
                 *(f"{v:,.0f} ({v / none:.2f})" for v in (*fint, *cola)),
                 "-" if paper is None else " / ".join(f"{a:.2f}" for a in paper[0]),
                 "-" if paper is None else " / ".join(f"{a:.2f}" for a in paper[1]),
+                len(series_),
+                measured_at,
             )
         )
     columns = [
@@ -238,6 +242,8 @@ def report(
         "COLA Max",
         "paper FINT (VWAP1)",
         "paper COLA (VWAP1)",
+        "repeats",
+        "measured (UTC)",
     ]
     table = Table(title="records per second (relative to NONE), median of the repeats")
     for c in columns:
@@ -246,23 +252,43 @@ def report(
         table.add_row(*(str(v) for v in row))
     console.print(table)
 
-    image = ROOT / "docs/img/cola_throughput.png"
-    hosts = max(results)
+    measured = sorted(results)
+    image = (
+        ROOT
+        / "docs/img"
+        / (
+            "cola_throughput.png"
+            if measured == [4]
+            else f"cola_throughput_{'-'.join(map(str, measured))}.png"
+        )
+    )
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    none = median_run(results[hosts], "none")[0]
-    for fusion, marker in (("fint", "s"), ("cola", "o")):
-        values = [v / none for v in median_run(results[hosts], fusion)]
-        ax.plot(range(1, len(values) + 1), values, marker=marker, label=fusion.upper())
-    ax.axhline(1.0, color="grey", linestyle="--", label="NONE")
+    for colour, hosts in enumerate(measured):
+        none = median_run(results[hosts], "none")[0]
+        for fusion, marker, style in (("fint", "s", "--"), ("cola", "o", "-")):
+            values = [v / none for v in median_run(results[hosts], fusion)]
+            ax.plot(
+                range(1, len(values) + 1),
+                values,
+                marker=marker,
+                linestyle=style,
+                color=f"C{colour}",
+                label=f"{fusion.upper()}, {hosts} hosts",
+            )
+    ax.axhline(1.0, color="grey", linestyle=":", label="NONE")
     ax.set_xlabel("profiling iteration")
     ax.set_ylabel("throughput relative to NONE")
-    ax.set_title(f"Figure 7 on the runtime: VWAP (group a), {hosts} planning hosts")
-    ax.legend()
+    ax.set_title(f"Figure 7 on the runtime: VWAP (group a), {', '.join(map(str, measured))} planning hosts")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(image, dpi=120)
     plt.close(fig)
 
-    pes = {fusion: [r.pes for r in results[hosts][0][fusion]] for fusion in ("none", "fint", "cola")}
+    pes = [
+        f"PEs (executors) per iteration at {hosts} hosts, first series: NONE {results[hosts][0]['none'][0].pes}, "
+        f"FINT {[r.pes for r in results[hosts][0]['fint']]}, COLA {[r.pes for r in results[hosts][0]['cola']]}."
+        for hosts in measured
+    ]
     verdicts = []
     for hosts_, series_ in results.items():
         none_ = median_run(series_, "none")[0]
@@ -273,6 +299,7 @@ def report(
             f"({'beats' if cola_max > none_ else 'misses'} NONE), "
             f"{cola_max / fint_max:.2f}x FINT Max ({'no lower' if cola_max >= fint_max else 'lower'})."
         )
+    kept_rows, kept_verdicts, kept_notes = earlier(set(results), image.name)
     command = (
         f".venv/bin/python bench/cola_throughput.py --hosts {' '.join(map(str, args.hosts))} --host-cpu "
         f"{args.host_cpu:g} --iterations {args.iterations} --repeats {args.repeats} --records {args.records}"
@@ -284,20 +311,53 @@ def report(
         f"{args.records:,} source records, all due at once). Throughput = source records / wall seconds "
         "from the routing version to every sink's end of stream, median of the repeats. Relative values "
         "are over NONE of the same host count. The paper's columns are Table 2's relative gains "
-        "(1st / 1st-local / Max).",
+        "(1st / 1st-local / Max). A run rewrites the rows of the host counts it measured and keeps the "
+        "others from earlier runs (their repeats and date in the row).",
         "",
-        *markdown(columns, rows),
+        *by_hosts(markdown(columns, rows), kept_rows),
         "",
-        f"PEs (executors) per iteration at {hosts} hosts, first series: NONE {pes['none'][0]}, "
-        f"FINT {pes['fint']}, COLA {pes['cola']}.",
-        "",
+        *(
+            part
+            for line in sorted([*pes, *kept_notes[0]], key=lambda line: int(line.split(" at ")[1].split()[0]))
+            for part in (line, "")
+        ),
+        *kept_notes[1],
         f"![Figure 7]({image.relative_to(ROOT / 'docs')})",
         "",
-        *verdicts,
+        *sorted([*verdicts, *kept_verdicts], key=lambda line: int(line.split()[1])),
         "",
         'Reading, against the paper\'s Table 2 and Figure 7: docs/cola.md, "Throughput on the runtime".',
     ]
     write_section(SECTION, lines)
+
+
+def earlier(measured: set[int], image: str) -> tuple[list[str], list[str], tuple[list[str], list[str]]]:
+    """What the section has of host counts this run did not measure: table rows, verdict lines, PE lines,
+    and the figures of other host sets than this run's ``image``."""
+    rows, verdicts, pes, figures = [], [], [], []
+
+    def hosts_of(words: list[str]) -> int | None:
+        return next((int(w) for w in words if w.isdigit()), None)
+
+    for line in read_section(SECTION):
+        cells = line.strip("| ").split(" | ")
+        if line.startswith("| ") and cells[0].isdigit() and int(cells[0]) not in measured:
+            rows.append(line)
+        elif line.startswith("- ") and hosts_of(line.split()[1:2]) not in (None, *measured):
+            verdicts.append(line)
+        elif (
+            line.startswith("PEs (executors)") and hosts_of(line.split(" at ")[1].split()[:1]) not in measured
+        ):
+            pes.append(line)
+        elif line.startswith("![Figure 7]") and not line.endswith(f"/{image})"):
+            figures.append(line)
+    return rows, verdicts, (pes, figures)
+
+
+def by_hosts(table: list[str], kept: list[str]) -> list[str]:
+    """A markdown table (header, rule, rows) with ``kept`` rows added, rows ordered by host count."""
+    body = sorted([*table[2:], *kept], key=lambda line: int(line.strip("| ").split(" | ")[0]))
+    return [*table[:2], *body]
 
 
 if __name__ == "__main__":

@@ -148,10 +148,10 @@ def check_pipeline(topology: StreamTopology, output: Path | None = None, *, verb
     resolve every expression against its inputs' schemas (runtime/analysis.py: Spark's analyzer on frames
     of no records; a missing column, a syntax error, a key its input lacks, join keys of different types)."""
     from streamtopo.runtime.analysis import SparkUnavailable, check_expressions
-    from streamtopo.runtime.operators import OperatorError, build_operator
+    from streamtopo.runtime.operators import OperatorError, build_operators, sharing_groups
 
     try:
-        operators = {op.name: build_operator(op, topology.spec) for op in topology.spec.operators}
+        operators = build_operators(topology.spec, sharing_groups(topology.spec))
         if output is not None:
             sinks.check_outputs(topology.spec, output)
         check_expressions(topology.spec, operators, verbose=verbose)

@@ -23,7 +23,7 @@ import logging
 import math
 import zlib
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import reduce
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ from streamtopo.runtime.flows import (
 )
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
 from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace
-from streamtopo.runtime.operators import OperatorResult, RecordError, combine_inputs
+from streamtopo.runtime.operators import OperatorResult, RecordError, SharedPanes, combine_inputs
 from streamtopo.runtime.operators.aggregate import AggregateOperator
 from streamtopo.runtime.operators.base import (
     INPUT,
@@ -114,6 +114,7 @@ class Dataflow:
     _producers: dict[str, dict[int, list[str]]]
     _last_punct: dict[tuple[str, str], float]
     _closes: dict[str, tuple[tuple[float, float], ...]]
+    sharing: list[SharedPanes]
 
     # ------------------------------------------------------------------------------------- topology
 
@@ -732,11 +733,20 @@ class Dataflow:
         (:meth:`_combined`); anything else is materialised once and cut into entries."""
         units = [self.hosted[key] for key in produced.units]
         claimed = False  # a deferred flow gives the producer's records out: no other edge books them
+        shared: dict[int, pd.DataFrame] = {}
         for v in self.downstream[op]:
             dest_key, dest_k = partition_key(self.spec, v), self.spec.key_groups_of(v)
             wanted = {unit_key((v, j)) for u in units for j in self.dests(op, u.kg).get(v, [])}
             parts: dict[tuple[int, int], Part] = {}
-            if is_spark(produced.frame) and wanted <= set(self.hosted):
+            group = next((g for g in self.sharing if g.input == op and v in g.members), None)
+            if group is not None and (frame := self._spark_output(produced)) is not None:
+                # C-MR's shared sub-windows: one job for every member, each takes its columns.
+                if id(group) not in shared:
+                    shared[id(group)] = self._combined(group.compute, frame, dest_key, dest_k)
+                parts = {
+                    pair: Partials(rows) for pair, rows in _by_pair(group.member_rows(shared[id(group)], v))
+                }
+            elif is_spark(produced.frame) and wanted <= set(self.hosted):
                 frame = produced.frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
                 counts = self._one_to_one_counts(op, v, produced, units)
                 if counts is None:  # counted later, where the records are computed (Flow)
@@ -747,8 +757,9 @@ class Dataflow:
                 else:
                     flow = Flow(op, frame, set(counts), counts)
                 parts = {pair: LazyPart(flow, *pair) for pair in flow.pairs}
-            elif is_spark(produced.frame) and self.operators[v].combines:
-                parts = dict(self._combined(v, produced.frame, dest_key, dest_k))
+            elif is_spark(produced.frame) and isinstance(aggregate := self.operators[v], AggregateOperator):
+                rows = self._combined(aggregate.partials, produced.frame, dest_key, dest_k)
+                parts = {pair: Partials(part) for pair, part in _by_pair(rows)}
             elif is_spark(produced.frame) and self.downstream[op] == [v]:
                 parts = dict(self._routed(produced.frame, dest_key, dest_k))
             elif (records := produced.pandas()) is not None and len(records):
@@ -784,19 +795,24 @@ class Dataflow:
         return counts
 
     def _combined(
-        self, v: str, frame: SparkFrame, dest_key: tuple[str, ...] | None, dest_k: int
-    ) -> dict[tuple[int, int], Partials]:
-        """Map-side combine for aggregate ``v``: its partials per (producing unit, consuming unit), from
-        one Spark job in this JVM. A crossing record then costs what a local one does; only a few rows
-        per key and bucket are materialised and sent."""
+        self,
+        partials: Callable[[SparkFrame], pd.DataFrame],
+        frame: SparkFrame,
+        dest_key: tuple[str, ...] | None,
+        dest_k: int,
+    ) -> pd.DataFrame:
+        """Map-side combine: ``partials`` (an aggregate's, or a sharing group's) of ``frame``, from one Spark
+        job in this JVM, ``__src`` the producing unit and ``_kg`` the consuming one. A crossing record then
+        costs what a local one does; only a few rows per key and bucket are materialised and sent."""
         routed = frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
-        aggregate = self.operators[v]
-        assert isinstance(aggregate, AggregateOperator)  # only aggregates combine
-        rows = aggregate.partials(routed.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG))
-        return {
-            (int(src), int(dst)): Partials(part.drop(columns=[SRC]).reset_index(drop=True))
-            for (src, dst), part in rows.groupby([SRC, KG])
-        }
+        return partials(routed.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG))
+
+    def _spark_output(self, produced: Produced) -> SparkFrame | None:
+        """An operator's output as a Spark frame (None without records): lazy as it is, or its records."""
+        if is_spark(produced.frame):
+            return produced.frame
+        records = produced.pandas()
+        return to_spark(self.spark, records) if records is not None and len(records) else None
 
     @staticmethod
     def _routed(
@@ -897,6 +913,19 @@ class Dataflow:
             commit.appends.append((stream, entry_fields(producer, seq, wm, records)))
         if n:
             commit.incr(self.keys.backlog, stream, n)
+
+
+def _by_pair(rows: pd.DataFrame) -> Iterator[tuple[tuple[int, int], pd.DataFrame]]:
+    """Rows per (producing unit ``__src``, consuming unit ``_kg``), without ``__src``: one sort, then
+    slices (a groupby builds a frame per group, about a millisecond each)."""
+    if rows.empty:
+        return
+    rows = rows.sort_values([SRC, KG], kind="stable")
+    src, dst = rows[SRC].to_numpy(dtype=np.int64), rows[KG].to_numpy(dtype=np.int64)
+    starts = np.flatnonzero(np.diff((src << 32) | dst, prepend=-1))
+    body = rows.drop(columns=[SRC]).reset_index(drop=True)
+    for a, b in zip(starts, [*starts[1:], len(rows)]):
+        yield (int(src[a]), int(dst[a])), body.iloc[a:b]
 
 
 def _at(records: pd.DataFrame, kg: int) -> pd.DataFrame:

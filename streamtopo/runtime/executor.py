@@ -41,7 +41,7 @@ from streamtopo.runtime.dataflow import Dataflow
 from streamtopo.runtime.handover import Handover
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
 from streamtopo.runtime.metrics import ALL_INTERFACES, LOOPBACK, ExecutorMetrics, Probe, serve
-from streamtopo.runtime.operators import build_operator
+from streamtopo.runtime.operators import build_operators, sharing_groups
 from streamtopo.runtime.operators.base import (
     KG,
     TS,
@@ -92,7 +92,8 @@ class Executor(Handover, Dataflow):
         self.config = config or ExecutorConfig()
         self.instance = f"{name}-{os.getpid()}-{secrets.token_hex(3)}"
         # Operators are built before anything starts: a UDF that does not import fails here, clearly.
-        self.operators = {op.name: build_operator(op, self.spec) for op in self.spec.operators}
+        self.sharing = sharing_groups(self.spec) if self.config.share_panes else []
+        self.operators = build_operators(self.spec, self.sharing)
         dag = nx.DiGraph()
         dag.add_nodes_from(op.name for op in self.spec.operators)
         dag.add_edges_from((u, op.name) for op in self.spec.operators for u in op.inputs)

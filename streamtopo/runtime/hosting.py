@@ -46,6 +46,9 @@ class ExecutorConfig:
     release_timeout: float = 90.0
     """Longest a donor keeps a unit for a receiver that is not ready yet (a pod that never starts)."""
     metrics_interval: float = 1.0
+    share_panes: bool = True
+    """Aggregates reading one input share their sub-windows (runtime/operators/shared_panes.py). Off only
+    to measure what sharing saves: every executor of a topology must agree (it decides the state layout)."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import yaml
 
 from streamtopo.contracts import ExecutorEntry, RoutingTable, unit_key
 from streamtopo.planner.model import StreamTopology
+from streamtopo.runtime.hosting import ExecutorConfig
 
 STREAMTOPO = str(Path(sys.executable).with_name("streamtopo"))
 """The installed command, as a user runs it."""
@@ -161,3 +163,53 @@ class Running:
         self.thread.join(timeout=300)
         if release:
             self.executor.close(release=True)
+
+
+def wait_finished(store, topology: StreamTopology, timeout: float = 240.0) -> None:
+    from streamtopo.local.runner import finished
+
+    deadline = time.time() + timeout
+    while not finished(store, topology):
+        assert time.time() < deadline, "the pipeline did not reach the end of stream in time"
+        time.sleep(0.2)
+
+
+def move_each(routing_path: Path, table: RoutingTable, units: list[tuple[str, int]]) -> RoutingTable:
+    """Move each of ``units`` to the other of ex-0 and ex-1, one routing version 0.7 s after another."""
+    for unit in units:
+        time.sleep(0.7)
+        assignment = table.assignment()
+        assignment[unit] = "ex-1" if assignment[unit] == "ex-0" else "ex-0"
+        table = table.moved(assignment)
+        write_routing(routing_path, table)
+    return table
+
+
+def migrate_crash_and_finish(
+    topology: StreamTopology,
+    routing_path: Path,
+    table: RoutingTable,
+    url: str,
+    out: Path,
+    units: list[tuple[str, int]],
+    config: ExecutorConfig | None = None,
+) -> None:
+    """Two executors ex-0 and ex-1: move each of ``units`` to the other one, 0.7 s apart, crash ex-1 (no
+    release) and start it again, then run to the end of stream and finalize the file sinks."""
+    from streamtopo.local.runner import finalize_sinks
+    from streamtopo.runtime.executor import Executor
+
+    def start(name: str) -> Running:
+        return Running(Executor(topology, routing_path, name, url, output_dir=out, config=config))
+
+    runs = {n: start(n) for n in ("ex-0", "ex-1")}
+    store = runs["ex-0"].executor.store
+    try:
+        move_each(routing_path, table, units)
+        runs["ex-1"].stop(release=False)
+        runs["ex-1"] = start("ex-1")
+        wait_finished(store, topology)
+    finally:
+        for run in runs.values():
+            run.stop()
+    finalize_sinks(store, topology, out)

@@ -18,9 +18,12 @@ from runtime_support import (
     Running,
     assert_exactly_once,
     expected_totals,
+    migrate_crash_and_finish,
+    move_each,
     read_lines,
     round_robin,
     sequence_topology,
+    wait_finished,
     write_routing,
 )
 
@@ -58,13 +61,6 @@ CONTRACT = {  # notes/controller_api.md, family names (counters without _total)
 def valkey():
     with EmbeddedValkey() as server:
         yield server
-
-
-def wait_finished(store: StateStore, topology, timeout: float = 240.0) -> None:
-    deadline = time.time() + timeout
-    while not finished(store, topology):
-        assert time.time() < deadline, "the pipeline did not reach the end of stream in time"
-        time.sleep(0.2)
 
 
 def between_source_and_totals(topology: StreamTopology, stage: dict) -> StreamTopology:
@@ -211,12 +207,7 @@ def test_migrations_and_a_crash_lose_and_duplicate_nothing(valkey, spark, tmp_pa
     store = runs["ex-0"].executor.store
     try:
         moves = [("totals", 1), ("out", 1), ("numbers", 0), ("totals", 2), ("totals", 1), ("numbers", 3)]
-        for unit in moves:
-            time.sleep(0.7)
-            assignment = table.assignment()
-            assignment[unit] = "ex-1" if assignment[unit] == "ex-0" else "ex-0"
-            table = table.moved(assignment)
-            write_routing(routing_path, table)
+        move_each(routing_path, table, moves)
         crashed = set(runs["ex-1"].executor.hosted)
         assert crashed and not finished(store, topology)
         runs["ex-1"].stop(release=False)  # crash: no release, heartbeat expires
@@ -558,29 +549,6 @@ def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path
 
 
 @pytest.mark.slow
-def migrate_crash_and_finish(
-    topology: StreamTopology, routing_path, table, url: str, out, units: list[tuple[str, int]]
-) -> None:
-    """Two executors ex-0 and ex-1: move each of ``units`` to the other one, 0.7 s apart, crash ex-1 (no
-    release) and start it again, then run to the end of stream and finalize the file sinks."""
-    runs = {n: Running(Executor(topology, routing_path, n, url, output_dir=out)) for n in ("ex-0", "ex-1")}
-    store = runs["ex-0"].executor.store
-    try:
-        for unit in units:
-            time.sleep(0.7)
-            assignment = table.assignment()
-            assignment[unit] = "ex-1" if assignment[unit] == "ex-0" else "ex-0"
-            table = table.moved(assignment)
-            write_routing(routing_path, table)
-        runs["ex-1"].stop(release=False)
-        runs["ex-1"] = Running(Executor(topology, routing_path, "ex-1", url, output_dir=out))
-        wait_finished(store, topology)
-    finally:
-        for run in runs.values():
-            run.stop()
-    finalize_sinks(store, topology, out)
-
-
 def test_records_travelling_whole_across_executors_arrive_once(valkey, spark, tmp_path):
     """A re-keyed map into a keyed file sink on two executors: most records leave the producer's JVM as
     Arrow and cross through Valkey. Units move and an executor crashes: every record is written once."""

@@ -6,10 +6,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime.operators.aggregate import AggregateOperator
 from streamtopo.runtime.operators.base import OperatorError, OperatorResult, RecordError, UnitOperator
 from streamtopo.runtime.operators.join import JoinOperator, combine_inputs, split_inputs
+from streamtopo.runtime.operators.shared_panes import SharedPanes, sharing_groups
 from streamtopo.runtime.operators.sink import SinkOperator
 from streamtopo.runtime.operators.source import SourceOperator
 from streamtopo.runtime.operators.stateless import FilterOperator, MapOperator
@@ -34,6 +37,18 @@ def build_operator(op: Operator, spec: StreamTopologySpec, *, combine: bool | No
     return OPERATORS[op.kind](op, spec)
 
 
+def build_operators(spec: StreamTopologySpec, sharing: Iterable[SharedPanes] = ()) -> dict[str, UnitOperator]:
+    """Every operator of ``spec``; the members of a ``sharing`` group keep their state per the group's
+    pane (shared_panes.py), so every executor of a topology must build them with the same groups."""
+    panes = {member: group.pane for group in sharing for member in group.members}
+    return {
+        op.name: AggregateOperator(op, spec, pane=panes[op.name])
+        if op.name in panes
+        else build_operator(op, spec)
+        for op in spec.operators
+    }
+
+
 __all__ = [
     "OPERATORS",
     "AggregateOperator",
@@ -43,11 +58,14 @@ __all__ = [
     "OperatorError",
     "OperatorResult",
     "RecordError",
+    "SharedPanes",
     "SinkOperator",
     "SourceOperator",
     "UdfOperator",
     "UnitOperator",
     "build_operator",
+    "build_operators",
     "combine_inputs",
+    "sharing_groups",
     "split_inputs",
 ]

@@ -24,6 +24,7 @@ _ts, _kg``. No keyBy at all (and no inherited key) aggregates each key group's s
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from pyspark.sql import functions as F
 from streamtopo.planner.graph import rates
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime.operators.aggregations import (
+    Aggregation,
     finalize,
     merge_partials,
     parse_aggregations,
@@ -92,13 +94,50 @@ def _ancestors(spec: StreamTopologySpec, name: str) -> set[str]:
     return seen
 
 
+def bucket_partials(
+    frame: SparkFrame, keys: list[str], w: Windowing | None, panes: bool, aggs: list[Aggregation]
+) -> SparkFrame:
+    """Partials of one batch per (_kg, keys, bucket): the record-level work, in Spark. A bucket is a pane
+    (``panes``) or a window of ``w``; without a window, one row per key with the latest ``_ts``. An input
+    carrying ``__src`` is grouped by it too and counted (the executor's records per unit pair); a record
+    folded into several windows counts once, in its first."""
+    group = [KG, *keys]
+    extra = []
+    first = F.lit(True)
+    if w is not None:
+        pane = w.pane_sql(TS)
+        if panes:
+            frame = frame.withColumn(BUCKET, F.expr(pane))
+        elif w.a == w.b:  # windows do not overlap: the one window of each record
+            frame = frame.withColumn(BUCKET, F.expr(f"CAST(FLOOR({pane} / {w.a}) AS BIGINT)"))
+        else:
+            frame = frame.select("*", F.posexplode(F.expr(w.windows_sql(pane))).alias(POS, BUCKET))
+            first = F.col(POS) == 0
+        group.append(BUCKET)
+    else:
+        extra.append(F.max(TS).alias(TS))
+    if SRC in frame.columns:
+        group.append(SRC)
+        extra.append(F.sum(F.when(first, 1).otherwise(0)).alias(COUNT))
+    exprs = [F.expr(sql) for agg in aggs for sql in agg.partial_sql()]
+    return frame.groupBy(*group).agg(*exprs, *extra)
+
+
 class AggregateOperator(UnitOperator):
     lazy_input = True
     counts_input = True
     stateful = True
     combines = True
 
-    def __init__(self, op: Operator, spec: StreamTopologySpec, combine: bool | None = None):
+    def __init__(
+        self,
+        op: Operator,
+        spec: StreamTopologySpec,
+        combine: bool | None = None,
+        pane: Fraction | None = None,
+    ):
+        """``pane``: the sub-window this aggregate shares with others reading its input (shared_panes.py);
+        its state is then kept per pane of that size."""
         super().__init__(op, spec)
         try:
             self.aggs = parse_aggregations(op.aggregations or [])
@@ -106,9 +145,11 @@ class AggregateOperator(UnitOperator):
             raise OperatorError(op.name, "aggregations", str(error)) from None
         self.keys = list(partition_key(spec, op.name) or ())
         self.kinds = partial_kinds(self.aggs)
-        self.windowing = Windowing.of(op.window) if op.window else None
+        self.windowing = Windowing.of(op.window, pane) if op.window else None
         if self.windowing is None:
             self.combine = False
+        elif pane is not None:
+            self.combine = True
         elif combine is None:
             self.combine = combine_pays(
                 self.windowing.size, self.windowing.slide, values_per_second(op, spec)
@@ -119,30 +160,7 @@ class AggregateOperator(UnitOperator):
     # ------------------------------------------------------------------------------------------ Spark
 
     def _partials(self, frame: SparkFrame) -> SparkFrame:
-        """Partials of one batch per (_kg, keys, bucket): the record-level work, in Spark. An input
-        carrying ``__src`` is grouped by it too and counted (the executor's records per unit pair);
-        a record folded into several windows counts once, in its first."""
-        group = [KG, *self.keys]
-        extra = []
-        first = F.lit(True)
-        w = self.windowing
-        if w is not None:
-            pane = w.pane_sql(TS)
-            if self.combine:
-                frame = frame.withColumn(BUCKET, F.expr(pane))
-            elif w.a == w.b:  # windows do not overlap: the one window of each record
-                frame = frame.withColumn(BUCKET, F.expr(f"CAST(FLOOR({pane} / {w.a}) AS BIGINT)"))
-            else:
-                frame = frame.select("*", F.posexplode(F.expr(w.windows_sql(pane))).alias(POS, BUCKET))
-                first = F.col(POS) == 0
-            group.append(BUCKET)
-        else:
-            extra.append(F.max(TS).alias(TS))
-        if SRC in frame.columns:
-            group.append(SRC)
-            extra.append(F.sum(F.when(first, 1).otherwise(0)).alias(COUNT))
-        exprs = [F.expr(sql) for agg in self.aggs for sql in agg.partial_sql()]
-        return frame.groupBy(*group).agg(*exprs, *extra)
+        return bucket_partials(frame, self.keys, self.windowing, self.combine, self.aggs)
 
     def output_frame(self, frame: SparkFrame) -> SparkFrame:
         """The output's columns and types over a lazy input, without running a job (runtime/analysis.py):

@@ -32,11 +32,16 @@ from streamtopo.planner.model import StreamTopologySpec, WindowSpec
 _DENOMINATOR = 1_000_000  # durations are read to the microsecond
 
 
-def hcf(x: float, y: float) -> Fraction:
-    """Highest common factor of two positive durations, as an exact fraction (microsecond grid)."""
-    fx, fy = (Fraction(v).limit_denominator(_DENOMINATOR) for v in (x, y))
-    denominator = fx.denominator * fy.denominator // math.gcd(fx.denominator, fy.denominator)
-    return Fraction(math.gcd(int(fx * denominator), int(fy * denominator)), denominator)
+def fraction(duration: float) -> Fraction:
+    """A duration on the microsecond grid, exactly."""
+    return Fraction(duration).limit_denominator(_DENOMINATOR)
+
+
+def hcf(*durations: float) -> Fraction:
+    """Highest common factor of positive durations, as an exact fraction (microsecond grid)."""
+    fs = [fraction(v) for v in durations]
+    denominator = math.lcm(*(f.denominator for f in fs))
+    return Fraction(math.gcd(*(int(f * denominator) for f in fs)), denominator)
 
 
 @dataclass(frozen=True)
@@ -50,16 +55,17 @@ class Windowing:
     """Panes per window."""
 
     @classmethod
-    def of(cls, spec: WindowSpec) -> Windowing:
+    def of(cls, spec: WindowSpec, pane: Fraction | None = None) -> Windowing:
+        """Panes of ``pane`` seconds, a common factor of size and slide (default their HCF): aggregates
+        with different windows share sub-windows of a factor common to all of them (shared_panes.py)."""
         size, slide = spec.size, spec.step
-        k = hcf(size, slide)
-        return cls(
-            size,
-            slide,
-            float(k),
-            int(Fraction(slide).limit_denominator(_DENOMINATOR) / k),
-            int(Fraction(size).limit_denominator(_DENOMINATOR) / k),
-        )
+        k = hcf(size, slide) if pane is None else pane
+        per_slide, per_window = (fraction(v) / k for v in (slide, size))
+        if per_slide.denominator != 1 or per_window.denominator != 1:
+            raise ValueError(
+                f"a pane of {float(k)!r} s does not divide window {size!r} s / slide {slide!r} s"
+            )
+        return cls(size, slide, float(k), int(per_slide), int(per_window))
 
     # --- Spark SQL: the record-level assignment runs in Spark
 
@@ -96,15 +102,16 @@ class Windowing:
         return rows, first[rows] + offsets
 
 
-def combine_pays(size: float, slide: float, t: float) -> bool:
-    """C-MR's rule (3.8.2): shared panes pay iff ``t (w - s) > w / HCF(w, s)``.
+def combine_pays(size: float, slide: float, t: float, pane: Fraction | None = None) -> bool:
+    """C-MR's rule (3.8.2): shared panes pay iff ``t (w - s) > w / HCF(w, s)`` (``w / k`` for a pane ``k``
+    common to several aggregates' windows, shared_panes.py).
 
     ``t`` is the number of values one window instance receives per second. In C-MR a window is the data
     one reducer aggregates; here the aggregation state is kept per key within a key group, and merging
     pane partials costs one merge per pane *per key*, so ``t`` is the expected input rate per key (see
     :func:`values_per_second`). Tumbling windows (w = s) never pay.
     """
-    k = float(hcf(size, slide))
+    k = float(hcf(size, slide) if pane is None else pane)
     return t * (size - slide) > size / k
 
 
