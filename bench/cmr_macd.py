@@ -33,7 +33,6 @@ import argparse
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import matplotlib
@@ -49,15 +48,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.report import header, markdown, write_section
-from bench.runtime import Threaded, cpu_seconds, marginal, quantile, routing_for, write
-from streamtopo.contracts import Keys
-from streamtopo.local.runner import finished
+from bench.runtime import marginal, quantile, routing_for, run_threaded
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.embedded import EmbeddedValkey
-from streamtopo.runtime.executor import Executor, ExecutorConfig
+from streamtopo.runtime.executor import ExecutorConfig
 from streamtopo.runtime.operators import sharing_groups
 from streamtopo.runtime.spark import get_spark
-from streamtopo.runtime.transport import connect
 
 console = Console()
 SECTION = "C-MR shared sub-windows (MACD)"
@@ -87,24 +83,8 @@ def run(
     units = {
         (op.name, kg): "ex-0" for op in top.spec.operators for kg in range(top.spec.key_groups_of(op.name))
     }
-    write(work / f"{name}.json", routing_for(top, units))
-    executor = Executor(
-        top,
-        work / f"{name}.json",
-        "ex-0",
-        url,
-        output_dir=work / name,
-        config=ExecutorConfig(share_panes=share),
-    )
-    if backlogged:  # the topology started count/rate seconds ago: everything is due now
-        connect(url).set(Keys.of(top).clock, repr(time.time() - count / rate - 1.0))
-    cpu0, wall0 = cpu_seconds(), time.perf_counter()
-    running = Threaded(executor)
-    while not finished(executor.store, top):
-        time.sleep(0.02)
-    wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
-    running.close()
-    executor.close()
+    config = ExecutorConfig(share_panes=share)
+    wall, cpu, [executor] = run_threaded(top, routing_for(top, units), work, url, config, backlogged)
     [family] = list(executor.metrics.sink_latency.collect())
     buckets = [(float(s.labels["le"]), s.value) for s in family.samples if s.name.endswith("_bucket")]
     total = next(s.value for s in family.samples if s.name.endswith("_sum"))

@@ -163,6 +163,38 @@ class Threaded:
         self.thread.join()
 
 
+def run_threaded(
+    top: StreamTopology,
+    routing: RoutingTable,
+    work: Path,
+    url: str,
+    config: ExecutorConfig | None = None,
+    backlogged: bool = False,
+) -> tuple[float, float, list[Executor]]:
+    """(wall seconds, CPU-seconds of this process, the executors) of ``top`` run to the end of its stream by
+    the executors ``routing`` names, as threads of this process writing file sinks under ``work/<name>``.
+    ``backlogged`` sets the topology's clock back so every source record is due at the start."""
+    name = top.metadata.name
+    write(work / f"{name}.json", routing)
+    if backlogged:
+        rate = min(op.source.rate_per_second for op in top.spec.operators if op.source is not None)
+        count = max(op.source.count or 0 for op in top.spec.operators if op.source is not None)
+        connect(url).set(Keys.of(top).clock, repr(time.time() - count / rate - 1.0))
+    executors = [
+        Executor(top, work / f"{name}.json", n, url, output_dir=work / name, config=config)
+        for n in sorted(routing.executors)
+    ]
+    cpu0, wall0 = cpu_seconds(), time.perf_counter()
+    runs = [Threaded(e) for e in executors]
+    while not finished(executors[0].store, top):
+        time.sleep(0.02)
+    wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
+    for run, executor in zip(runs, executors):
+        run.close()
+        executor.close()
+    return wall, cpu, executors
+
+
 # --------------------------------------------------------------------------------------- throughput
 
 
@@ -186,21 +218,9 @@ def ours(
         for op in spec.operators
         for kg in range(spec.key_groups_of(op.name))
     }
-    write(work / "routing.json", routing_for(top, units))
     # The executor's defaults unless a sweep sets the records a source unit generates per step.
     config = ExecutorConfig(**({"max_source_records": unit_records} if unit_records else {}))
-    names = ["ex-0", "ex-1"] if split else ["ex-0"]
-    runs = [
-        Threaded(Executor(top, work / "routing.json", n, url, output_dir=work / "out", config=config))
-        for n in names
-    ]
-    cpu0, wall0 = cpu_seconds(), time.perf_counter()
-    store = runs[0].executor.store
-    while not finished(store, top):
-        time.sleep(0.05)
-    wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
-    for run in runs:
-        run.close()
+    wall, cpu, _ = run_threaded(top, routing_for(top, units), work, url, config)
     return records / cpu, wall
 
 

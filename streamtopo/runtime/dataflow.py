@@ -739,8 +739,9 @@ class Dataflow:
             wanted = {unit_key((v, j)) for u in units for j in self.dests(op, u.kg).get(v, [])}
             parts: dict[tuple[int, int], Part] = {}
             group = next((g for g in self.sharing if g.input == op and v in g.members), None)
-            if group is not None and (frame := self._spark_output(produced)) is not None:
-                # C-MR's shared sub-windows: one job for every member, each takes its columns.
+            if group is not None and not self.eager and (frame := self._spark_output(produced)) is not None:
+                # C-MR's shared sub-windows: one job for every member, each takes its columns. A step
+                # redone eagerly hands each member its records instead, to isolate a failing one.
                 if id(group) not in shared:
                     shared[id(group)] = self._combined(group.compute, frame, dest_key, dest_k)
                 parts = {

@@ -7,13 +7,24 @@ import math
 from collections import defaultdict
 from fractions import Fraction
 
+import pandas as pd
 import pytest
-from runtime_support import migrate_crash_and_finish, read_lines, round_robin, write_routing
+from runtime_support import (
+    Running,
+    migrate_crash_and_finish,
+    read_lines,
+    round_robin,
+    wait_finished,
+    write_routing,
+)
 
+from streamtopo.contracts import Keys
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.embedded import EmbeddedValkey
-from streamtopo.runtime.executor import ExecutorConfig
+from streamtopo.runtime.executor import Executor, ExecutorConfig
 from streamtopo.runtime.operators import AggregateOperator, SharedPanes, build_operators, sharing_groups
+from streamtopo.runtime.operators.state import ipc_to_frame
+from streamtopo.runtime.transport import connect
 
 RATE = 256  # records per second of event time: ts = seq / 256 is exact in binary
 COUNT = 2048  # 8 s of event time
@@ -179,3 +190,44 @@ def test_shared_sub_windows_give_the_output_each_aggregate_gives_alone(spark, tm
         assert written.keys() == expected[name].keys(), name
         wrong = {k: (written[k], v) for k, v in expected[name].items() if written[k] != pytest.approx(v)}
         assert not wrong, (name, list(wrong.items())[:3])
+
+
+@pytest.mark.valkey
+@pytest.mark.spark
+def test_a_record_failing_the_shared_job_is_dead_lettered_by_each_member(spark, tmp_path):
+    """An aggregation fails on some records (ANSI division by zero) inside the shared job: the step is
+    redone eagerly, where each member folds its records itself, so each dead-letters them under its own
+    name and every other record still counts, once."""
+    failing = "sum(value / (value % 200 - 26)) AS q"  # value = 2 seq: fails where seq % 100 == 13
+    aggregates = [
+        {"name": "fast", "window": {"size": 1.0, "slide": 0.25}, "aggregations": ["count(*) AS n", failing]},
+        {"name": "slow", "window": {"size": 2.0, "slide": 0.5}, "aggregations": ["count(*) AS n", failing]},
+    ]
+    top = topology("panes-poison", aggregates=aggregates)
+    assert len(sharing_groups(top.spec)) == 1
+    routing = tmp_path / "routing.json"
+    write_routing(routing, round_robin(top, ["ex-0"]))
+    with EmbeddedValkey() as valkey:
+        running = Running(Executor(top, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
+        try:
+            wait_finished(running.executor.store, top)
+        finally:
+            running.stop()
+        letters = connect(valkey.url).xrange(Keys("panes-poison").dead_letters)
+    bad = [seq for seq in range(COUNT) if seq % 100 == 13]
+    for name in ("fast", "slow"):
+        mine = [f for _, f in letters if f[b"operator"] == name.encode()]
+        assert mine and {f[b"field"] for f in mine} == {b"aggregations"}, name
+        dead = pd.concat([ipc_to_frame(f[b"d"]) for f in mine])
+        assert sorted((dead["value"] // 2).tolist()) == bad, name
+        size, slide = (Fraction(v) for v in WINDOWS[name])
+        expected: dict[tuple[int, float], int] = defaultdict(int)
+        for seq in set(range(COUNT)) - set(bad):
+            ts = Fraction(seq, RATE)
+            for n in range(math.floor((ts - size) / slide) + 1, math.floor(ts / slide) + 1):
+                expected[(seq % KEYS, float(n * slide))] += 1
+        written = [
+            ((int(r["key"]), float(r["window_start"])), int(r["n"]))
+            for r in read_lines(tmp_path / "out", f"{name}-out")
+        ]
+        assert sorted(written) == sorted(expected.items()), name
