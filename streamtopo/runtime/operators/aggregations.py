@@ -81,6 +81,13 @@ def parse_aggregations(texts: list[str]) -> list[Aggregation]:
     return out
 
 
+def partial_aggregation(kind: str, arg: str, index: int) -> Aggregation:
+    """The aggregation that computes one partial (kind ``s``, ``c``, ``min`` or ``max`` of ``arg``) alone,
+    its column ``__a<index>_<kind>``: aggregates sharing sub-windows compute each distinct partial once."""
+    fn = {"s": "sum", "c": "count"}.get(kind, kind)
+    return Aggregation(fn, arg, f"__partial{index}", index)
+
+
 def partial_kinds(aggs: list[Aggregation]) -> dict[str, str]:
     return {column: kind for agg in aggs for column, kind in agg.partial_columns().items()}
 

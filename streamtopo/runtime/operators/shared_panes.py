@@ -38,12 +38,9 @@ from streamtopo.runtime.operators.aggregate import (
     bucket_partials,
     values_per_second,
 )
-from streamtopo.runtime.operators.aggregations import Aggregation, parse_aggregations
+from streamtopo.runtime.operators.aggregations import Aggregation, parse_aggregations, partial_aggregation
 from streamtopo.runtime.operators.base import KG, SRC, computed, lazily, to_pandas
 from streamtopo.runtime.operators.windows import Windowing, combine_pays, hcf
-
-_FN = {"s": "sum", "c": "count", "min": "min", "max": "max"}
-"""The aggregation computing one partial kind (aggregations.py) on its own."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +58,8 @@ class SharedPanes:
 
     @classmethod
     def of(cls, ops: list[Operator], pane: Fraction, keys: tuple[str, ...]) -> SharedPanes:
+        """The group of ``ops`` (windowed aggregates of one input, keyed by ``keys``) over panes of ``pane``
+        seconds: each distinct partial of theirs once, by its kind and its expression's text."""
         shared: dict[tuple[str, str], Aggregation] = {}
         columns = []
         for op in ops:
@@ -69,7 +68,7 @@ class SharedPanes:
                 for column, kind in agg.partial_columns().items():
                     key = (kind, " ".join(agg.arg.split()))
                     if key not in shared:
-                        shared[key] = Aggregation(_FN[kind], agg.arg, f"__shared{len(shared)}", len(shared))
+                        shared[key] = partial_aggregation(kind, agg.arg, len(shared))
                     [name] = shared[key].partial_columns()
                     own.append((column, name))
             columns.append((op.name, tuple(own)))
