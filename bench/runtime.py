@@ -219,7 +219,7 @@ def ours(
         for kg in range(spec.key_groups_of(op.name))
     }
     # The executor's defaults unless a sweep sets the records a source unit generates per step.
-    config = ExecutorConfig(**({"max_source_records": unit_records} if unit_records else {}))
+    config = ExecutorConfig(**({"max_source_records": unit_records * KEY_GROUPS} if unit_records else {}))
     wall, cpu, _ = run_threaded(top, routing_for(top, units), work, url, config)
     return records / cpu, wall
 
@@ -392,15 +392,18 @@ group (``seq % 4``) and every key's records come from every source unit."""
 EVENT_RATE = 100_000.0
 """Event-time rate of the throughput runs' records: 1 s windows of about 100 records per key."""
 SCALE_RECORDS = 2_000_000
-"""N of a full run, the same in every configuration so that wall times compare. A backlogged source unit
-generates everything due in one step (up to 2M records), so N and 2N are each one source step on every
-executor and the marginal cost is the per-record cost; the receivers of whole records read at most 200k
-records per step, so their marginals include some fixed cost per step."""
-RECORDS_FACTOR = {"combinable": 5, "whole": 1}
-"""N per crossing, in units of ``--scale-records``. The combinable crossing costs about 0.3 CPU-seconds
+"""N of a full run (times :data:`RECORDS_FACTOR`), the same in every configuration so that wall times
+compare. Records travelling whole come out of the JVM, so an executor's source units generate at most 1M
+of them per step together (``ExecutorConfig.materialized_records``) and their receivers read at most 200k
+per step: those marginals include Spark's fixed cost per step as a backlogged run pays it."""
+RECORDS_FACTOR = {"combinable": 8, "whole": 1}
+"""N per crossing, in units of ``--scale-records``. The combinable crossing costs about 0.25 CPU-seconds
 per million records on one executor, so at 2M its runs differ by tenths of a CPU-second and the
-marginal's standard error was 25-56 %; at 10M and 20M a run's cost is several CPU-seconds. A backlogged
-source unit then takes two or three steps, whose fixed cost is small beside that."""
+marginal's standard error was 25-56 %; at 16M and 32M a run's cost is several CPU-seconds. An executor's
+source units generate up to 8M records per step together (``ExecutorConfig.max_source_records``), so
+N = 16M is two steps on one executor and one on each of two, 2N twice that: the runs of 1 and 2
+executors take steps in proportion to their records, and each marginal carries Spark's fixed cost per
+step as a long backlogged run pays it (4 executors take one step per run for N and 2N alike)."""
 WARM_UP_RUNS = 3
 """Most warm-up runs per crossing and group (``--quick``: 2); they stop once two in a row cost within 10 %
 of each other. One was not enough: on one executor the run after a single warm-up cost 1.5x the later
@@ -408,6 +411,12 @@ ones (the JIT was still compiling), and a marginal taken from runs still speedin
 MEASURED_RUNS = 5
 """Most measured runs per configuration (N, 2N, N, ..., N; ``--quick``: exactly 3): more for the cheap
 one-executor runs, whose marginal is a small difference of noisy totals, within the time budget."""
+SCALE_ROUNDS = 3
+"""Groups of executors per configuration (``--quick``: 1), started afresh and interleaved (1, 2, 4, 1, 2,
+4, ...). Within one group a configuration's CPU per record repeats within a few percent; between groups
+(new JVMs, whose JIT compiles Spark's generated code its own way) it moved by up to 30 %: with one group
+each, the combinable crossing on 2 executors measured 0.86x and 0.73x one executor's on the same morning
+(2026-11-26). The rate is taken over the groups' mean slope, its error from their spread."""
 SCALE_HEADING = "### Scale-out across executors"
 POLL = 0.025
 """Seconds between the harness's completion checks: small against the shortest run's wall time."""
@@ -658,31 +667,46 @@ class ExecutorGroup:
 
 @dataclass(frozen=True)
 class ScalePoint:
-    """One configuration of the scale-out curve: its measured runs, alternately N and 2N records."""
+    """One configuration of the scale-out curve: its measured runs, alternately N and 2N records, in each
+    of its groups of executors (fresh JVMs)."""
 
     crossing: str
     executors: int
     records: int
-    runs: tuple[tuple[int, float, float], ...]
-    """(records, CPU-seconds, wall seconds) of each measured run, in order: N, 2N, N, ..., N."""
+    rounds: tuple[tuple[tuple[int, float, float], ...], ...]
+    """Per group, (records, CPU-seconds, wall seconds) of each measured run, in order: N, 2N, N, ..., N."""
     share: float
     """Share of the keyed edge's records that cross executors (:func:`crossing_share`)."""
+
+    @property
+    def runs(self) -> list[tuple[int, float, float]]:
+        return [run for runs in self.rounds for run in runs]
 
     def cpu(self, records: int) -> float:
         """Mean CPU-seconds of the runs of ``records``."""
         return float(np.mean([cpu for n, cpu, _ in self.runs if n == records]))
 
     @property
+    def slopes(self) -> list[float]:
+        """CPU-seconds per record of each group (:func:`marginal`)."""
+        return [marginal(runs)[0] for runs in self.rounds]
+
+    @property
     def rate(self) -> float:
-        """Marginal records per CPU-second (nan when noise swamped the slope)."""
-        slope, _ = marginal(self.runs)
+        """Marginal records per CPU-second: 1 / the groups' mean slope (nan when noise swamped it)."""
+        slope = float(np.mean(self.slopes))
         return 1 / slope if slope > 0 else math.nan
 
     @property
     def error(self) -> float:
-        """Relative standard error of :attr:`rate` (and of the slope)."""
-        slope, se = marginal(self.runs)
-        return se / slope if slope > 0 else math.inf
+        """Relative standard error of :attr:`rate`: between groups when there are several (what differs
+        from one JVM to the next dominates), else the one group's slope's."""
+        slope = float(np.mean(self.slopes))
+        if slope <= 0:
+            return math.inf
+        if len(self.rounds) > 1:
+            return float(np.std(self.slopes, ddof=1)) / math.sqrt(len(self.rounds)) / slope
+        return marginal(self.rounds[0])[1] / slope
 
     @property
     def wall_rate(self) -> float:
@@ -717,16 +741,20 @@ def measured(runs: list[tuple[int, float, float]], records: int, most: int) -> b
 
 
 def scale_out(
-    url: str, work: Path, records: int, warm_ups: int = WARM_UP_RUNS, most: int = MEASURED_RUNS
+    url: str,
+    work: Path,
+    records: int,
+    warm_ups: int = WARM_UP_RUNS,
+    most: int = MEASURED_RUNS,
+    rounds: int = SCALE_ROUNDS,
 ) -> list[ScalePoint]:
     """The scale-out curve: both crossings on 1, 2 and 4 executors, with runs of ``records`` and twice that.
 
-    One executor group per executor count runs, per crossing, up to ``warm_ups`` warm-up runs of
-    ``records`` (:func:`settled`) and then up to ``most`` measured runs, alternately N and 2N
-    (:func:`measured`), all in the group's JVMs. The topology's clock is set a day back, so every record
-    is due at once (the sources run backlogged, flat out) while event times still span
-    ``records / EVENT_RATE`` seconds of 1 s windows."""
-    points = []
+    ``rounds`` times, one executor group per executor count (fresh processes and JVMs) runs, per crossing,
+    up to ``warm_ups`` warm-up runs of ``records`` (:func:`settled`) and then up to ``most`` measured runs,
+    alternately N and 2N (:func:`measured`), all in the group's JVMs. The topology's clock is set a day
+    back, so every record is due at once (the sources run backlogged, flat out) while event times still
+    span ``records / EVENT_RATE`` seconds of 1 s windows."""
     sizes = {
         c: {
             **{f"warm{i}": records * RECORDS_FACTOR[c] for i in range(warm_ups)},
@@ -734,45 +762,53 @@ def scale_out(
         }
         for c in CROSSINGS
     }
-    for executors in SCALE_EXECUTORS:
-        top = pipelines_topology(
-            f"bench-scale-{executors}",
-            [
-                pipeline(f"{c}-{tag}", c, size, EVENT_RATE)
-                for c in CROSSINGS
-                for tag, size in sizes[c].items()
-            ],
+    measured_runs: dict[tuple[str, int], list[tuple[tuple[int, float, float], ...]]] = defaultdict(list)
+    for round_ in range(rounds):
+        for executors in SCALE_EXECUTORS:
+            top = pipelines_topology(
+                f"bench-scale-{executors}-{round_}",
+                [
+                    pipeline(f"{c}-{tag}", c, size, EVENT_RATE)
+                    for c in CROSSINGS
+                    for tag, size in sizes[c].items()
+                ],
+            )
+            console.print(f"  group {round_ + 1}/{rounds}, {executors} executor(s): starting")
+            clock = time.time() - 86400
+            work_dir = work / f"scale-{executors}-{round_}"
+            with ExecutorGroup(top, work_dir, url, executors, clock=clock) as group:
+                for crossing in CROSSINGS:
+                    n_records = records * RECORDS_FACTOR[crossing]
+                    warm: list[float] = []
+                    while not settled(warm, warm_ups):
+                        warm.append(
+                            group.run(f"{crossing}-warm{len(warm)}", crossing, n_records, executors)[0]
+                        )
+                    runs: list[tuple[int, float, float]] = []
+                    while not measured(runs, n_records, most):
+                        n = sizes[crossing][f"run{len(runs)}"]
+                        runs.append((n, *group.run(f"{crossing}-run{len(runs)}", crossing, n, executors)))
+                    measured_runs[(crossing, executors)].append(tuple(runs))
+                    slope, se = marginal(runs)
+                    warm_cpu, runs_cpu = (
+                        " / ".join(f"{c:.1f}" for c in costs) for costs in (warm, [c for _, c, _ in runs])
+                    )
+                    console.print(
+                        f"  {crossing}, {executors} executor(s): {1 / slope:,.0f} records per CPU-second "
+                        f"+- {se / slope:.0%} in this group (CPU-seconds of warm-up runs {warm_cpu}, of "
+                        f"measured runs {runs_cpu})"
+                    )
+    return [
+        ScalePoint(
+            crossing,
+            executors,
+            records * RECORDS_FACTOR[crossing],
+            tuple(measured_runs[(crossing, executors)]),
+            crossing_share(crossing, executors, records * RECORDS_FACTOR[crossing]),
         )
-        console.print(f"  {executors} executor(s): starting")
-        clock = time.time() - 86400
-        with ExecutorGroup(top, work / f"scale-{executors}", url, executors, clock=clock) as group:
-            for crossing in CROSSINGS:
-                n_records = records * RECORDS_FACTOR[crossing]
-                warm: list[float] = []
-                while not settled(warm, warm_ups):
-                    warm.append(group.run(f"{crossing}-warm{len(warm)}", crossing, n_records, executors)[0])
-                runs: list[tuple[int, float, float]] = []
-                while not measured(runs, n_records, most):
-                    n = sizes[crossing][f"run{len(runs)}"]
-                    runs.append((n, *group.run(f"{crossing}-run{len(runs)}", crossing, n, executors)))
-                point = ScalePoint(
-                    crossing,
-                    executors,
-                    n_records,
-                    tuple(runs),
-                    crossing_share(crossing, executors, n_records),
-                )
-                points.append(point)
-                warm_cpu, runs_cpu = (
-                    " / ".join(f"{c:.1f}" for c in costs) for costs in (warm, [c for _, c, _ in runs])
-                )
-                console.print(
-                    f"  {crossing}, {executors} executor(s): {point.rate:,.0f} records per "
-                    f"CPU-second +- {point.error:.0%} (CPU-seconds of warm-up runs {warm_cpu}, of "
-                    f"measured runs {runs_cpu}), {point.wall_rate:,.0f} records/s wall, "
-                    f"{point.share:.0%} of records cross"
-                )
-    return points
+        for executors in SCALE_EXECUTORS
+        for crossing in CROSSINGS
+    ]
 
 
 def crossing_latency(
@@ -879,7 +915,7 @@ def scale_out_report(
             str(p.executors),
             f"{p.share:.0%}",
             f"{p.records:,}, {2 * p.records:,}",
-            str(len(p.runs)),
+            f"{len(p.runs)} in {len(p.rounds)} group(s)",
             f"{p.cpu(p.records):.2f} / {p.cpu(2 * p.records):.2f}",
             f"{p.rate:,.0f} +- {p.error:.0%}",
             f"{cpu:.2f}x",
@@ -986,7 +1022,11 @@ def scale_out_report(
             "file sink keyed by `account`, every record written as a JSON line on the consuming side: that "
             "formatting (Python) is paid on one executor too, so the whole-record ratios weigh the crossing "
             "against it. The topology's clock is set a day back, so the sources run backlogged, flat out, "
-            f"while event times still span records / {EVENT_RATE:,.0f} seconds of windows. Each executor group"
+            f"while event times still span records / {EVENT_RATE:,.0f} seconds of windows. Every configuration "
+            f"runs in {SCALE_ROUNDS} groups of executors (1 with `--quick`), started afresh and interleaved "
+            "(1, 2, 4, 1, 2, 4, ... executors): a JVM's CPU per record repeats within a few percent over its "
+            "runs but moved by up to 30 % from one JVM to the next, so one group per configuration could not "
+            "tell 0.73x from 0.86x. Each executor group"
             " starts with no units; once every JVM is up and warm, each crossing runs with N records as a "
             f"warm-up until two runs in a row cost within 10 % of each other (at most {WARM_UP_RUNS}; 2 with "
             "`--quick`), then alternately with N and 2N records (N, 2N, N, ... ending on N) until the "
@@ -996,13 +1036,17 @@ def scale_out_report(
             " and sum of the kept values; lines written). CPU: user + system seconds (psutil) of every "
             "executor's process tree (Python, JVM, any Python workers, exited children included) and of the "
             "Valkey server; the harness process, which only polls Valkey, is not counted. Records per "
-            "CPU-second = 1 / the least-squares slope of the runs' CPU against their records: the marginal "
-            "cost, so what a run pays once (acquiring its units, planning its first steps) is the intercept "
-            "and drops out, and the alternation cancels a linear drift. N is the same for every executor count "
-            "of a crossing (third column): 5x more for the combinable crossing, whose runs otherwise cost "
-            "tenths of a CPU-second apart; a backlogged source unit generates up to 2M records per step, so "
-            "a run is one to three source steps per executor and the marginal is the per-record cost "
-            "(receivers of whole records read at most 200k records per step). Wall throughput = 2N / the 2N runs' "
+            "CPU-second = 1 / the mean over the groups of the least-squares slope of a group's runs' CPU "
+            "against their records: the marginal cost, so what a run pays once (acquiring its units, planning"
+            " its first steps) is the intercept and drops out, and the alternation cancels a linear drift; "
+            "the +- is the standard error of that mean from the groups' spread. N is the same for every executor count "
+            "of a crossing (third column): 8x more for the combinable crossing, whose runs otherwise cost "
+            "tenths of a CPU-second apart. An executor's source units generate up to 8M records per step "
+            "together while they stay in the JVM (the combinable crossing), so N is two source steps on one "
+            "executor and one on each of two, 2N twice that: each marginal carries Spark's fixed cost per "
+            "step as a long backlogged run pays it (on 4 executors N and 2N are one step each, which favours "
+            "them). Records travelling whole come out of the JVM: up to 1M per step for an executor's units, "
+            "and their receivers read at most 200k per step. Wall throughput = 2N / the 2N runs' "
             "mean wall time. Latency: the same pipelines with endless sources at 2,000 records/s on 2 "
             "executors; the sink latency histograms of both executors are read once the pipeline has caught "
             "up with the records that came due while it started (plus 3 s) and again later, and p50/p99 of "
@@ -1056,7 +1100,7 @@ def main() -> None:
             )
             + " per configuration, after warm-up runs)"
         )
-        points = scale_out(valkey.url, work, scale_records, *((2, 3) if args.quick else ()))
+        points = scale_out(valkey.url, work, scale_records, *((2, 3, 1) if args.quick else ()))
         console.print("[bold]latency across two executors[/bold]")
         across = crossing_latency(valkey.url, work, rate=2000.0, seconds=latency_seconds)
         scale_lines = scale_out_report(command, points, across, latency_seconds)
@@ -1254,8 +1298,8 @@ def report(
             "JVM: the source is a lazy `spark.range` frame, routing is Spark's Murmur3 in the same plan, and the "
             "aggregate's partials (a few rows per key and window) are all that reach Python. Spark's fixed "
             "cost per step (planning and code generation, about 0.3 s of CPU) dominates small steps, as the "
-            "sweep shows; by default a backlogged source unit generates everything due in one step, up to 2M "
-            "records (the first row: 1M per unit here). In the two-executor run (both executors threads of "
+            "sweep shows; by default a backlogged source generates everything due in one step, up to 8M "
+            "records for all its units (the first row: one step). In the two-executor run (both executors threads of "
             "this process, after a warm-up run of the same split) the source's executor combines the records "
             "for the aggregate on the other one in its own JVM (partials per key and window, one Spark job) "
             "and only those rows cross Valkey; the far side merges them without a Spark job. A window's result "

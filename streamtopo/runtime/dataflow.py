@@ -3,7 +3,7 @@
 1. read the hosted units' input streams (one pipelined XRANGE round trip; C-MR's policies choose which
    when the queues exceed a step's budget, scheduling.py), generate source records that are due (event
    time <= wall time since the topology's start) as a lazy Spark frame: a backlogged source catches up
-   in steps as large as its backlog (up to ``max_source_records`` per unit);
+   in steps as large as its backlog (up to ``max_source_records`` for all its units);
 2. run the operators in topological order, each over all its hosted units at once. Output to units this
    executor hosts is handed over in memory, as a lazy Spark frame while it can (records never leave the
    JVM until a stateful operator folds them). Output for another executor's aggregate is combined first
@@ -54,7 +54,7 @@ from streamtopo.runtime.flows import (
     part_size,
 )
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
-from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace
+from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace, observe_all
 from streamtopo.runtime.operators import OperatorResult, RecordError, SharedPanes, combine_inputs
 from streamtopo.runtime.operators.aggregate import AggregateOperator
 from streamtopo.runtime.operators.base import (
@@ -81,6 +81,7 @@ from streamtopo.runtime.transport import (
     Entry,
     MalformedEntry,
     entry_fields,
+    queued_rows,
     read_entries,
 )
 
@@ -262,7 +263,8 @@ class Dataflow:
         for i, (key, stream) in enumerate(internal):
             first, length = rest[2 * i], rest[2 * i + 1]
             front = int(first[0][0].split(b"-")[0]) / 1000 if first else None
-            backlogs[key].append(Backlog(stream, max(0, int(queued[i] or 0)), int(length), front))
+            rows = queued_rows(max(0, int(queued[i] or 0)), first[0][1] if first else None)
+            backlogs[key].append(Backlog(stream, rows, int(length), front))
         loads = [self._load_of(self.hosted[key]) for key in backlogs]
         counts.update(self.scheduler.entries(loads, backlogs, self.config.max_entries))
         if self.scheduler.last_policy is not None:
@@ -387,12 +389,13 @@ class Dataflow:
     def _source_cap(self, op: str, units: int) -> int:
         """Records one unit of source ``op`` may generate this step: everything due up to a cap, so the
         step follows the backlog. The cap is short while units wait to be acquired (a released unit pauses
-        until our next step ends); ``max_source_records`` per unit while the records stay in the JVM;
-        ``materialized_records`` for all the units together when they must come out (the heap bounds it)."""
+        until our next step ends); else a share of ``max_source_records`` while the records stay in the JVM
+        (the step's one job bounds its length), of ``materialized_records`` when they must come out (the
+        heap bounds it)."""
         if self.waiting:
             return self.config.handover_source_records
         if not self.eager and self._stays_in_jvm(op):
-            return self.config.max_source_records
+            return max(1, self.config.max_source_records // units)
         return max(1, self.config.materialized_records // units)
 
     def _stays_in_jvm(self, op: str) -> bool:
@@ -694,8 +697,8 @@ class Dataflow:
         assert sink is not None and isinstance(operator, SinkOperator)  # _sink runs for sink units only
         if df is not None and len(df):
             latency = self.metrics.sink_latency.labels(self.keys.topology, self.name, unit.op)
-            for lag in self.clock() - self.t0 - df[TS].to_numpy(dtype=float):
-                latency.observe(max(0.0, lag))
+            lags = self.clock() - self.t0 - df[TS].to_numpy(dtype=float)
+            observe_all(latency, np.where(lags > 0, lags, 0.0))
         path = self._sink_path(unit.op, unit.kg)
         if path is not None:
             data = sinks.lines_bytes(operator.format(df)) if df is not None and len(df) else b""
@@ -873,12 +876,12 @@ class Dataflow:
             # Batching is a transport matter: a local consumer gets the whole part in one hand-off.
             chunks: list[Any] = [None if n == 0 else part.to_pandas() if isinstance(part, pa.Table) else part]
         else:
-            size = self.batch_records(unit.op, v)
             if isinstance(part, Partials):
-                chunks = part.chunks(size)
+                chunks = part.chunks()
             elif not n:
                 chunks = [None]
             else:
+                size = self.batch_records(unit.op, v)
                 # Arrow once, then zero-copy slices.
                 table = (
                     part if isinstance(part, pa.Table) else pa.Table.from_pandas(part, preserve_index=False)

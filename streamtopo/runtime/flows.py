@@ -4,7 +4,7 @@ aggregates combined before the wire, in-memory deliveries and an operator's outp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import cached_property, reduce
 from pathlib import Path
 from typing import TypeAlias
 
@@ -66,6 +66,12 @@ class LazyPart:
         return materialize(frame)
 
 
+PARTIAL_ROWS_PER_ENTRY = 65_536
+"""Rows of partial aggregates per entry at most. A step's partials for a unit pair exist all at once, so
+the edge's batch size (Aeolus trades latency for the cost per entry) has nothing to trade here: they go
+in as few entries as keep each a few megabytes, each encoded once."""
+
+
 @dataclass(frozen=True)
 class Partials:
     """What unit ``src`` sends an aggregate's unit, combined before the wire: partial aggregates per key
@@ -73,13 +79,13 @@ class Partials:
 
     frame: pd.DataFrame
 
-    @property
+    @cached_property
     def n(self) -> int:
         """The records these partials stand for (what backlogs, rates and kg traffic count)."""
         return int(self.frame[COUNT].sum())
 
-    def chunks(self, size: int) -> list[Partials]:
-        """Entries of at most ``size`` rows (the edge's batch size, Aeolus), in order."""
+    def chunks(self, size: int = PARTIAL_ROWS_PER_ENTRY) -> list[Partials]:
+        """Entries of at most ``size`` rows, in order."""
         rows = len(self.frame)
         return [Partials(self.frame.iloc[i : i + size]) for i in range(0, rows, size)] or [self]
 

@@ -202,9 +202,12 @@ def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -
     """Columns ``seq`` (long) and ``_kg`` (int) of the parts' records.
 
     The records of all key groups up to some event time are one contiguous seq range, so the common case
-    is one ``spark.range`` (a union of per-key-group ranges measured 1.2-1.6x the CPU). A near-contiguous
-    request (key groups a record or so apart, or most of the key groups) is one range over the span
-    filtered by per-key-group bounds; anything sparser is a union of strided ranges, one per part.
+    is one ``spark.range`` (a union of per-key-group ranges measured 1.2-1.6x the CPU). Key groups one
+    residue apart (an executor hosting every d-th of them, as round-robin placement gives) at the same
+    progress are one range with step d: no record is generated only to be filtered out, which made an
+    executor with half the units generate twice its records. A near-contiguous request (key groups a
+    record or so apart, or most of the key groups) is one range over the span filtered by per-key-group
+    bounds; anything sparser is a union of strided ranges, one per part.
     """
     parts = [p for p in parts if p[2] > 0]
     if not parts:
@@ -216,6 +219,11 @@ def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -
     distinct = len({kg for kg, _, _ in parts}) == len(parts)
     if distinct and hi - lo == total:  # no gaps: exactly the span
         return spark.range(lo, hi).selectExpr("id AS seq", kg_of)
+    if distinct and k % len(parts) == 0 and len({(first, n) for _, first, n in parts}) == 1:
+        # kg + (first + i) * k over kg = a, a + d, ...: every d-th seq from a + first * k.
+        step, (a, first, n) = k // len(parts), min(parts)
+        if {kg for kg, _, _ in parts} == set(range(a % step, k, step)):
+            return spark.range(a + first * k, a + (first + n) * k, step).selectExpr("id AS seq", kg_of)
     if distinct and hi - lo - total <= MAX_FILTERED_SHARE * (hi - lo):
         starts, ends = [0] * k, [0] * k
         for kg, first, n in parts:

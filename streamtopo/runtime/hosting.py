@@ -18,10 +18,13 @@ class ExecutorConfig:
     """Entries read per input stream per step."""
     handover_source_records: int = 20_000
     """The per-unit cap while units wait to be acquired, so a hand-over's pause stays short."""
-    max_source_records: int = 2_000_000
-    """Records one source unit generates per step at most while they stay in the JVM (every consumer an
-    aggregate, or lazy here and so on). A backlogged unit takes all that is due up to this, so Spark's
-    fixed cost per step (planning, code generation, about 0.3 s of CPU) is spread over the backlog."""
+    max_source_records: int = 8_000_000
+    """Records all hosted units of a source generate per step together at most while they stay in the JVM
+    (every consumer an aggregate, or lazy here and so on). Backlogged units take all that is due up to
+    this, so Spark's fixed cost per step (planning, code generation, about 0.3 s of CPU) is spread over
+    the backlog. It bounds the executor's step, which runs one Spark job for all the units: an executor
+    hosting half the units takes as many records per step, and so pays that fixed cost as often per
+    record, as one hosting all of them."""
     materialized_records: int = 1_000_000
     """Records all units of a source generate per step at most when they must come out of the JVM (a sink,
     a UDF, records travelling whole): the driver's heap (512 MB by default) bounds what one step collects."""

@@ -34,7 +34,8 @@ class Backlog:
 
     stream: str
     records: int
-    """Records appended and not yet consumed (the topology's backlog counters)."""
+    """Records appended and not yet consumed (the topology's backlog counters); partial aggregates count
+    as the rows that stand for them (transport.queued_rows), since the budget bounds a step's work."""
     entries: int
     """Entries still in the stream (unread ones, plus the last one read until the next trim)."""
     front: float | None

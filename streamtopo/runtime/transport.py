@@ -7,8 +7,9 @@ the last entry it consumed and trims what lies before it. An entry carries
     p   producer unit ``operator/kg``            s   the producer's sequence number towards this unit
     w   the producer's watermark (punctuation)   n   number of records
     d   the records, an Arrow IPC stream (absent for a pure punctuation)
-    c   present (``1``) when ``d`` holds partial aggregates rather than records: the producer combined
-        its records for an aggregate before the wire (``n`` still counts the records they stand for)
+    c   present when ``d`` holds partial aggregates rather than records: the producer combined its
+        records for an aggregate before the wire. Its value is the number of rows (what merging them
+        costs the consumer), while ``n`` still counts the records they stand for
 
 ``(p, s)`` lets the consumer drop an entry it already applied (docs/exactly-once.md); ``w`` is the C-MR
 punctuation that tells the consumer no later record of ``p`` is older than ``w``.
@@ -124,7 +125,7 @@ def entry_fields(
     if producers is not None:
         fields += [b"k", str(producers).encode()]
     if combined is not None:
-        fields += [b"c", b"1"]
+        fields += [b"c", str(0 if records is None else len(records)).encode()]
     if records is not None and len(records):
         fields += [b"d", frame_to_ipc(records)]
     return fields
@@ -211,6 +212,16 @@ def json_records(raw: bytes, arrival: float) -> pd.DataFrame:
     )
     frame["_ts"] = ts.fillna(arrival).astype("float64")
     return frame.drop(columns=["ts"], errors="ignore")
+
+
+def queued_rows(records: int, front: dict[bytes, bytes] | None) -> int:
+    """Rows a stream's ``records`` waiting cost its consumer to apply: the records themselves, but for
+    partial aggregates (``c``) the rows that stand for them, at the first unread entry's rows per record.
+    A step's budget counts work: counted by the records behind them, a few partial rows per key and
+    window would be read a few entries per step, each step merging the whole window state again."""
+    if front is None or b"c" not in front or int(front.get(b"n", b"0")) <= 0:
+        return records
+    return math.ceil(records * int(front[b"c"]) / int(front[b"n"]))
 
 
 def read_entries(client: redis.Redis, requests: Iterable[tuple[str, str, int]]) -> list[list[Entry]]:

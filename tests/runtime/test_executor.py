@@ -614,14 +614,15 @@ def test_records_travelling_whole_across_executors_arrive_once(valkey, spark, tm
     "consumer,executors,cap",
     [
         ("aggregate", 1, 2_000_000),
-        ("aggregate", 2, 2_000_000),  # filter -> aggregate: partials, in the JVM
+        ("aggregate", 2, 4_000_000),  # filter -> aggregate: partials, in the JVM
         ("sink", 1, 250_000),
         ("sink", 2, 500_000),  # filter -> keyed sink: records come out (1M per step)
     ],
 )
 def test_source_steps_take_the_backlog_while_records_stay_in_the_jvm(consumer, executors, cap):
-    """A backlogged source unit may take up to max_source_records when its records only ever meet
-    aggregates or lazy local operators; up to materialized_records for all its units when they come out."""
+    """A backlogged source's units together may take up to max_source_records when their records only ever
+    meet aggregates or lazy local operators, up to materialized_records when they come out: an executor
+    hosting half the units takes as many records per step."""
     from streamtopo.contracts import unit_key
     from streamtopo.runtime.hosting import Hosted
     from streamtopo.runtime.state_store import UnitRecord
@@ -653,7 +654,7 @@ def test_source_steps_take_the_backlog_while_records_stay_in_the_jvm(consumer, e
         "unused-routing.json",
         "ex-0",
         "redis://127.0.0.1:1",
-        config=ExecutorConfig(max_source_records=2_000_000, materialized_records=1_000_000),
+        config=ExecutorConfig(max_source_records=8_000_000, materialized_records=1_000_000),
     )
     for (op, kg), owner in round_robin(topology, [f"ex-{i}" for i in range(executors)]).assignment().items():
         if owner == "ex-0":

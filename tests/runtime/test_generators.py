@@ -20,6 +20,8 @@ LAYOUTS = {
     "aligned": [(kg, 5, 30) for kg in range(K)],
     "near-aligned": [(0, 6, 29), (1, 5, 30), (2, 5, 29), (3, 5, 30)],
     "subset": [(1, 0, 7), (3, 2, 40)],
+    "every other kg": [(1, 4, 25), (3, 4, 25)],
+    "every fourth kg": [(2, 7, 11)],
     "sparse": [(2, 100, 3), (0, 0, 2)],
     "same kg twice": [(1, 0, 5), (1, 9, 4), (2, 3, 0)],
     "empty": [(0, 0, 0)],
@@ -39,6 +41,14 @@ def test_sequence_is_exact_for_any_parts(spark, layout):
     assert df.dtypes.astype(str).tolist() == ["int64", "int64", "int64", "float64", "int32"]
     assert (df.key == df.seq % 7).all() and (df.value == df.seq).all() and (df._kg == df.seq % K).all()
     np.testing.assert_array_equal(df._ts.to_numpy(), df.seq.to_numpy() / 50.0)
+
+
+def test_every_dth_key_group_is_one_strided_range_without_a_filter(spark):
+    """Round-robin placement gives an executor every d-th key group: one range with step d, generating
+    only its records (a filtered span would compute the others too and drop them)."""
+    for parts, step in ((LAYOUTS["every other kg"], 2), (LAYOUTS["every fourth kg"], 4)):
+        plan = generators._seq_frame(spark, parts, K)._jdf.queryExecution().optimizedPlan().toString()
+        assert f"step={step}" in plan.replace(" ", "") and "Filter" not in plan and "Union" not in plan, plan
 
 
 @pytest.mark.parametrize("name", ["trades", "quotes", "words", "sequence"])

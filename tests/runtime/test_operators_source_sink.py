@@ -124,3 +124,35 @@ def test_sink_json_lines_round_trip(spark, make_spec):
     ]
     console = sink(make_spec, {"console": {}}).format_console(df)
     assert console[0].startswith("out[1] symbol=A pv=0.333333 n=3")
+
+
+def test_sink_records_convert_whole_columns_as_they_would_value_by_value():
+    """Records are built a column at a time for speed; every dtype gives what :func:`_plain` gives per
+    value (NaN and None -> null, infinities as strings, numpy scalars unboxed, timestamps ISO)."""
+    from streamtopo.runtime.operators.sink import _plain, records
+
+    n = 8
+    df = pd.DataFrame(
+        {
+            "i": np.arange(n, dtype=np.int64),
+            "small": np.arange(n, dtype=np.int16),
+            "f": [0.1, np.nan, math.inf, -math.inf, 2.5, 1e300, -0.0, 3.0],
+            "f32": np.linspace(0, 1, n, dtype=np.float32),
+            "b": [True, False] * (n // 2),
+            "s": ["a", None] * (n // 2),
+            "t": pd.date_range("2026-01-01", periods=n, freq="s"),
+            "mixed": [1, "x", None, 2.5, np.int64(3), np.nan, True, math.inf],
+            "_ts": np.linspace(0, 7, n),
+            "_kg": np.int32(1),
+        }
+    )
+    want = [
+        {
+            **{c: _plain(v) for c, v in row.items() if c not in ("_ts", "_kg")},
+            "ts": _plain(row["_ts"]),
+        }
+        for row in (dict(zip(df.columns, r)) for r in df.itertuples(index=False, name=None))
+    ]
+    got = records(df)
+    assert json.dumps(got) == json.dumps(want)
+    assert all(type(a) is type(b) for g, w in zip(got, want) for a, b in zip(g.values(), w.values()))

@@ -21,6 +21,7 @@ from streamtopo.runtime.transport import (
     decode_watermark,
     encode_watermark,
     entry_fields,
+    queued_rows,
     read_entries,
 )
 
@@ -51,6 +52,21 @@ def test_entries_round_trip_records_and_punctuation(client):
     assert entries[0].watermark == 0.5 and entries[1].watermark == math.inf
     pd.testing.assert_frame_equal(entries[0].records(), frame)
     assert entries[1].records() is None
+
+
+def test_partial_entries_cost_a_step_their_rows_not_the_records_behind_them(client):
+    """A combined entry carries its rows in ``c`` and the records they stand for in ``n``: a step's budget
+    counts a stream of them by rows, so a few partial rows per key are not spread over many steps."""
+    stream = Keys("transport-partials").stream("kept", "totals", 0)
+    partials = pd.DataFrame({"key": [1, 2, 3], "__n": [100, 150, 50], "_kg": np.int32(0)})
+    records = pd.DataFrame({"key": [1, 2], "_kg": np.int32(0)})
+    append(client, stream, entry_fields("kept/0", 1, 1.0, partials, combined=300))
+    append(client, stream, entry_fields("kept/1", 1, 1.0, records))
+    combined, plain = client.xrange(stream)
+    assert queued_rows(3000, combined[1]) == 30  # 3 rows per 300 records
+    assert queued_rows(3000, plain[1]) == queued_rows(3000, None) == 3000
+    [entries] = read_entries(client, [(stream, "0-0", 10)])
+    assert [(e.combined, e.count) for e in entries] == [(True, 300), (False, 2)]
 
 
 def test_read_resumes_after_an_offset_and_respects_count(client):
