@@ -4,12 +4,8 @@
    when the queues exceed a step's budget, scheduling.py), generate source records that are due (event
    time <= wall time since the topology's start) as a lazy Spark frame: a backlogged source catches up
    in steps as large as its backlog (up to ``max_source_records`` for all its units);
-2. run the operators in topological order, each over all its hosted units at once. Output to units this
-   executor hosts is handed over in memory, as a lazy Spark frame while it can (records never leave the
-   JVM until a stateful operator folds them). Output for another executor's aggregate is combined first
-   in this JVM (partials per key and bucket, one Spark job: Spark's map-side combine); other records
-   leave the JVM once, as Arrow, and are appended to the destination unit's stream, cut into entries of
-   the edge's batch size (Aeolus);
+2. run the operators in topological order, each over all its hosted units at once, and route each one's
+   output to its downstream units: in memory here, combined before the wire, or as entries (emit.py);
 3. commit everything the step did in one atomic, epoch-fenced script (state_store.py), then write the
    file sinks' committed bytes (sinks.py).
 
@@ -23,7 +19,7 @@ import logging
 import math
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import reduce
 from pathlib import Path
 from typing import Any
@@ -31,14 +27,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import functions as F
 
-from streamtopo.contracts import Keys, RoutingTable, parse_unit, unit_key
-from streamtopo.planner.graph import partition_key, unit_edges
-from streamtopo.planner.model import StreamTopologySpec
-from streamtopo.planner.scaling.aeolus import default_batch_records
+from streamtopo.contracts import parse_unit, unit_key
+from streamtopo.planner.graph import unit_edges
 from streamtopo.runtime import sinks
+from streamtopo.runtime.emit import Emit
 from streamtopo.runtime.flows import (
     COMBINED,
     DST,
@@ -46,24 +40,20 @@ from streamtopo.runtime.flows import (
     Delivery,
     Flow,
     LazyPart,
-    Part,
     Partials,
     Produced,
     StepOutcome,
     consumed,
-    part_size,
 )
-from streamtopo.runtime.hosting import ExecutorConfig, Hosted
-from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace, observe_all
-from streamtopo.runtime.operators import OperatorResult, RecordError, SharedPanes, combine_inputs
-from streamtopo.runtime.operators.aggregate import AggregateOperator
+from streamtopo.runtime.hosting import Hosted
+from streamtopo.runtime.metrics import SourcePace, observe_all
+from streamtopo.runtime.operators import OperatorResult, RecordError, combine_inputs
 from streamtopo.runtime.operators.base import (
     INPUT,
     KG,
     SRC,
     TS,
     Batch,
-    UnitOperator,
     clear_scratch,
     computed,
     is_spark,
@@ -74,7 +64,6 @@ from streamtopo.runtime.operators.sink import SinkOperator
 from streamtopo.runtime.operators.source import SourceOperator
 from streamtopo.runtime.operators.state import frame_to_ipc
 from streamtopo.runtime.operators.windows import closing_windows
-from streamtopo.runtime.partitioning import route, route_column
 from streamtopo.runtime.scheduling import DEFAULT_RECORD_BYTES, Backlog, Scheduler, UnitLoad
 from streamtopo.runtime.state_store import Commit, StateStore
 from streamtopo.runtime.transport import (
@@ -88,46 +77,23 @@ from streamtopo.runtime.transport import (
 log = logging.getLogger("streamtopo.executor")
 
 
-class Dataflow:
+class Dataflow(Emit):
     """The per-step dataflow of an executor (see the module docstring)."""
 
-    spec: StreamTopologySpec
     name: str
-    config: ExecutorConfig
     clock: Callable[[], float]
-    operators: dict[str, UnitOperator]
     order: list[str]
-    downstream: dict[str, list[str]]
     scheduler: Scheduler
-    keys: Keys
-    metrics: ExecutorMetrics
-    hosted: dict[str, Hosted]
     waiting: dict[str, float]
-    routing: RoutingTable | None
     client: Any
     store: StateStore
-    spark: Any
     t0: float
-    eager: bool
     _whole_stage: bool | None
     output_dir: Path | None
-    _dests: dict[str, dict[int, dict[str, list[int]]]]
     _producers: dict[str, dict[int, list[str]]]
-    _last_punct: dict[tuple[str, str], float]
     _closes: dict[str, tuple[tuple[float, float], ...]]
-    sharing: list[SharedPanes]
 
     # ------------------------------------------------------------------------------------- topology
-
-    def dests(self, op: str, kg: int) -> dict[str, list[int]]:
-        """Downstream operator -> key groups unit (op, kg) feeds (planner.graph.unit_edges)."""
-        if op not in self._dests:
-            table: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-            for v in self.downstream[op]:
-                for i, j, _ in unit_edges(self.spec, op, v):
-                    table[i][v].append(j)
-            self._dests[op] = table
-        return self._dests[op][kg]
 
     def producers(self, op: str, kg: int) -> list[str]:
         """Units whose watermarks bound unit (op, kg)'s: every upstream unit with an edge into it."""
@@ -138,12 +104,6 @@ class Dataflow:
                     table[j].append(unit_key((u, i)))
             self._producers[op] = table
         return self._producers[op][kg]
-
-    def batch_records(self, producer: str, consumer: str) -> int:
-        """Records per entry on ``producer->consumer``: the routing table's (Aeolus), else spec/default."""
-        if self.routing and (n := self.routing.batch_sizes.get(f"{producer}->{consumer}")):
-            return max(1, n)
-        return default_batch_records(self.spec, producer)
 
     def _sink_path(self, op: str, kg: int) -> Path | None:
         operator = self.spec.operator(op)
@@ -724,212 +684,6 @@ class Dataflow:
             outcome.console.extend(operator.format_console(df))
 
     # ---------------------------------------------------------------------------------------- output
-
-    def _emit(
-        self, op: str, produced: Produced, local: dict[str, list[Delivery]], commit: Commit, now: float
-    ) -> None:
-        """Route an operator's output to its downstream units, in entries of the edge's batch size.
-
-        A lazy output whose consumers are all hosted here stays in the JVM, counted where its records are
-        computed anyway or in the step's one count job (:class:`~streamtopo.runtime.flows.Flow`). Bound for
-        another executor, a lazy output an aggregate consumes is combined first, in one Spark job
-        (:meth:`_combined`); anything else is materialised once and cut into entries."""
-        units = [self.hosted[key] for key in produced.units]
-        claimed = False  # a deferred flow gives the producer's records out: no other edge books them
-        shared: dict[int, pd.DataFrame] = {}
-        for v in self.downstream[op]:
-            dest_key, dest_k = partition_key(self.spec, v), self.spec.key_groups_of(v)
-            wanted = {unit_key((v, j)) for u in units for j in self.dests(op, u.kg).get(v, [])}
-            parts: dict[tuple[int, int], Part] = {}
-            group = next((g for g in self.sharing if g.input == op and v in g.members), None)
-            if group is not None and not self.eager and (frame := self._spark_output(produced)) is not None:
-                # C-MR's shared sub-windows: one job for every member, each takes its columns. A step
-                # redone eagerly hands each member its records instead, to isolate a failing one.
-                if id(group) not in shared:
-                    shared[id(group)] = self._combined(group.compute, frame, dest_key, dest_k)
-                parts = {
-                    pair: Partials(rows) for pair, rows in _by_pair(group.member_rows(shared[id(group)], v))
-                }
-            elif is_spark(produced.frame) and wanted <= set(self.hosted):
-                frame = produced.frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
-                counts = self._one_to_one_counts(op, v, produced, units)
-                if counts is None:  # counted later, where the records are computed (Flow)
-                    pairs = {(u.kg, j) for u in units for j in self.dests(op, u.kg).get(v, [])}
-                    gives_out = not claimed and any(produced.units[u.key][0] is None for u in units)
-                    claimed |= gives_out
-                    flow = Flow(op, frame, pairs, None, gives_out)
-                else:
-                    flow = Flow(op, frame, set(counts), counts)
-                parts = {pair: LazyPart(flow, *pair) for pair in flow.pairs}
-            elif is_spark(produced.frame) and isinstance(aggregate := self.operators[v], AggregateOperator):
-                rows = self._combined(aggregate.partials, produced.frame, dest_key, dest_k)
-                parts = {pair: Partials(part) for pair, part in _by_pair(rows)}
-            elif is_spark(produced.frame) and self.downstream[op] == [v]:
-                parts = dict(self._routed(produced.frame, dest_key, dest_k))
-            elif (records := produced.pandas()) is not None and len(records):
-                for src, part in records.groupby(KG):
-                    dest = route(part, dest_key, dest_k, int(src))
-                    parts.update({(int(src), int(j)): rows for j, rows in part.groupby(dest)})
-            for unit in units:
-                n_out, wm = produced.units[unit.key]
-                sizes = [part_size(p) for (src, _), p in parts.items() if src == unit.kg]
-                known = [size for size in sizes if size is not None]
-                if (
-                    n_out is None and len(known) == len(sizes) and not claimed
-                ):  # a lazy output learns its size
-                    self._count_out(unit, sum(known))
-                    produced.units[unit.key] = (sum(known), wm)
-                expected = self.dests(op, unit.kg).get(v, [])
-                mine = {j: p for (src, j), p in parts.items() if src == unit.kg}
-                for j in sorted(set(expected) | set(mine)):
-                    self._deliver(unit, v, j, mine.get(j), wm, local, commit, now)
-
-    def _one_to_one_counts(
-        self, op: str, v: str, produced: Produced, units: list[Hosted]
-    ) -> dict[tuple[int, int], int] | None:
-        """Records per unit pair without a Spark job, when each producing unit feeds one unit of ``v``
-        and knows its output size (a source's generated records): a one-to-one edge carries them all."""
-        counts = {}
-        for unit in units:
-            dests, n = self.dests(op, unit.kg).get(v, []), produced.units[unit.key][0]
-            if len(dests) != 1 or n is None:
-                return None
-            if n:
-                counts[(unit.kg, dests[0])] = n
-        return counts
-
-    def _combined(
-        self,
-        partials: Callable[[SparkFrame], pd.DataFrame],
-        frame: SparkFrame,
-        dest_key: tuple[str, ...] | None,
-        dest_k: int,
-    ) -> pd.DataFrame:
-        """Map-side combine: ``partials`` (an aggregate's, or a sharing group's) of ``frame``, from one Spark
-        job in this JVM, ``__src`` the producing unit and ``_kg`` the consuming one. A crossing record then
-        costs what a local one does; only a few rows per key and bucket are materialised and sent."""
-        routed = frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
-        return partials(routed.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG))
-
-    def _spark_output(self, produced: Produced) -> SparkFrame | None:
-        """An operator's output as a Spark frame (None without records): lazy as it is, or its records."""
-        if is_spark(produced.frame):
-            return produced.frame
-        records = produced.pandas()
-        return to_spark(self.spark, records) if records is not None and len(records) else None
-
-    @staticmethod
-    def _routed(
-        frame: SparkFrame, dest_key: tuple[str, ...] | None, dest_k: int
-    ) -> dict[tuple[int, int], pa.Table]:
-        """Records that travel whole, per (producing unit, consuming unit): the destination computed in
-        the producer's Spark job, the records leaving the JVM once as Arrow (no pandas, no routing in
-        Python), sorted by pair and sliced without copying."""
-        routed = frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
-        table = computed(lambda: routed.toArrow())
-        if not table.num_rows:
-            return {}
-        table = table.sort_by([(KG, "ascending"), (DST, "ascending")])
-        src = table.column(KG).to_numpy().astype(np.int64)
-        dst = table.column(DST).to_numpy().astype(np.int64)
-        starts = np.flatnonzero(np.diff((src << 32) | dst, prepend=-1))
-        ends = [*starts[1:], table.num_rows]
-        body = table.drop_columns([DST])
-        return {(int(src[a]), int(dst[a])): body.slice(a, b - a) for a, b in zip(starts, ends)}
-
-    def _count_in(self, unit: Hosted, n: int) -> None:
-        unit.rec.records_in += n
-        self.metrics.unit(self.metrics.records_in, unit.op, unit.kg).inc(n)
-
-    def _count_out(self, unit: Hosted, n: int) -> None:
-        unit.rec.records_out += n
-        self.metrics.unit(self.metrics.records_out, unit.op, unit.kg).inc(n)
-
-    def _silent(self, producer: str, target: str, n: int, wm: float, sent: float, now: float) -> bool:
-        """True when an entry would say nothing new (no records, watermark not past what was sent) or be
-        a punctuation moments after the last one (``+inf`` always goes); else notes the send time."""
-        recent = now - self._last_punct.get((producer, target), 0.0) < self.config.punctuation_interval
-        if n == 0 and (wm <= sent or (wm != math.inf and recent)):
-            return True
-        self._last_punct[(producer, target)] = now
-        return False
-
-    def _deliver(
-        self,
-        unit: Hosted,
-        v: str,
-        j: int,
-        part: Part | None,
-        wm: float,
-        local: dict[str, list[Delivery]],
-        commit: Commit,
-        now: float,
-    ) -> None:
-        """Unit ``unit``'s records and watermark for unit (v, j): in memory if hosted here, else entries."""
-        dkey = unit_key((v, j))
-        n = part_size(part)
-        sent = unit.rec.wm_out.get(dkey, -math.inf)
-        if self._silent(unit.key, dkey, 1 if n is None else n, wm, sent, now):
-            return
-        stream = self.keys.stream(unit.op, v, j)
-        if dkey in self.hosted:
-            # Batching is a transport matter: a local consumer gets the whole part in one hand-off.
-            chunks: list[Any] = [None if n == 0 else part.to_pandas() if isinstance(part, pa.Table) else part]
-        else:
-            if isinstance(part, Partials):
-                chunks = part.chunks()
-            elif not n:
-                chunks = [None]
-            else:
-                size = self.batch_records(unit.op, v)
-                # Arrow once, then zero-copy slices.
-                table = (
-                    part if isinstance(part, pa.Table) else pa.Table.from_pandas(part, preserve_index=False)
-                )
-                chunks = [table.slice(i, size) for i in range(0, n, size)]
-        for index, chunk in enumerate(chunks):
-            seq = unit.rec.seq_out.get(dkey, 0) + 1
-            unit.rec.seq_out[dkey] = seq
-            # Only the last chunk carries the new watermark: it covers all the chunks before it.
-            chunk_wm = wm if index == len(chunks) - 1 else sent
-            if dkey in self.hosted:
-                local[dkey].append(Delivery(unit.key, seq, chunk_wm, chunk, stream))
-            else:
-                self._append(commit, stream, unit.key, seq, chunk_wm, chunk)
-        unit.rec.wm_out[dkey] = max(sent, wm)
-        if n:
-            self.metrics.kg_edge(unit.op, unit.kg, v, j).inc(n)
-
-    def _append(
-        self,
-        commit: Commit,
-        stream: str,
-        producer: str,
-        seq: int,
-        wm: float,
-        records: pd.DataFrame | pa.Table | Partials | None,
-    ) -> None:
-        if isinstance(records, Partials):
-            n = records.n
-            commit.appends.append((stream, entry_fields(producer, seq, wm, records.frame, combined=n)))
-        else:
-            n = 0 if records is None else len(records)
-            commit.appends.append((stream, entry_fields(producer, seq, wm, records)))
-        if n:
-            commit.incr(self.keys.backlog, stream, n)
-
-
-def _by_pair(rows: pd.DataFrame) -> Iterator[tuple[tuple[int, int], pd.DataFrame]]:
-    """Rows per (producing unit ``__src``, consuming unit ``_kg``), without ``__src``: one sort, then
-    slices (a groupby builds a frame per group, about a millisecond each)."""
-    if rows.empty:
-        return
-    rows = rows.sort_values([SRC, KG], kind="stable")
-    src, dst = rows[SRC].to_numpy(dtype=np.int64), rows[KG].to_numpy(dtype=np.int64)
-    starts = np.flatnonzero(np.diff((src << 32) | dst, prepend=-1))
-    body = rows.drop(columns=[SRC]).reset_index(drop=True)
-    for a, b in zip(starts, [*starts[1:], len(rows)]):
-        yield (int(src[a]), int(dst[a])), body.iloc[a:b]
 
 
 def _at(records: pd.DataFrame, kg: int) -> pd.DataFrame:
