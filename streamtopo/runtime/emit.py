@@ -177,12 +177,9 @@ class Emit:
         if not table.num_rows:
             return {}
         table = table.sort_by([(KG, "ascending"), (DST, "ascending")])
-        src = table.column(KG).to_numpy().astype(np.int64)
-        dst = table.column(DST).to_numpy().astype(np.int64)
-        starts = np.flatnonzero(np.diff((src << 32) | dst, prepend=-1))
-        ends = [*starts[1:], table.num_rows]
+        pairs = _pair_runs(table.column(KG).to_numpy(), table.column(DST).to_numpy())
         body = table.drop_columns([DST])
-        return {(int(src[a]), int(dst[a])): body.slice(a, b - a) for a, b in zip(starts, ends)}
+        return {pair: body.slice(a, b - a) for pair, a, b in pairs}
 
     def _count_in(self, unit: Hosted, n: int) -> None:
         unit.rec.records_in += n
@@ -272,8 +269,13 @@ def _by_pair(rows: pd.DataFrame) -> Iterator[tuple[tuple[int, int], pd.DataFrame
     if rows.empty:
         return
     rows = rows.sort_values([SRC, KG], kind="stable")
-    src, dst = rows[SRC].to_numpy(dtype=np.int64), rows[KG].to_numpy(dtype=np.int64)
-    starts = np.flatnonzero(np.diff((src << 32) | dst, prepend=-1))
     body = rows.drop(columns=[SRC]).reset_index(drop=True)
-    for a, b in zip(starts, [*starts[1:], len(rows)]):
-        yield (int(src[a]), int(dst[a])), body.iloc[a:b]
+    for pair, a, b in _pair_runs(rows[SRC].to_numpy(), rows[KG].to_numpy()):
+        yield pair, body.iloc[a:b]
+
+
+def _pair_runs(src: np.ndarray, dst: np.ndarray) -> list[tuple[tuple[int, int], int, int]]:
+    """((src, dst), first row, end row) of each run of one unit pair in rows sorted by pair."""
+    src, dst = src.astype(np.int64), dst.astype(np.int64)
+    starts = np.flatnonzero(np.diff((src << 32) | dst, prepend=-1)).tolist()
+    return [((int(src[a]), int(dst[a])), a, b) for a, b in zip(starts, [*starts[1:], len(src)])]

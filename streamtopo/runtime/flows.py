@@ -84,9 +84,9 @@ class Partials:
         """The records these partials stand for (what backlogs, rates and kg traffic count)."""
         return int(self.frame[COUNT].sum())
 
-    def chunks(self, size: int = PARTIAL_ROWS_PER_ENTRY) -> list[Partials]:
-        """Entries of at most ``size`` rows, in order."""
-        rows = len(self.frame)
+    def chunks(self) -> list[Partials]:
+        """Entries of at most :data:`PARTIAL_ROWS_PER_ENTRY` rows, in order."""
+        size, rows = PARTIAL_ROWS_PER_ENTRY, len(self.frame)
         return [Partials(self.frame.iloc[i : i + size]) for i in range(0, rows, size)] or [self]
 
 

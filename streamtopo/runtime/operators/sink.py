@@ -35,9 +35,9 @@ def _plain(value: Any) -> Any:
 def _plain_column(column: pd.Series) -> list[Any]:
     """:func:`_plain` of every value, a column at a time where the dtype allows: per value it costs a few
     microseconds, and a sink step may write hundreds of thousands of records."""
-    if pd.api.types.is_bool_dtype(column.dtype) or pd.api.types.is_integer_dtype(column.dtype):
-        if not column.hasnans:  # numpy ints and bools: tolist() gives Python's
-            return column.tolist()
+    exact = pd.api.types.is_bool_dtype(column.dtype) or pd.api.types.is_integer_dtype(column.dtype)
+    if exact and not column.hasnans:  # numpy ints and bools: tolist() gives Python's
+        return column.tolist()
     if pd.api.types.is_float_dtype(column.dtype) and isinstance(column.dtype, np.dtype):
         values = column.to_numpy()
         plain = values.astype(object)
