@@ -117,6 +117,7 @@ MAX_EXPRESSION = 4096
 MAX_OPERATORS = 512
 MAX_EXECUTORS = 1024
 MAX_RECORD_BYTES = 64 * 2**20
+MAX_RATE_PER_SECOND = 1e8
 MIN_INTERVAL = 1.0
 """Bounds on what one tenant's topology may ask for (docs/security.md): counts a planner and a cluster can
 serve, so a huge value is refused at the door instead of hanging a worker."""
@@ -220,7 +221,7 @@ class SourceSpec(Model):
     stream: SourceStreamName | None = None
     """Read an existing Valkey/Redis stream of Arrow record batches instead of generating: a stream of
     the topology's namespace, or ``<namespace>/<name>`` that the platform shares across namespaces."""
-    rate_per_second: float = Field(default=1000.0, gt=0, le=1e8)
+    rate_per_second: float = Field(default=1000.0, gt=0, le=MAX_RATE_PER_SECOND)
     """Generated records per second over all key groups (also the planner's expected rate)."""
     count: int | None = Field(default=None, ge=0, le=10**12)
     """Stop after this many records (a finite run); unbounded when absent."""

@@ -308,10 +308,12 @@ class Dataflow(Emit):
         return sum(n for _, _, n in self._requests(units, self._paces(units), now))
 
     def _plan_for(self, records: int) -> None:
-        """Whole-stage code generation only for steps of many records. It compiles every query anew (the
-        range bounds of generated records are constants in the code, so nothing is reused between steps),
-        tens of milliseconds a query, which pays off only over a few hundred thousand records: small steps
-        run Spark's interpreted operators, half the step time of VWAP at a few thousand records per second."""
+        """Whole-stage code generation only for steps of many records. A query whose code differs from
+        every earlier one (a source's range bounds, a batch's own plan) is compiled and JIT-compiled
+        anew, tens of milliseconds, which pays off only over a few hundred thousand records: small steps
+        run Spark's interpreted operators, half the step time of VWAP at a few thousand records per
+        second (and still less JVM CPU than with code generation on every step since operators after a
+        source reuse their classes across steps: measured 2026-11-26, docs/runtime.md)."""
         whole_stage = records >= self.config.codegen_records
         if whole_stage != self._whole_stage:
             self.spark.conf.set("spark.sql.codegen.wholeStage", str(whole_stage).lower())

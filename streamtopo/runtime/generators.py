@@ -199,7 +199,21 @@ GENERATORS: dict[str, Callable[[DataFrame, int, int | None], DataFrame]] = {
 
 
 def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -> DataFrame:
-    """Columns ``seq`` (long) and ``_kg`` (int) of the parts' records.
+    """Columns ``seq`` (long) and ``_kg`` (int) of the parts' records, behind a code-generation boundary.
+
+    Spark writes a range's bounds into its generated Java as literals, so a step whose range fused with
+    the operators after it compiled a class of its own each step and the JIT compiled it anew: measured
+    0.83-0.98 against 0.62-0.65 JVM CPU-seconds per 4M-record step with identical code. ``coalesce`` to
+    the range's own partition count changes no partitioning but ends the whole-stage code there: only
+    the range's small loop is new each step, and the operators after it reuse one compiled class
+    (0.72-0.79 s per step).
+    """
+    slices = spark.sparkContext.defaultParallelism
+    return _seq_ranges(spark, parts, k, slices).coalesce(slices)
+
+
+def _seq_ranges(spark: SparkSession, parts: list[tuple[int, int, int]], k: int, slices: int) -> DataFrame:
+    """The parts' ``seq`` and ``_kg`` as few ``spark.range`` as the layout allows.
 
     The records of all key groups up to some event time are one contiguous seq range, so the common case
     is one ``spark.range`` (a union of per-key-group ranges measured 1.2-1.6x the CPU). Key groups one
@@ -211,19 +225,21 @@ def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -
     """
     parts = [p for p in parts if p[2] > 0]
     if not parts:
-        return spark.range(0).selectExpr("id AS seq", "CAST(0 AS INT) AS _kg")
+        return spark.range(0, 0, 1, slices).selectExpr("id AS seq", "CAST(0 AS INT) AS _kg")
     total = sum(n for _, _, n in parts)
     lo = min(kg + first * k for kg, first, _ in parts)
     hi = max(kg + (first + n - 1) * k for kg, first, n in parts) + 1
     kg_of = f"CAST(id % {k}L AS INT) AS _kg"
     distinct = len({kg for kg, _, _ in parts}) == len(parts)
     if distinct and hi - lo == total:  # no gaps: exactly the span
-        return spark.range(lo, hi).selectExpr("id AS seq", kg_of)
+        return spark.range(lo, hi, 1, slices).selectExpr("id AS seq", kg_of)
     if distinct and k % len(parts) == 0 and len({(first, n) for _, first, n in parts}) == 1:
         # kg + (first + i) * k over kg = a, a + d, ...: every d-th seq from a + first * k.
         step, (a, first, n) = k // len(parts), min(parts)
         if {kg for kg, _, _ in parts} == set(range(a % step, k, step)):
-            return spark.range(a + first * k, a + (first + n) * k, step).selectExpr("id AS seq", kg_of)
+            return spark.range(a + first * k, a + (first + n) * k, step, slices).selectExpr(
+                "id AS seq", kg_of
+            )
     if distinct and hi - lo - total <= MAX_FILTERED_SHARE * (hi - lo):
         starts, ends = [0] * k, [0] * k
         for kg, first, n in parts:
@@ -231,12 +247,12 @@ def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -
         arrays = (f"array({', '.join(f'{v}L' for v in bounds)})" for bounds in (starts, ends))
         start, end = (f"element_at({a}, CAST(id % {k}L + 1 AS INT))" for a in arrays)
         return (
-            spark.range(lo, hi)
+            spark.range(lo, hi, 1, slices)
             .where(f"id div {k}L >= {start} AND id div {k}L < {end}")
             .selectExpr("id AS seq", kg_of)
         )
     frames = [
-        spark.range(kg + first * k, kg + (first + n) * k, k).selectExpr(
+        spark.range(kg + first * k, kg + (first + n) * k, k, slices).selectExpr(
             "id AS seq", f"CAST({kg} AS INT) AS _kg"
         )
         for kg, first, n in parts

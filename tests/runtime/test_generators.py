@@ -51,6 +51,31 @@ def test_every_dth_key_group_is_one_strided_range_without_a_filter(spark):
         assert f"step={step}" in plan.replace(" ", "") and "Filter" not in plan and "Union" not in plan, plan
 
 
+def _generated_code(df) -> list[str]:
+    """The Java of each whole-stage-codegen subtree of ``df``'s plan (headers, which carry expression
+    ids, left out)."""
+    text = df.sparkSession._jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "codegen")
+    return [sub.split("Generated code:", 1)[1] for sub in text.split("== Subtree ")[1:]]
+
+
+def test_steps_reuse_the_generated_code_after_the_source(spark):
+    """Two steps of the same key groups differ in their range bounds only, which Spark writes into the
+    generated Java: the operators after the source must be a stage of their own, whose code (compiled
+    and JIT-compiled once) is the same from step to step."""
+    from pyspark.sql import functions as F
+
+    def step(first: int, n: int) -> list[str]:
+        parts = [(kg, first, n) for kg in range(K)]
+        df = generators.frame(spark, "sequence", parts, K, 50.0, keys=7)
+        return _generated_code(df.groupBy("key").agg(F.sum("value")))
+
+    one, two = step(0, 1_000), step(1_000, 500)
+    assert len(one) == len(two) >= 2
+    differing = [i for i, (a, b) in enumerate(zip(one, two, strict=True)) if a != b]
+    assert len(differing) == 1 and "initRange" in one[differing[0]], differing
+    assert all("initRange" not in code for i, code in enumerate(one) if i not in differing)
+
+
 @pytest.mark.parametrize("name", ["trades", "quotes", "words", "sequence"])
 def test_same_seq_same_record_whatever_the_parts(spark, name):
     """A record depends on its seq only, not on which parts or which range plan produced it."""
