@@ -69,7 +69,13 @@ def test_steps_reuse_the_generated_code_after_the_source(spark):
         df = generators.frame(spark, "sequence", parts, K, 50.0, keys=7)
         return _generated_code(df.groupBy("key").agg(F.sum("value")))
 
-    one, two = step(0, 1_000), step(1_000, 500)
+    # Whole-stage code generation as for a large step (executors run in this process switch it per step).
+    before = spark.conf.get("spark.sql.codegen.wholeStage")
+    spark.conf.set("spark.sql.codegen.wholeStage", "true")
+    try:
+        one, two = step(0, 1_000), step(1_000, 500)
+    finally:
+        spark.conf.set("spark.sql.codegen.wholeStage", before)
     assert len(one) == len(two) >= 2
     differing = [i for i, (a, b) in enumerate(zip(one, two, strict=True)) if a != b]
     assert len(differing) == 1 and "initRange" in one[differing[0]], differing
