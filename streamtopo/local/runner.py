@@ -133,9 +133,14 @@ class RunSummary:
     records: dict[str, SinkSample] = field(default_factory=dict)
     """File sink -> its latest records (``RunOptions.sample_records``), for the summary to show."""
 
-    def pause_stats(self, kind: str | None = None) -> tuple[float, float] | None:
+    def pause_stats(self, kind: str | None = None) -> tuple[float, float, float] | None:
+        """(p50, p99, max) seconds of the pauses of ``kind`` (all kinds if None); p99 interpolated
+        between the two nearest pauses, so with fewer than 100 it lies just under the largest."""
         values = [p.seconds for p in self.pauses if kind is None or p.kind == kind]
-        return (statistics.median(values), max(values)) if values else None
+        if not values:
+            return None
+        p99 = statistics.quantiles(values, n=100, method="inclusive")[-1] if len(values) > 1 else values[0]
+        return statistics.median(values), p99, max(values)
 
 
 # ------------------------------------------------------------------------------------------ planning
@@ -725,7 +730,7 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     stats = summary.pause_stats("released")
     if stats:
         console.print(
-            f"hand-over pauses: p50 {stats[0]:.3f}s, max {stats[1]:.3f}s "
+            f"hand-over pauses: p50 {stats[0]:.3f}s, p99 {stats[1]:.3f}s, max {stats[2]:.3f}s "
             f"({sum(p.kind == 'released' for p in summary.pauses)})"
         )
     if summary.kills:

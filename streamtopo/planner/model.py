@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from functools import cached_property
 from types import UnionType
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
@@ -1025,7 +1026,16 @@ class StreamTopologySpec(Model):
         return self.by_name()[name]
 
     def by_name(self) -> dict[str, Operator]:
-        return {op.name: op for op in self.operators}
+        """Operators by name, indexed once: an executor looks them up per unit and step."""
+        operators, index = self._index
+        if operators is not self.operators:  # a model_copy with other operators keeps the old index
+            del self.__dict__["_index"]
+            operators, index = self._index
+        return index
+
+    @cached_property
+    def _index(self) -> tuple[list[Operator], dict[str, Operator]]:
+        return self.operators, {op.name: op for op in self.operators}
 
     def key_groups_of(self, name: str) -> int:
         return self.operator(name).key_groups or self.key_groups

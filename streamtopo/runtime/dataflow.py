@@ -89,6 +89,7 @@ class Dataflow(Emit):
     store: StateStore
     t0: float
     _whole_stage: bool | None
+    small_step: bool
     output_dir: Path | None
     _producers: dict[str, dict[int, list[str]]]
     _closes: dict[str, tuple[tuple[float, float], ...]]
@@ -140,6 +141,8 @@ class Dataflow(Emit):
                 self._read_late(units, inputs, allotted)
                 produced = self._consume(op, units, inputs, local, commit, outcome)
             if self.spec.operator(op).kind != "sink":
+                if self.small_step and is_spark(produced.frame) and len(self.downstream[op]) > 1:
+                    produced = self._shared(produced)
                 self._emit(op, produced, local, commit, now)
             busy = self.clock() - started
             # The operator ran once for all its units: split the time by records (+1 for the call itself).
@@ -206,38 +209,44 @@ class Dataflow(Emit):
             inputs[key].extend((stream, e) for e in entries)
 
     def _allotments(self, owners: list[tuple[str, str]]) -> dict[str, int]:
-        """Entries to read per stream: all (up to ``max_entries``) unless a policy must choose."""
+        """Entries to read per stream: all (up to ``max_entries``) unless a policy must choose. The queues'
+        record counters come first (one command); only when they exceed the step's budget are the queues
+        probed (first unread entry and length per stream) and the units' loads weighed: an executor
+        hosting hundreds of units would otherwise pay a thousand commands every loop, idle or not."""
         internal = [(key, stream) for key, stream in owners if stream.startswith(self.keys.prefix)]
         counts = {stream: self.config.max_entries for _, stream in owners}
         if self.config.scheduling == "all" or not internal:
             return counts
+        queued = [max(0, int(n or 0)) for n in self.client.hmget(self.keys.backlog, [s for _, s in internal])]
+        if self.scheduler.fits(sum(queued)):  # rows never exceed records (transport.queued_rows)
+            return counts
         pipe = self.client.pipeline(transaction=False)
-        pipe.hmget(self.keys.backlog, [stream for _, stream in internal])
         for key, stream in internal:
             after = self.hosted[key].rec.offsets.get(stream, "0-0")
             pipe.xrange(stream, min=f"({after}" if after != "0-0" else "-", max="+", count=1)
             pipe.xlen(stream)
-        replies = pipe.execute()
-        queued, rest = replies[0], replies[1:]
+        rest = pipe.execute()
         backlogs: dict[str, list[Backlog]] = defaultdict(list)
         for i, (key, stream) in enumerate(internal):
             first, length = rest[2 * i], rest[2 * i + 1]
             front = int(first[0][0].split(b"-")[0]) / 1000 if first else None
-            rows = queued_rows(max(0, int(queued[i] or 0)), first[0][1] if first else None)
+            rows = queued_rows(queued[i], first[0][1] if first else None)
             backlogs[key].append(Backlog(stream, rows, int(length), front))
-        loads = [self._load_of(self.hosted[key]) for key in backlogs]
+        hosting = {unit.op for unit in self.hosted.values()}
+        loads = [self._load_of(self.hosted[key], hosting) for key in backlogs]
         counts.update(self.scheduler.entries(loads, backlogs, self.config.max_entries))
         if self.scheduler.last_policy is not None:
             self.metrics.scheduling.labels(self.keys.topology, self.name, self.scheduler.last_policy).inc()
         return counts
 
-    def _load_of(self, unit: Hosted) -> UnitLoad:
+    def _load_of(self, unit: Hosted, hosting: set[str]) -> UnitLoad:
+        """``hosting``: the operators this executor hosts a unit of."""
         op = self.spec.operator(unit.op)
         in_bytes = max(
             (self.spec.operator(u).record_bytes or DEFAULT_RECORD_BYTES for u in op.inputs),
             default=DEFAULT_RECORD_BYTES,
         )
-        local = sum(1 for v in self.downstream[unit.op] if any(h.op == v for h in self.hosted.values()))
+        local = sum(1 for v in self.downstream[unit.op] if v in hosting)
         return UnitLoad(
             unit.key,
             unit.op,
@@ -308,13 +317,16 @@ class Dataflow(Emit):
         return sum(n for _, _, n in self._requests(units, self._paces(units), now))
 
     def _plan_for(self, records: int) -> None:
-        """Whole-stage code generation only for steps of many records. A query whose code differs from
-        every earlier one (a source's range bounds, a batch's own plan) is compiled and JIT-compiled
-        anew, tens of milliseconds, which pays off only over a few hundred thousand records: small steps
-        run Spark's interpreted operators, half the step time of VWAP at a few thousand records per
-        second (and still less JVM CPU than with code generation on every step since operators after a
-        source reuse their classes across steps: measured 2026-11-26, docs/runtime.md)."""
-        whole_stage = records >= self.config.codegen_records
+        """How a step of ``records`` runs. Whole-stage code generation only for steps of many records: a
+        query whose code differs from every earlier one (a source's range bounds, a batch's own plan) is
+        compiled and JIT-compiled anew, tens of milliseconds, which pays off only over a few hundred
+        thousand records: small steps run Spark's interpreted operators, half the step time of VWAP at a
+        few thousand records per second (and still less JVM CPU than with code generation on every step
+        since operators after a source reuse their classes across steps: measured 2026-11-26,
+        docs/runtime.md). A small step also computes a lazy output that several operators read once
+        (:meth:`_shared`), so they run in numpy instead of a Spark job each."""
+        self.small_step = records < self.config.small_step_records
+        whole_stage = not self.small_step
         if whole_stage != self._whole_stage:
             self.spark.conf.set("spark.sql.codegen.wholeStage", str(whole_stage).lower())
             self._whole_stage = whole_stage
@@ -347,6 +359,21 @@ class Dataflow(Emit):
         for unit in units:  # backlog, oldest age and arrivals are read at scrape time (metrics.SourcePace)
             self.metrics.source_progress(unit.op, unit.kg, paces[unit.kg], unit.rec.emitted)
         return Produced(frame, out, counts)
+
+    def _shared(self, produced: Produced) -> Produced:
+        """A lazy output several operators read, computed once (one Spark job) into the driver. Left lazy,
+        each reader would run its own job over the whole chain before it (VWAP's cleaned trades feed four
+        groups' filters: four jobs over the chain for a few thousand records); in the driver they run
+        in numpy (numpy_eval.py). For small steps only: a large one stays in the JVM."""
+        records = materialize(produced.frame)
+        sizes = records.groupby(KG).size()
+        units: dict[str, tuple[int | None, float]] = {}
+        for key, (n, wm) in produced.units.items():
+            if n is None:  # the lazy output's size, known now
+                n = int(sizes.get(self.hosted[key].kg, 0))
+                self._count_out(self.hosted[key], n)
+            units[key] = (n, wm)
+        return Produced(records, units, produced.work, _pandas=records)
 
     def _source_cap(self, op: str, units: int) -> int:
         """Records one unit of source ``op`` may generate this step: everything due up to a cap, so the

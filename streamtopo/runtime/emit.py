@@ -33,7 +33,7 @@ from streamtopo.runtime.hosting import ExecutorConfig, Hosted
 from streamtopo.runtime.metrics import ExecutorMetrics
 from streamtopo.runtime.operators import SharedPanes
 from streamtopo.runtime.operators.aggregate import AggregateOperator
-from streamtopo.runtime.operators.base import KG, SRC, UnitOperator, computed, is_spark, to_spark
+from streamtopo.runtime.operators.base import KG, SRC, Batch, UnitOperator, computed, is_spark, to_spark
 from streamtopo.runtime.partitioning import route, route_column
 from streamtopo.runtime.state_store import Commit
 from streamtopo.runtime.transport import entry_fields
@@ -108,15 +108,23 @@ class Emit:
                 else:
                     flow = Flow(op, frame, set(counts), counts)
                 parts = {pair: LazyPart(flow, *pair) for pair in flow.pairs}
-            elif is_spark(produced.frame) and isinstance(aggregate := self.operators[v], AggregateOperator):
-                rows = self._combined(aggregate.partials, produced.frame, dest_key, dest_k)
-                parts = {pair: Partials(part) for pair, part in _by_pair(rows)}
+            elif isinstance(aggregate := self.operators[v], AggregateOperator) and (
+                is_spark(produced.frame) or not wanted <= set(self.hosted)
+            ):
+                frame = produced.frame if is_spark(produced.frame) else produced.pandas()
+                if frame is not None and (is_spark(frame) or len(frame)):
+                    rows = self._combined(aggregate.partials, frame, dest_key, dest_k)
+                    parts = {pair: Partials(part) for pair, part in _by_pair(rows)}
             elif is_spark(produced.frame) and self.downstream[op] == [v]:
                 parts = dict(self._routed(produced.frame, dest_key, dest_k))
             elif (records := produced.pandas()) is not None and len(records):
-                for src, part in records.groupby(KG):
-                    dest = route(part, dest_key, dest_k, int(src))
-                    parts.update({(int(src), int(j)): rows for j, rows in part.groupby(dest)})
+                # One routing pass, one stable sort by unit pair, then slices (a groupby per producing
+                # unit and destination built a frame per group, about a millisecond each).
+                src = records[KG].to_numpy(dtype=np.int64)
+                dest = route(records, dest_key, dest_k, src).astype(np.int64)
+                order = np.lexsort((dest, src))
+                rows = records.iloc[order].reset_index(drop=True)
+                parts = {pair: rows.iloc[a:b] for pair, a, b in _pair_runs(src[order], dest[order])}
             for unit in units:
                 n_out, wm = produced.units[unit.key]
                 sizes = [part_size(p) for (src, _), p in parts.items() if src == unit.kg]
@@ -147,14 +155,18 @@ class Emit:
 
     def _combined(
         self,
-        partials: Callable[[SparkFrame], pd.DataFrame],
-        frame: SparkFrame,
+        partials: Callable[[Batch], pd.DataFrame],
+        frame: Batch,
         dest_key: tuple[str, ...] | None,
         dest_k: int,
     ) -> pd.DataFrame:
-        """Map-side combine: ``partials`` (an aggregate's, or a sharing group's) of ``frame``, from one Spark
-        job in this JVM, ``__src`` the producing unit and ``_kg`` the consuming one. A crossing record then
-        costs what a local one does; only a few rows per key and bucket are materialised and sent."""
+        """Map-side combine: ``partials`` (an aggregate's, or a sharing group's) of ``frame``, ``__src`` the
+        producing unit and ``_kg`` the consuming one: from one Spark job in this JVM for a lazy frame, in
+        numpy for a batch in the driver (a small step's). A crossing record then costs what a local one
+        does; only a few rows per key and bucket are materialised and sent."""
+        if not is_spark(frame):
+            src = frame[KG].to_numpy()
+            return partials(frame.assign(**{SRC: src, KG: route(frame, dest_key, dest_k, src)}))
         routed = frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
         return partials(routed.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG))
 

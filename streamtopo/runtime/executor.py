@@ -129,6 +129,8 @@ class Executor(Handover, Dataflow):
         self._closed = threading.Event()
         self._whole_stage: bool | None = None
         """Whether Spark generates code for whole stages now (set per step, see Dataflow._plan_for)."""
+        self.small_step = False
+        """Whether this step has few records (Dataflow._plan_for)."""
         self.eager = False
         """Set after a lazy step failed: the redo materialises every operator's output (see LazyFailure)."""
 

@@ -32,9 +32,11 @@ class ExecutorConfig:
     """Records a generator unit whose output only windows see holds back at most until the next window
     end (metrics.SourcePace.released): small steps between window ends cost Spark's fixed cost each and
     delay the step that closes the window, while beyond this the work left at a window's end grows."""
-    codegen_records: int = 250_000
-    """Records a step must expect (entries read plus generator records due) for Spark to generate code
-    for whole stages; fewer run interpreted (dataflow.Dataflow._plan_for)."""
+    small_step_records: int = 250_000
+    """Below this many records a step expects (entries read plus generator records due), Spark's fixed
+    costs outweigh its speed per record: the step runs Spark's operators interpreted (no whole-stage code
+    generation), computes a lazy output several operators read once, and leaves the rest to numpy where
+    it can (dataflow.Dataflow._plan_for)."""
     punctuation_interval: float = 0.1
     """Minimum seconds between two record-less watermark entries to the same unit (+inf always goes)."""
     idle_sleep: float = 0.02

@@ -203,8 +203,11 @@ def key_hash(df: pd.DataFrame, key: tuple[str, ...]) -> np.ndarray:
     return h.view(np.int32)
 
 
-def route(df: pd.DataFrame, dest_key: tuple[str, ...] | None, dest_k: int, src_kg: int) -> np.ndarray:
-    """Destination key group (int32) of every record of ``df``.
+def route(
+    df: pd.DataFrame, dest_key: tuple[str, ...] | None, dest_k: int, src_kg: int | np.ndarray
+) -> np.ndarray:
+    """Destination key group (int32) of every record of ``df``; ``src_kg`` its producing unit (one for
+    all, or one per record).
 
     Keyed destination: ``pmod(key_hash, dest_k)``. Unkeyed: ``src_kg mod dest_k``, a forward edge that
     keeps a producer's records together (and its order) on one consumer unit.
@@ -212,7 +215,7 @@ def route(df: pd.DataFrame, dest_key: tuple[str, ...] | None, dest_k: int, src_k
     if dest_k < 1:
         raise ValueError(f"keyGroups must be at least 1, got {dest_k}")
     if dest_key is None:
-        return np.full(len(df), src_kg % dest_k, dtype=np.int32)
+        return (np.broadcast_to(np.asarray(src_kg, dtype=np.int64), (len(df),)) % dest_k).astype(np.int32)
     return np.mod(key_hash(df, dest_key), np.int32(dest_k))  # numpy's mod of ints is Spark's pmod
 
 

@@ -74,13 +74,18 @@ class Scheduler:
         self.last_policy: str | None = None
         """The policy the last backlogged step used (None: everything fitted), for metrics and logs."""
 
+    def fits(self, queued: int) -> bool:
+        """Whether a step may read everything ``queued`` (no policy needs to choose)."""
+        if self.policy == "all" or queued <= self.budget:
+            self.last_policy = None
+            return True
+        return False
+
     def entries(
         self, units: list[UnitLoad], backlogs: dict[str, list[Backlog]], max_entries: int
     ) -> dict[str, int]:
         """Entries to read per stream this step (streams of units left out of the step get 0)."""
-        queued = sum(b.records for bs in backlogs.values() for b in bs)
-        if self.policy == "all" or queued <= self.budget:
-            self.last_policy = None
+        if self.fits(sum(b.records for bs in backlogs.values() for b in bs)):
             return {b.stream: max_entries for bs in backlogs.values() for b in bs}
         queues = [
             self._queue(u, backlogs.get(u.unit, []))

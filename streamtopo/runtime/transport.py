@@ -225,10 +225,24 @@ def queued_rows(records: int, front: dict[bytes, bytes] | None) -> int:
 
 
 def read_entries(client: redis.Redis, requests: Iterable[tuple[str, str, int]]) -> list[list[Entry]]:
-    """For each ``(stream, after_id, count)``: up to ``count`` entries after ``after_id``, in one round trip."""
+    """For each ``(stream, after_id, count)``: up to ``count`` entries after ``after_id``, in one round trip:
+    one XREAD over every stream when they share the count (an executor polls hundreds of streams each
+    loop, mostly with nothing new: one command instead of one per stream), else pipelined XRANGEs."""
     requests = list(requests)
     if not requests:
         return []
+    counts = {count for _, _, count in requests}
+    if len(counts) == 1 and len({stream for stream, _, _ in requests}) == len(requests):
+        reply = client.xread(streams={stream: after for stream, after, _ in requests}, count=counts.pop())
+        found = {name: rows for name, rows in (reply.items() if isinstance(reply, dict) else reply or [])}
+        rows_of = {
+            name: rows[0] if rows and isinstance(rows[0], list) else rows  # RESP3 nests each stream's list
+            for name, rows in found.items()
+        }
+        return [
+            [Entry.parse(i, f) for i, f in rows_of.get(stream.encode(), [])]  # type: ignore[arg-type]
+            for stream, _, _ in requests
+        ]
     pipe = client.pipeline(transaction=False)
     for stream, after, count in requests:
         pipe.xrange(stream, min=f"({after}" if after != "0-0" else "-", max="+", count=count)

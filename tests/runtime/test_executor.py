@@ -664,6 +664,12 @@ def test_source_steps_take_the_backlog_while_records_stay_in_the_jvm(consumer, e
     assert executor._source_cap("numbers", 4 // executors) == executor.config.handover_source_records
 
 
+def numbers(count: int, rate: float, keys: int) -> dict:
+    """The sequence source ``numbers`` of the topologies written out here."""
+    source = {"generator": "sequence", "ratePerSecond": rate, "count": count, "keys": keys}
+    return {"name": "numbers", "kind": "source", "source": source}
+
+
 def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, tmp_path):
     """Records in and out and kg traffic stay exact when flows are counted where they are computed: by an
     aggregate's own job, in pandas by a sink that materialises them, and by the step's one count job for
@@ -675,16 +681,7 @@ def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, t
             "spec": {
                 "keyGroups": 4,
                 "operators": [
-                    {
-                        "name": "numbers",
-                        "kind": "source",
-                        "source": {
-                            "generator": "sequence",
-                            "ratePerSecond": rate,
-                            "count": count,
-                            "keys": keys,
-                        },
-                    },
+                    numbers(count, rate, keys),
                     {"name": "kept", "kind": "filter", "inputs": ["numbers"], "expr": "value % 3 <> 0"},
                     {"name": "scaled", "kind": "map", "inputs": ["kept"], "select": ["key", "value"]},
                     {
@@ -786,3 +783,68 @@ def test_executors_run_as_their_topologys_acl_user_through_migrations_and_a_cras
     assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
     assert not denied, denied  # no command of the executors was refused and retried
     assert written and all(k.startswith(names.prefix) for k in written), written
+
+
+def test_a_small_step_computes_a_shared_output_once_and_the_rest_without_spark(valkey, spark, tmp_path):
+    """A map read by three filters, each feeding an aggregate: left lazy, each aggregate would run its own
+    Spark job over the whole chain. A small step computes the map's output once (one job) and runs the
+    filters and the aggregates' partials in numpy (numpy_eval.py); totals stay exact."""
+    count, rate, keys = 900, 3000, 7
+    branches = [
+        op
+        for r in range(3)
+        for op in (
+            {"name": f"r{r}", "kind": "filter", "inputs": ["scaled"], "expr": f"value % 3 = {r}"},
+            {
+                "name": f"t{r}",
+                "kind": "aggregate",
+                "inputs": [f"r{r}"],
+                "keyBy": ["key"],
+                "window": {"size": 0.05},
+                "aggregations": ["count(*) AS n", "sum(value) AS total"],
+            },
+        )
+    ]
+    topology = StreamTopology.model_validate(
+        {
+            "metadata": {"name": "ex-shared"},
+            "spec": {
+                "keyGroups": 4,
+                "operators": [
+                    numbers(count, rate, keys),
+                    {
+                        "name": "scaled",
+                        "kind": "map",
+                        "inputs": ["numbers"],
+                        "select": ["key", "value * 2 AS value"],
+                    },
+                    *branches,
+                    {"name": "out", "kind": "sink", "inputs": ["t0", "t1", "t2"], "sink": {"file": {}}},
+                ],
+            },
+        }
+    )
+    routing = tmp_path / "routing.json"
+    write_routing(routing, round_robin(topology, ["ex-0"]))
+    executor = Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out")
+    jobs: list[int] = []
+    step = executor.step
+
+    def counted():
+        tracker = spark.sparkContext.statusTracker()
+        before = max(tracker.getJobIdsForGroup(None), default=-1)
+        outcome = step()
+        if outcome.work:
+            jobs.append(max(tracker.getJobIdsForGroup(None), default=-1) - before)
+        return outcome
+
+    executor.step = counted
+    running = Running(executor)
+    try:
+        wait_finished(executor.store, topology)
+    finally:
+        running.stop()
+    lines = read_lines(tmp_path / "out")
+    assert sum(line["n"] for line in lines) == count
+    assert sum(line["total"] for line in lines) == 2 * sum(range(count))
+    assert jobs and max(jobs) <= 1, f"Spark jobs per step: {jobs}"

@@ -120,3 +120,18 @@ def test_join_across_calls_watermarks_and_state_bytes(spark, make_spec, windows_
     assert all(
         len(op.decode_state(b)["trades"]) == 0 for b in store.values()
     )  # all windows fired: state drained
+
+
+def test_join_keys_compare_as_spark_equi_join_does(spark, make_spec):
+    """Null keys match nothing (pandas' merge would pair them), -0.0 equals 0.0, and the layout is the
+    Spark plan's that the fail-fast analysis resolves (output_frame): same columns, same order."""
+    op = join_op(make_spec, 5.0, 5.0)
+    op.keys = ["k"]
+    left = pd.DataFrame({"k": [0.0, None, 1.5, 2.0], "price": [1.0, 2.0, 3.0, 4.0], "_ts": 1.0, "_kg": 0})
+    right = pd.DataFrame({"k": [-0.0, None, 1.5, 3.0], "price": [5.0, 6.0, 7.0, 8.0], "_ts": 2.0, "_kg": 0})
+    left, right = (f.astype({"_kg": "int32"}) for f in (left, right))
+    batch = combine_inputs({"trades": left, "quotes": right})
+    out = op.process(spark, batch, {}, {0: math.inf}).output
+    assert sorted(zip(out.trades_price, out.quotes_price)) == [(1.0, 5.0), (3.0, 7.0)]
+    planned = op.output_frame(spark.createDataFrame(left), spark.createDataFrame(right))
+    assert list(out.columns) == planned.columns

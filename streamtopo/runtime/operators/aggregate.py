@@ -58,9 +58,11 @@ from streamtopo.runtime.operators.base import (
     to_pandas,
     to_spark,
 )
+from streamtopo.runtime.operators.numpy_eval import Evaluator, NeedsSpark
 from streamtopo.runtime.operators.state import decode_frames, encode_frames
 from streamtopo.runtime.operators.windows import Windowing, combine_pays
 from streamtopo.runtime.partitioning import partition_key
+from streamtopo.runtime.spark import get_spark
 
 BUCKET = "__bucket"
 COUNT = "__n"
@@ -123,6 +125,80 @@ def bucket_partials(
     return frame.groupBy(*group).agg(*exprs, *extra)
 
 
+def numpy_partials(
+    values: pd.DataFrame,
+    types: list[str],
+    keys: list[str],
+    w: Windowing | None,
+    panes: bool,
+    aggs: list[Aggregation],
+) -> pd.DataFrame:
+    """What :func:`bucket_partials` computes, in pandas, for a batch already in the driver: ``values`` has
+    ``_kg``, ``_ts``, the keys and each aggregation's argument as ``__v<index>`` (numpy_eval.py evaluated
+    them; ``types`` are their Spark types), and ``__src`` when a producer combines for another executor
+    (then grouped by it too and counted in ``__n``, a record once, in its first window). The partials
+    have the types Spark's would (a sum of integers is a bigint, a count a bigint); a sum that may
+    overflow a bigint, or a min/max of anything but numbers, raises :class:`NeedsSpark`."""
+    group = [KG, *keys]
+    frame = values
+    first = np.ones(len(frame), dtype=np.int64)
+    if w is not None:
+        pane = np.floor(frame[TS].to_numpy(dtype=np.float64) / w.pane).astype(np.int64)
+        if panes:
+            bucket = pane
+        elif w.a == w.b:  # windows do not overlap: the one window of each record
+            bucket = np.floor_divide(pane, w.a)
+        else:
+            rows, bucket = w.windows_of_panes(pane)
+            first = (bucket == w.first_window(pane)[rows]).astype(np.int64)
+            frame = frame.iloc[rows].reset_index(drop=True)
+        frame = frame.assign(**{BUCKET: bucket})
+        group.append(BUCKET)
+    if SRC in frame.columns:
+        frame = frame.assign(**{COUNT: first})
+        group.append(SRC)
+    for key in keys:
+        if pd.api.types.is_float_dtype(frame[key].dtype):
+            frame[key] = frame[key] + 0.0  # -0.0 + 0.0 is 0.0: Spark normalises signed zeros in keys
+    groups = frame.groupby(group, dropna=False, sort=False)
+    kind_of = dict(zip(values.columns, types))
+    out = {}
+    for agg in aggs:
+        arg = f"__v{agg.index}"
+        kind = kind_of[arg]
+        for column, partial in agg.partial_columns().items():
+            if partial == "c":
+                out[column] = groups[arg].count().astype(np.int64)
+                continue
+            if kind not in ("int", "bigint", "double"):
+                raise NeedsSpark(f"{partial} of {kind}")
+            if partial == "s":
+                result = groups[arg].sum(min_count=1)
+                if (
+                    kind != "double"
+                    and np.nanmax(np.abs(result.to_numpy(dtype=np.float64)), initial=0) >= 2**62
+                ):
+                    raise NeedsSpark("a bigint sum near overflow")  # ANSI raises it; Spark reports it
+                integral = "bigint" if kind != "double" else "double"
+            else:
+                result = groups[arg].min() if partial == "min" else groups[arg].max()
+                integral = kind
+            if integral != "double" and not result.isna().any():
+                result = result.astype(np.int64 if integral == "bigint" else np.int32)
+            elif integral != "double":
+                result = result.astype(np.float64)
+            out[column] = result
+    if w is None:
+        out[TS] = groups[TS].max()
+    if SRC in frame.columns:
+        out[COUNT] = groups[COUNT].sum().astype(np.int64)
+    rows = pd.DataFrame(out).reset_index() if out else frame[group].drop_duplicates().reset_index(drop=True)
+    for key in keys:
+        if rows[key].dtype == object:  # a null key comes out of the index as NaN; Spark's is None
+            rows[key] = rows[key].where(rows[key].notna(), None)
+    return rows
+
+
 class AggregateOperator(UnitOperator):
     lazy_input = True
     counts_input = True
@@ -156,11 +232,28 @@ class AggregateOperator(UnitOperator):
             )
         else:
             self.combine = combine
+        self.arguments = Evaluator(self._arguments)
 
     # ------------------------------------------------------------------------------------------ Spark
 
     def _partials(self, frame: SparkFrame) -> SparkFrame:
         return bucket_partials(frame, self.keys, self.windowing, self.combine, self.aggs)
+
+    def _arguments(self, frame: SparkFrame) -> SparkFrame:
+        """What the partials read: key group (and producing unit), event time, keys, each argument."""
+        args = [F.expr(a.arg).alias(f"__v{a.index}") for a in self.aggs]
+        carried = [c for c in (KG, SRC, TS, *self.keys) if c in frame.columns]
+        return frame.select(*[F.col(c) for c in carried], *args)
+
+    def _batch_partials(self, spark: SparkSession, batch: pd.DataFrame) -> pd.DataFrame:
+        """Partials of a batch in the driver: numpy where Spark's resolved arguments allow, else Spark."""
+        typed = self.arguments.typed(spark, batch)
+        if typed is not None:
+            try:
+                return numpy_partials(*typed, self.keys, self.windowing, self.combine, self.aggs)
+            except NeedsSpark:
+                pass
+        return to_pandas(self._partials(to_spark(spark, batch)))
 
     def output_frame(self, frame: SparkFrame) -> SparkFrame:
         """The output's columns and types over a lazy input, without running a job (runtime/analysis.py):
@@ -175,13 +268,16 @@ class AggregateOperator(UnitOperator):
         ts = F.lit(0.0).alias(TS) if self.windowing else F.col(TS)
         return partials.select(*bounds, *self.keys, *values, ts, KG)
 
-    def partials(self, frame: SparkFrame) -> pd.DataFrame:
+    def partials(self, frame: Batch) -> pd.DataFrame:
         """Map-side combine: the partials of a producer's lazy output, computed in the producer's JVM
-        (one Spark job for every key group pair), so only a few rows per key and bucket cross executors.
+        (one Spark job for every key group pair), or of its output in the driver, in numpy where it can
+        be, so only a few rows per key and bucket cross executors.
 
         ``frame`` carries ``__src`` (producing unit) and ``_kg`` (consuming unit); the rows keep both and
         ``__n``, the records each row stands for. Merging them later (``process(partials=...)``) gives
         what folding the records there would: partials merge associatively (aggregations.py)."""
+        if not is_spark(frame):
+            return guarded(self.name, "aggregations", lambda b: self._batch_partials(get_spark(), b), frame)
         partials = lazily(self.name, "aggregations", lambda: self._partials(frame))
         return computed(lambda: to_pandas(partials))
 
@@ -208,9 +304,7 @@ class AggregateOperator(UnitOperator):
                 fresh = fresh.drop(columns=[SRC, COUNT])
         elif len(batch):
             batch = ensure_reserved(batch, self.name)
-            fresh = guarded(
-                self.name, "aggregations", lambda b: to_pandas(self._partials(to_spark(spark, b))), batch
-            )
+            fresh = guarded(self.name, "aggregations", lambda b: self._batch_partials(spark, b), batch)
         if partials is not None and len(partials):
             partials = partials.drop(columns=[SRC, COUNT], errors="ignore")
             fresh = partials if fresh is None else pd.concat([fresh, partials], ignore_index=True)

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -42,8 +41,6 @@ from streamtopo.runtime.operators.base import (
     UnitOperator,
     ensure_reserved,
     lazily,
-    to_pandas,
-    to_spark,
 )
 from streamtopo.runtime.operators.state import decode_frames, encode_frames
 from streamtopo.runtime.operators.windows import Windowing
@@ -121,49 +118,47 @@ class JoinOperator(UnitOperator):
         prev = {kg: (states.get(kg) or {}).get("wm", -math.inf) for kg in kgs}
         now = {kg: max(prev[kg], watermarks.get(kg, -math.inf)) for kg in kgs}
         rows = {name: pd.concat(parts, ignore_index=True) if parts else None for name, parts in sides.items()}
-        output = self._fire(spark, rows, prev, now)
+        output = self._fire(rows, prev, now)
         return OperatorResult(output, self._split(rows, kgs, now))
 
     def _fire(
         self,
-        spark: SparkSession,
         rows: dict[str, pd.DataFrame | None],
         prev: dict[int, float],
         now: dict[int, float],
     ) -> pd.DataFrame:
-        """Join the windows that fire now, in Spark: window assignment, bounds, equi-join."""
+        """Join the windows that fire now: window assignment, bounds, equi-join (:meth:`_join`)."""
         nothing = pd.DataFrame(columns=[WINDOW_START, WINDOW_END, *self.keys, TS, KG])
         left, right = rows[self.left], rows[self.right]
         if left is None or right is None or not any(now[kg] > prev[kg] for kg in now):
             return nothing
-        # Only records inside some window that fires now go to Spark, not the whole buffer.
+        # Only records inside some window that fires now are windowed, not the whole buffer.
         left, right = (frame[self._in_firing_window(frame, prev, now)] for frame in (left, right))
         if left.empty or right.empty:
             return nothing
-        try:
-            return self._join(spark, left, right, prev, now)
-        except AnalysisException as error:  # e.g. key columns of incompatible types on the two sides
-            raise OperatorError(self.name, "keyBy", str(error).splitlines()[0]) from None
+        return self._join(left, right, prev, now)
 
     def _join(
         self,
-        spark: SparkSession,
         left: pd.DataFrame,
         right: pd.DataFrame,
         prev: dict[int, float],
         now: dict[int, float],
     ) -> pd.DataFrame:
+        """The windows that fire now, joined in pandas: the records are in the driver already (the join's
+        state lives there), and a Spark join of a few hundred buffered records cost three stages and a
+        third of a second per step (docs/runtime.md). Equality as Spark's equi-join has it: null keys
+        match nothing, -0.0 equals 0.0; the key types were checked before the run (runtime/analysis.py)."""
         w = self.windowing
-        bounds = spark.createDataFrame(
-            pd.DataFrame(
-                {
-                    KG: np.array(list(now), dtype=np.int32),
-                    "__lo": [prev[k] for k in now],
-                    "__hi": [now[k] for k in now],
-                }
-            )
-        )
-        out = to_pandas(self._joined(to_spark(spark, left), to_spark(spark, right), bounds))
+        clash = (set(left.columns) & set(right.columns)) - {*self.keys, KG, TS}
+        sides = [
+            self._windowed(frame, name, clash, prev, now)
+            for frame, name in ((left, self.left), (right, self.right))
+        ]
+        try:
+            out = sides[0].merge(sides[1], on=[KG, *self.keys, WINDOW], how="inner", sort=False)
+        except (ValueError, TypeError) as error:  # e.g. a string key on one side, a number on the other
+            raise OperatorError(self.name, "keyBy", str(error).splitlines()[0]) from None
         n = out.pop(WINDOW).to_numpy(dtype=np.int64)
         kg = out.pop(KG)
         others = [c for c in out.columns if c not in self.keys]
@@ -175,14 +170,41 @@ class JoinOperator(UnitOperator):
         result[KG] = kg.astype("int32")
         return result.sort_values([KG, WINDOW_END, *self.keys], kind="stable").reset_index(drop=True)
 
+    def _windowed(
+        self,
+        frame: pd.DataFrame,
+        name: str,
+        clash: set[str],
+        prev: dict[int, float],
+        now: dict[int, float],
+    ) -> pd.DataFrame:
+        """One side's records once per window that contains them and fires now (per key group
+        ``prev < end <= now``), the window index in ``__win``; a name on both sides (or an upstream
+        aggregate's window bounds) prefixed with the input's name; records with a null key dropped."""
+        w = self.windowing
+        renamed = {c: f"{name}_{c}" for c in frame.columns if c in clash or c in (WINDOW_START, WINDOW_END)}
+        frame = frame.rename(columns=renamed).reset_index(drop=True)
+        pane = np.floor(frame[TS].to_numpy(dtype=np.float64) / w.pane).astype(np.int64)
+        rows, n = w.windows_of_panes(pane)
+        out = frame.drop(columns=[TS]).iloc[rows].reset_index(drop=True)
+        out[WINDOW] = n
+        end = w.end(n)
+        kg = out[KG].to_numpy()
+        lo = pd.Series(prev).reindex(kg).to_numpy(dtype=np.float64)
+        hi = pd.Series(now).reindex(kg).to_numpy(dtype=np.float64)
+        out = out[(end > lo) & (end <= hi) & out[self.keys].notna().all(axis=1).to_numpy()]
+        for key in self.keys:
+            if pd.api.types.is_float_dtype(out[key].dtype):
+                out[key] = out[key] + 0.0  # -0.0 + 0.0 is 0.0: Spark normalises signed zeros in join keys
+        return out
+
     def _joined(self, left: SparkFrame, right: SparkFrame, bounds: SparkFrame) -> SparkFrame:
-        """Each side's records in every window that fires (``bounds``: per key group ``__lo < end <= __hi``),
-        inner-joined on key group, key and window; a name on both sides is prefixed with its input's."""
+        """The join :meth:`_join` computes, as a Spark plan over lazy inputs: what the fail-fast analysis
+        (:meth:`output_frame`) resolves, so the output's columns and types are known before the run."""
         w = self.windowing
         clash = (set(left.columns) & set(right.columns)) - {*self.keys, KG, TS}
 
         def windowed(sdf: SparkFrame, name: str) -> SparkFrame:
-            # An input's own window bounds (a windowed aggregate upstream) would collide with the join's.
             renamed = {c: f"{name}_{c}" for c in sdf.columns if c in clash or c in (WINDOW_START, WINDOW_END)}
             sdf = sdf.withColumnsRenamed({**renamed, TS: "__ts"})
             sdf = sdf.withColumn(WINDOW, F.explode(F.expr(w.windows_sql(w.pane_sql("__ts"))))).drop("__ts")

@@ -9,7 +9,8 @@ A lazy Spark input gives a lazy Spark output: records the executor generated or 
 there until a stateful operator or a transport needs them. Analysis errors (a bad expression) are raised
 at once as :class:`OperatorError`; runtime failures of lazy records surface where the frame is computed,
 and the executor redoes that step eagerly (pandas between operators), where :func:`guarded` isolates the
-offending records. A pandas input is processed eagerly as before.
+offending records. A pandas input is processed eagerly, with numpy where Spark's resolved expression
+allows (numpy_eval.py), since a Spark job costs tens of milliseconds however few the records.
 """
 
 from __future__ import annotations
@@ -30,9 +31,8 @@ from streamtopo.runtime.operators.base import (
     guarded,
     is_spark,
     lazily,
-    to_pandas,
-    to_spark,
 )
+from streamtopo.runtime.operators.numpy_eval import Evaluator
 
 
 class MapOperator(UnitOperator):
@@ -42,6 +42,7 @@ class MapOperator(UnitOperator):
         super().__init__(op, spec)
         assert op.select is not None  # a map has its select list (the model's validator)
         self.select = op.select
+        self.evaluate = Evaluator(self._select)
 
     def process(
         self, spark: SparkSession, batch: Batch, states: dict[int, Any], watermarks: dict[int, float]
@@ -51,9 +52,7 @@ class MapOperator(UnitOperator):
         if not len(batch):  # only a punctuation came: nothing to select from (and maybe no columns)
             return OperatorResult(batch)
         batch = ensure_reserved(batch, self.name)
-        return OperatorResult(
-            guarded(self.name, "select", lambda b: to_pandas(self._select(to_spark(spark, b))), batch)
-        )
+        return OperatorResult(guarded(self.name, "select", lambda b: self.evaluate.run(spark, b), batch))
 
     def _select(self, frame: SparkFrame) -> SparkFrame:
         carried = [f"{c} AS __carry{c}" for c in RESERVED]
@@ -77,6 +76,7 @@ class FilterOperator(UnitOperator):
         super().__init__(op, spec)
         assert op.expr is not None  # a filter has its expression (the model's validator)
         self.expr = op.expr
+        self.evaluate = Evaluator(lambda frame: frame.filter(self.expr))
 
     def process(
         self, spark: SparkSession, batch: Batch, states: dict[int, Any], watermarks: dict[int, float]
@@ -86,6 +86,4 @@ class FilterOperator(UnitOperator):
         if not len(batch):
             return OperatorResult(batch)
         batch = ensure_reserved(batch, self.name)
-        return OperatorResult(
-            guarded(self.name, "expr", lambda b: to_pandas(to_spark(spark, b).filter(self.expr)), batch)
-        )
+        return OperatorResult(guarded(self.name, "expr", lambda b: self.evaluate.run(spark, b), batch))
