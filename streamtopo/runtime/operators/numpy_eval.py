@@ -71,7 +71,7 @@ def read(frame: pd.DataFrame, name: str, kind: str) -> Value:
     if kind in _DTYPES:
         return Value(column.to_numpy(dtype=_DTYPES[kind], na_value=0), nulls, kind)
     if kind == "boolean":
-        return Value(column.fillna(False).to_numpy(dtype=bool), nulls, kind)
+        return Value(column.to_numpy(dtype=bool, na_value=False), nulls, kind)
     return Value(column.to_numpy(dtype=object), nulls, kind)
 
 
