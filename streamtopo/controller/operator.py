@@ -4,6 +4,8 @@ Run with ``streamtopo operator`` (or ``kopf run -m streamtopo.controller.operato
 
 - create / update (spec changes only) / resume -> :func:`streamtopo.controller.reconcile.reconcile`
   through :class:`~streamtopo.controller.kubernetes.KubernetesPlatform`; status and Events from its outcome.
+  The old spec of an update is the one the routing ConfigMap records (the last applied); an upgrade that
+  waits for the old executors to stop retries the handler (kopf.TemporaryError) until they are gone.
 - a daemon per topology (the SPL loop): every ``spec.autoscaling.interval`` one
   :class:`~streamtopo.controller.adaptation_loop.AdaptationLoop` step (ALBIC + scaling) on the deployment the
   routing ConfigMap records; between periods it re-plans when Nodes changed and keeps the pods converged
@@ -295,6 +297,9 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             waiting = ConditionChange("Sharing", "False", "WaitingForPartners", str(wait))
             publish(body, platform, Outcome(conditions=[waiting]), observed=False)
             raise kopf.TemporaryError(str(wait), delay=max(1.0, wait.seconds)) from None
+        if outcome.retry_after is not None:  # an upgrade waits for the old executors to stop
+            publish(body, platform, outcome, observed=False)
+            raise kopf.TemporaryError(outcome.conditions[0].message, delay=outcome.retry_after)
         if outcome.cluster is not None:
             memo.cluster = outcome.cluster.model_dump_json()
             memo.nodes_version = nodes_version

@@ -40,6 +40,7 @@ from streamtopo.runtime import sinks
 from streamtopo.runtime.dataflow import Dataflow
 from streamtopo.runtime.handover import Handover
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
+from streamtopo.runtime.layouts import layouts
 from streamtopo.runtime.metrics import ALL_INTERFACES, LOOPBACK, ExecutorMetrics, Probe, serve
 from streamtopo.runtime.operators import build_operators, sharing_groups
 from streamtopo.runtime.operators.base import (
@@ -51,7 +52,7 @@ from streamtopo.runtime.operators.base import (
     to_spark,
 )
 from streamtopo.runtime.scheduling import Scheduler
-from streamtopo.runtime.state_store import Fenced, StateStore
+from streamtopo.runtime.state_store import Fenced, LayoutChanged, StateStore
 from streamtopo.runtime.transport import (
     CONNECTION_ERRORS,
     TransportUnavailable,
@@ -94,6 +95,8 @@ class Executor(Handover, Dataflow):
         # Operators are built before anything starts: a UDF that does not import fails here, clearly.
         self.sharing = sharing_groups(self.spec) if self.config.share_panes else []
         self.operators = build_operators(self.spec, self.sharing)
+        self.layouts = layouts(self.spec, self.sharing)
+        """Operator -> digest of its state layout, checked against each unit's record on acquisition."""
         dag = nx.DiGraph()
         dag.add_nodes_from(op.name for op in self.spec.operators)
         dag.add_edges_from((u, op.name) for op in self.spec.operators for u in op.inputs)
@@ -334,7 +337,7 @@ def run_executor(
         return 3
     try:
         executor.run(stop)
-    except OperatorError as error:  # e.g. an expression naming a column its input does not have
+    except (OperatorError, LayoutChanged) as error:  # e.g. an expression naming a missing column
         log.error("cannot run the pipeline: %s", error)
         executor.close()
         return 2
