@@ -66,13 +66,17 @@ class ResetReport:
     """Stream entries between a lagging key group's offset and the furthest one (at most)."""
     repeated: bool = False
     """The upgrade's reset was already carried out (a retry): nothing was written this time."""
+    points: tuple[tuple[str, int, int], ...] = ()
+    """The upgrade point of every generator source: (source, lowest, highest) of its key groups' fronts,
+    the first seq each had not generated. Records below ``lowest`` were generated under the old spec,
+    those from ``highest`` on under the new one (event time = seq / ratePerSecond)."""
 
     def message(self) -> str:
         if self.repeated:
             return "state was already reset for this upgrade"
-        if self == ResetReport():
-            return ""
-        parts = [f"{self.units_reset} units reset", f"{self.units_removed} removed"]
+        parts = [f"{self.units_reset} units reset"] if self.units_reset else []
+        parts += [f"{self.units_removed} units removed"] if self.units_removed else []
+        parts += [f"upgrade point: {name} at seq {low}-{high}" for name, low, high in self.points]
         for count, what in (
             (self.dropped_records, "records in flight to an old layout dropped"),
             (self.skipped_records, "generator records skipped"),
@@ -132,6 +136,11 @@ class _Reset:
         self.counts = {"dropped": 0, "skipped": 0, "entries": 0}
 
     def run(self, marker: str) -> ResetReport:
+        points = tuple(
+            (op.name, min(fronts), max(fronts))
+            for op in self.old.operators
+            if op.source is not None and op.source.generator is not None and (fronts := self._fronts(op.name))
+        )
         self._drop_streams()
         for decision in self.upgrade.reset:
             op = self.new.operator(decision.name)
@@ -163,6 +172,7 @@ class _Reset:
             dropped_records=self.counts["dropped"],
             skipped_records=self.counts["skipped"],
             skipped_entries=self.counts["entries"],
+            points=points,
         )
 
     # ---------------------------------------------------------------------------------------- reading
@@ -173,6 +183,11 @@ class _Reset:
             raw = self.client.hget(self.keys.unit(key), "rec")
             self.records[key] = UnitRecord.decode(raw) if raw else None
         return self.records[key]
+
+    def _fronts(self, op: str) -> list[int]:
+        """A generator's key groups' fronts under the old spec: the first seq each had not generated."""
+        k = self.old.key_groups_of(op)
+        return [kg + (r.emitted if (r := self.rec(op, kg)) is not None else 0) * k for kg in range(k)]
 
     def old_records(self, op: str) -> dict[int, UnitRecord]:
         found = {kg: self.rec(op, kg) for kg in range(self.old.key_groups_of(op))}
@@ -243,13 +258,10 @@ class _Reset:
         assert source is not None and source.rate_per_second > 0
         k_old, k_new = self.old.key_groups_of(name), self.new.key_groups_of(name)
         old_origin = self.old.operator(name).source
-        old = self.old_records(name) if old_origin is not None and old_origin.generator is not None else {}
-        fronts = {kg: kg + (old[kg].emitted if kg in old else 0) * k_old for kg in range(k_old)}
-        start = max(fronts.values()) if old else 0
+        fronts = self._fronts(name) if old_origin is not None and old_origin.generator is not None else []
+        start = max(fronts, default=0)
         limit = start if source.count is None else min(start, source.count)
-        self.counts["skipped"] += (
-            sum(max(0, -(-(limit - front) // k_old)) for front in fronts.values()) if old else 0
-        )
+        self.counts["skipped"] += sum(max(0, -(-(limit - front) // k_old)) for front in fronts)
         for kg in range(k_new):
             first = max(0, -(-(start - kg) // k_new))
             rec = (self.rec(name, kg) if kg < k_old else None) or UnitRecord()
