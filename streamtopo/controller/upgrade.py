@@ -224,10 +224,10 @@ class _Reset:
         numbers, watermarks) becomes where it starts."""
         new_path = _file_path(self.new, name) != _file_path(self.old, name)
         for kg in range(self.new.key_groups_of(name)):
-            rec = self.rec(name, kg) if kg < self.old.key_groups_of(name) else None
-            if rec is None and not from_producers:
+            committed = self.rec(name, kg) if kg < self.old.key_groups_of(name) else None
+            if committed is None and not from_producers:
                 continue
-            rec = rec or UnitRecord()
+            rec = committed or UnitRecord()
             rec.state = b""
             if new_path:
                 rec.sink_len, rec.pending = 0, b""
@@ -241,7 +241,7 @@ class _Reset:
                         rec.seq_in[unit_key((producer, kg_p))] = sent.seq_out[dest]
                     if sent is not None and dest in sent.wm_out:
                         rec.wm_in[unit_key((producer, kg_p))] = sent.wm_out[dest]
-                if rec == UnitRecord():
+                if committed is None and rec == UnitRecord():
                     continue  # never ran and nothing was ever sent to it: it starts fresh anyway
             self.writes[unit_key((name, kg))] = rec
 

