@@ -257,12 +257,11 @@ def test_the_transport_is_refused_in_both_modes():
 
 def test_a_removed_or_renamed_stateful_operator_is_refused_unless_reset():
     """State is kept by operator name (Flink: non-restored state needs allowNonRestoredState)."""
-    rename = lambda doc: (
-        op(doc, "highs").update(name="highs-v2")
-        or op(doc, "hi-out").update(  # noqa: E731
-            inputs=["highs-v2"]
-        )
-    )
+
+    def rename(doc: dict[str, Any]) -> None:
+        op(doc, "highs")["name"] = "highs-v2"
+        op(doc, "hi-out")["inputs"] = ["highs-v2"]
+
     kept = plan_upgrade(spec(), spec(rename))
     assert kept.of("highs").action == "refuse" and kept.of("highs").change == "removed"
     assert kept.of("highs-v2").action == "keep" and kept.of("highs-v2").change == "added"
