@@ -101,7 +101,9 @@ def test_a_refused_change_keeps_the_deployment_and_a_compatible_one_replaces_eve
 
 
 def test_reset_state_empties_the_changed_operator_in_valkey_before_the_new_pods(
-    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch, valkey: EmbeddedValkey  # noqa: F811
+    kube: EmulatedKubernetes,
+    monkeypatch: pytest.MonkeyPatch,
+    valkey: EmbeddedValkey,  # noqa: F811
 ):
     cluster(kube)
     monkeypatch.setenv("STREAMTOPO_TRANSPORT_URL", valkey.url)
