@@ -87,6 +87,7 @@ from streamtopo.controller.sharing import (
 )
 from streamtopo.planner.benoit.split import join_shared
 from streamtopo.planner.model import SecretKeyRef, StreamTopology, TopologyError
+from streamtopo.planner.upgrade import plan_upgrade
 
 WEBHOOK_PATH = "validate-topology"
 """The admission webhook's URL path (kopf serves a handler under its id; the chart's
@@ -228,15 +229,23 @@ def admit_topology(body: kopf.Body, **kwargs: Any) -> None:
     for its spec.
 
     An update that leaves the spec as it was (kopf's finalizer and annotations, labels, a deletion) is
-    admitted: a topology admitted under an older platform policy must stay deletable.
+    admitted: a topology admitted under an older platform policy must stay deletable. An update the
+    running state cannot take (planner/upgrade.py, against the deployment the routing ConfigMap records,
+    as Flink's operator validates a spec change against the last reconciled one) is refused here too,
+    naming the field; a sharing consumer's is left to the reconcile, which sees its rewrite.
     """
     old = kwargs.get("old")
     if old is not None and (old.get("spec") == body.get("spec") or body.metadata.get("deletionTimestamp")):
         return
+    previous = _recorded(body) if old is not None else None
     try:
-        admit(body, STATE.settings.policy)
+        topology = admit(body, STATE.settings.policy, previous.topology.spec if previous else None)
     except TopologyError as error:
         raise kopf.AdmissionError(problems_message(error.problems), code=422) from None
+    if previous is not None and not topology.spec.sharing.enabled:
+        upgrade = plan_upgrade(previous.topology.spec, topology.spec)
+        if upgrade.refused:
+            raise kopf.AdmissionError(problems_message(upgrade.problems), code=422)
 
 
 # ------------------------------------------------------------------------------------ create / update
@@ -362,6 +371,19 @@ def leave_shared(body: kopf.Body, **_: Any) -> None:
     for doc in list_topologies(STATE.client(), namespace).values():
         if is_shared(doc) and any(r.get("uid") == uid for r in owners(doc)):
             _write_shared(namespace, with_owners(doc, [r for r in owners(doc) if r.get("uid") != uid]))
+
+
+def _recorded(body: kopf.Body) -> DesiredState | None:
+    """The webhook's view of a topology's running deployment; None when there is none or it cannot be
+    read now (the reconcile remains the last gate)."""
+    from kubernetes.client.exceptions import ApiException
+
+    if not body.metadata.get("namespace"):
+        return None
+    try:
+        return _previous(_platform(body))
+    except ApiException:
+        return None
 
 
 def _previous(platform: KubernetesPlatform) -> DesiredState | None:

@@ -142,3 +142,38 @@ def test_reset_state_empties_the_changed_operator_in_valkey_before_the_new_pods(
         assert agg.state == b"" and admin.hget(keys.unit(unit_key(("agg", kg))), "layout") is None
         assert (src.emitted, src.state) == (100 + kg, b"offset")  # kept as it was
         assert admin.hget(keys.unit(unit_key(("src", kg))), "layout") == b"y"
+
+
+def test_the_webhook_refuses_an_update_the_running_state_cannot_take(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch, tmp_path
+):
+    """As Flink's operator validates a spec change against the last reconciled spec: `kubectl apply` of an
+    incompatible change fails at once with the field named; resetState, or a compatible change, passes."""
+    from controller_testkit import free_port
+    from test_admission import Webhook, certificate, listening
+
+    ca, port = certificate(tmp_path), free_port()
+    monkeypatch.setenv("STREAMTOPO_WEBHOOK_CERT_DIR", str(tmp_path))
+    monkeypatch.setenv("STREAMTOPO_WEBHOOK_ADDR", "127.0.0.1")
+    monkeypatch.setenv("STREAMTOPO_WEBHOOK_PORT", str(port))
+    cluster(kube)
+    doc = topology()
+    with operator(kube, monkeypatch):
+        wait_for(lambda: listening(port), what="the webhook server")
+        webhook = Webhook(port, ca)
+        kube.create(CR_PATH, doc)
+        wait_for(lambda: routing(kube), what="the deployment the ConfigMap records")
+        running = kube.get(f"{CR_PATH}/pipe")
+
+        incompatible = copy.deepcopy(running)
+        incompatible["spec"] = with_aggregations(doc, "count(*) AS n", "max(seq) AS top")["spec"]
+        answer = webhook.review(incompatible, "UPDATE", old=running)
+        assert answer["allowed"] is False and answer["status"]["code"] == 422
+        assert answer["status"]["message"].startswith("spec.operators[2].aggregations: ")
+
+        reset = copy.deepcopy(incompatible)
+        reset["spec"]["upgrade"] = {"mode": "resetState"}
+        assert webhook.review(reset, "UPDATE", old=running)["allowed"] is True
+        compatible = copy.deepcopy(running)
+        compatible["spec"]["operators"][1]["select"] = ["seq", "key", "seq * 2 AS twice"]
+        assert webhook.review(compatible, "UPDATE", old=running)["allowed"] is True
