@@ -94,7 +94,7 @@ def test_reconcile_with_the_recorded_deployment_changes_nothing():
 
 def test_spec_change_replans_with_a_newer_version():
     """A change the running state can take (a filter's predicate; one that cannot is refused, see
-    test_upgrade.py) stops the executors, re-plans and starts them again with the next routing version."""
+    test_upgrade_reset.py) stops the executors, re-plans and starts them again with the next routing version."""
     platform = MemoryPlatform(Cluster.uniform(3, 1.5))
     first = reconcile(wordcount(), platform)
     changed = wordcount()
