@@ -98,8 +98,10 @@ def pod_health(pod: Mapping[str, Any]) -> PodHealth:
         terminated = (
             (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") or {}
         )
+        said = (terminated.get("message") or "").strip()
         if waiting.get("reason") in FAILING_WAIT:
             problem = waiting["reason"] + (f" ({terminated['reason']})" if terminated.get("reason") else "")
+            problem += f": {said}" if said else ""
         elif terminated.get("reason") == "OOMKilled":
             problem = "OOMKilled"
     if phase == "Failed":
