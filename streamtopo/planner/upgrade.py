@@ -65,9 +65,10 @@ OPERATOR_CONTROL_FIELDS = frozenset({"cost", "requires", "selectivity", "record_
 one too (a generator's is its event time)."""
 
 RuntimeFacts = Mapping[str, Mapping[str, str]]
-"""Layout facts only the runtime can compute (operator -> name -> value): the sub-window (pane) a windowed
-aggregate keeps its state in, which depends on the aggregates it shares panes with and on their rates
-(runtime/operators/shared_panes.py). Where given they replace the planner's conservative stand-in."""
+"""Layout facts only the runtime can compute (operator -> name -> value): the sub-window (``pane``) a
+windowed aggregate keeps its state in, which depends on the aggregates it shares panes with and on their
+rates (runtime/operators/shared_panes.py), where given in place of the planner's conservative stand-in;
+and the state ``format`` of the runtime version, which only the executors' digest compares."""
 
 
 @dataclass(frozen=True)
@@ -294,8 +295,10 @@ def fingerprint(spec: StreamTopologySpec, name: str, runtime: RuntimeFacts | Non
     facts = layout_with(spec, name, runtime)
     if not facts:
         return ""
-    values = json.dumps({key: fact.value for key, fact in facts.items()}, sort_keys=True, default=str)
-    return hashlib.sha256(values.encode()).hexdigest()[:16]
+    values = {key: fact.value for key, fact in facts.items()}
+    values |= {f"runtime.{key}": value for key, value in (runtime or {}).get(name, {}).items()}
+    text = json.dumps(values, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------------------- decision

@@ -162,7 +162,7 @@ def test_a_unit_is_restored_only_under_the_layout_its_state_was_written_under(cl
 def test_the_executor_checks_the_digest_the_planner_gives_with_the_runtimes_panes(make_spec):
     """runtime/layouts.py: the planner's fingerprint of each operator, with the pane the runtime shares."""
     from streamtopo.planner.upgrade import fingerprint
-    from streamtopo.runtime.layouts import layouts, runtime_facts
+    from streamtopo.runtime.layouts import STATE_FORMAT, layouts, runtime_facts
     from streamtopo.runtime.operators import sharing_groups
 
     spec = make_spec(
@@ -181,7 +181,10 @@ def test_the_executor_checks_the_digest_the_planner_gives_with_the_runtimes_pane
     )
     groups = sharing_groups(spec)
     facts = runtime_facts(spec, groups)
-    assert facts == {"short": {"pane": str(groups[0].pane)}, "long": {"pane": str(groups[0].pane)}}
+    pane = {"format": STATE_FORMAT, "pane": str(groups[0].pane)}
+    assert facts == {"src": {"format": STATE_FORMAT}, "short": pane, "long": pane}
     digests = layouts(spec, groups)
     assert digests == {name: fingerprint(spec, name, facts) for name in ("src", "short", "long")}
     assert digests["short"] != layouts(spec, [])["short"]  # alone it keeps its state per its own pane
+    older = {name: {**f, "format": "1"} for name, f in facts.items()}  # another runtime's state encoding
+    assert all(fingerprint(spec, name, older) != digests[name] for name in facts)
