@@ -318,6 +318,14 @@ class KubernetesPlatform:
                 )
             )
 
+    def state_client(self, topology: StreamTopology) -> Any | None:
+        """The platform Valkey's admin connection when ``topology`` runs on it with its own user (the only
+        transport the operator may reach: it never connects to a URL a tenant wrote)."""
+        if not self.settings.own_user(topology):
+            return None
+        assert self.settings.transport_url and self.settings.transport_admin_password  # own_user says so
+        return _admin_client(self.settings.transport_url, self.settings.transport_admin_password)
+
     def remove_transport_data(self, streams: Sequence[str]) -> int:
         """Delete the topology's Valkey user, keys and the named ``streams`` (keys deleted); nothing to do
         when the topology is not on the platform's transport with its own user."""

@@ -41,12 +41,13 @@ from streamtopo.runtime import sinks
 from streamtopo.runtime.dataflow import Dataflow
 from streamtopo.runtime.handover import Handover
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
+from streamtopo.runtime.layouts import layouts
 from streamtopo.runtime.metrics import ALL_INTERFACES, LOOPBACK, ExecutorMetrics, Probe, serve
 from streamtopo.runtime.operators import build_operators, sharing_groups
 from streamtopo.runtime.operators.base import KG, TS, LazyFailure
 from streamtopo.runtime.operators.records import clear_scratch, to_pandas, to_spark
 from streamtopo.runtime.scheduling import Scheduler
-from streamtopo.runtime.state_store import Fenced, StateStore
+from streamtopo.runtime.state_store import Fenced, LayoutChanged, StateStore
 from streamtopo.runtime.transport import (
     CONNECTION_ERRORS,
     TransportUnavailable,
@@ -89,6 +90,8 @@ class Executor(Handover, Dataflow):
         # Operators are built before anything starts: a UDF that does not import fails here, clearly.
         self.sharing = sharing_groups(self.spec) if self.config.share_panes else []
         self.operators = build_operators(self.spec, self.sharing)
+        self.layouts = layouts(self.spec, self.sharing)
+        """Operator -> digest of its state layout, checked against each unit's record on acquisition."""
         dag = nx.DiGraph()
         dag.add_nodes_from(op.name for op in self.spec.operators)
         dag.add_edges_from((u, op.name) for op in self.spec.operators for u in op.inputs)
@@ -346,7 +349,7 @@ def _run(
         return _failed(3, str(error))
     try:
         executor.run(stop)
-    except OperatorError as error:  # a column its input does not have, or a step Spark's ANSI mode fails
+    except (OperatorError, LayoutChanged) as error:  # a missing column, a step ANSI mode fails, a layout
         executor.close()
         return _failed(2, f"cannot run the pipeline: {error}")
     except sinks.SinkWriteError as error:  # committed but not written: the next owner writes it (sinks.redo)

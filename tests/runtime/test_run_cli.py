@@ -71,6 +71,8 @@ def test_run_refuses_several_topologies_that_cannot_run_together(tmp_path):
     assert "cycle" in result.output and "ping -> stream b -> pong" in result.output.replace("\n", " ")
     twice = CliRunner().invoke(app, ["run", str(ping), str(ping)])
     assert twice.exit_code == 2 and "given twice" in twice.output
+    watched = CliRunner().invoke(app, ["run", str(ping), str(pong), "--watch"])
+    assert watched.exit_code == 2 and "--watch applies the changes of one topology's file" in watched.output
 
 
 def test_run_reports_a_udf_that_does_not_import_before_starting(tmp_path):
