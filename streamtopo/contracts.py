@@ -217,6 +217,9 @@ class Metric:
     UNIT_BACKLOG = "streamtopo_unit_backlog_records"
     UNIT_OLDEST_AGE = "streamtopo_unit_oldest_record_age_seconds"
     EXECUTOR_CPU = "streamtopo_executor_cpu_seconds"
+    EXECUTOR_CPU_WAIT = "streamtopo_executor_cpu_wait_seconds"
+    """Seconds the executor's threads (JVM included) were runnable but waited for a CPU: a run queue
+    longer than the host's cores, or CPU throttling (the controller's saturation evidence)."""
     EXECUTOR_MEMORY = "streamtopo_executor_memory_bytes"
     EXECUTOR_CAPACITY = "streamtopo_executor_cpu_capacity_cores"
     ROUTING_VERSION = "streamtopo_routing_version"

@@ -40,7 +40,14 @@ from streamtopo.runtime import sinks
 from streamtopo.runtime.dataflow import Dataflow
 from streamtopo.runtime.handover import Handover
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
-from streamtopo.runtime.metrics import ALL_INTERFACES, LOOPBACK, ExecutorMetrics, Probe, serve
+from streamtopo.runtime.metrics import (
+    ALL_INTERFACES,
+    LOOPBACK,
+    ExecutorMetrics,
+    Probe,
+    serve,
+    thread_waits,
+)
 from streamtopo.runtime.operators import build_operators, sharing_groups
 from streamtopo.runtime.operators.base import (
     KG,
@@ -244,6 +251,7 @@ class Executor(Handover, Dataflow):
             procs = [proc, *proc.children(recursive=True)]
             cpu = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
             self.metrics.set_cpu(cpu)
+            self.metrics.add_cpu_wait(thread_waits([p.pid for p in procs]))
             self.metrics.exec(self.metrics.memory).set(sum(p.memory_info().rss for p in procs))
         except psutil.Error:
             pass

@@ -14,6 +14,7 @@ small threaded HTTP server:
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -134,6 +135,12 @@ class ExecutorMetrics:
         self.cpu = Counter(
             Metric.EXECUTOR_CPU, "CPU seconds of the executor (JVM included)", EXECUTOR, registry=r
         )
+        self.cpu_wait = Counter(
+            Metric.EXECUTOR_CPU_WAIT,
+            "Seconds the executor's threads (JVM included) waited for a CPU while runnable",
+            EXECUTOR,
+            registry=r,
+        )
         self.memory = Gauge(Metric.EXECUTOR_MEMORY, "Resident memory (JVM included)", EXECUTOR, registry=r)
         self.capacity = Gauge(
             Metric.EXECUTOR_CAPACITY, "CPU cores the executor may use", EXECUTOR, registry=r
@@ -167,6 +174,8 @@ class ExecutorMetrics:
             registry=r,
         )
         self._cpu_seen = 0.0
+        self._wait_seen: dict[tuple[int, int], float] = {}
+        """(pid, thread id) -> run-queue wait already counted, seconds (threads come and go)."""
         self._sources: dict[tuple[str, int], tuple[SourcePace, int, int]] = {}
         """Generator unit -> (pace, records emitted, records due already counted)."""
         self._lock = threading.Lock()
@@ -228,6 +237,33 @@ class ExecutorMetrics:
         if total_seconds > self._cpu_seen:
             self.exec(self.cpu).inc(total_seconds - self._cpu_seen)
             self._cpu_seen = total_seconds
+
+    def add_cpu_wait(self, per_thread: dict[tuple[int, int], float]) -> None:
+        """Advance the wait counter by what each thread (pid, tid) waited since the last reading; a thread
+        seen for the first time counts its whole wait, one that ended keeps what was counted."""
+        added = sum(max(0.0, w - self._wait_seen.get(t, 0.0)) for t, w in per_thread.items())
+        self._wait_seen = dict(per_thread)
+        if added > 0:
+            self.exec(self.cpu_wait).inc(added)
+
+
+def thread_waits(pids: list[int]) -> dict[tuple[int, int], float]:
+    """(pid, thread id) -> seconds the thread was runnable but waited for a CPU, from the kernel's
+    ``/proc/<pid>/task/<tid>/schedstat`` (its second field, run-queue delay in nanoseconds). A CPU-throttled
+    cgroup's threads stay queued, so throttling shows here too. Empty where the file is missing."""
+    out: dict[tuple[int, int], float] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+                    out[(pid, int(tid))] = int(stat.read().split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
 
 
 class Probe:

@@ -187,7 +187,8 @@ def test_run_with_the_adaptation_loop_decides_and_keeps_the_output_exact(tmp_pat
     auto = topology.spec.autoscaling.model_copy(update={"max_executors": 4})  # bounded: a shared machine
     topology = topology.model_copy(update={"spec": topology.spec.model_copy(update={"autoscaling": auto})})
     out = tmp_path / "out"
-    result = run_cli(tmp_path, topology, "--executors", "3", "--interval", "3")
+    # three executors of one core: a host of 4 cores in the model (the machine may have 2)
+    result = run_cli(tmp_path, topology, "--executors", "3", "--host-cpu", "4", "--interval", "3")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "finished (end of stream)" in result.stdout
     loop = next(line for line in result.stdout.splitlines() if line.startswith("adaptation loop:"))
