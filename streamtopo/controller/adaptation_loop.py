@@ -503,7 +503,7 @@ class AdaptationLoop:
         try:
             stats = self.metrics.collect(self.topology.metadata.name, self.interval)
             own = [(e.host, e.cpu) for e in before.executors.values()]
-            room = free_cores(cluster, own, self.platform.committed())
+            room = free_cores(cluster, own, self.platform.committed(), clamp=False)
             state = allocation_state(
                 stats, before, self.topology.spec, cluster, failing=failing, lost=lost, room=room
             )

@@ -22,10 +22,11 @@ capped at them). Scale-down marks the active executors with the least load in th
 move).
 
 A round that would only rebalance is skipped when its expected gain is within the measured noise: the
-plan's reduction of the load distance (or of the hottest executor's load) must exceed how much the
-executors' loads move between two periods on an unchanged allocation (``ScalingState.noise``). A
-migration pauses the key group it moves; spending pauses on a gain that the next period's noise would
-undo is thrash. Rounds that scale, drain set B or mend a constraint are never skipped.
+plan's reduction of the load distance (or of the hottest executor's load) must exceed how far the
+executors' loads a round predicts for the allocation it applies (this period's key-group loads on it)
+land from the loads the next period measures there (``ScalingState.noise``). A migration pauses the key
+group it moves; spending pauses on a gain that the next period's noise would undo is thrash. Rounds that
+scale, drain set B, collocate more traffic or mend a constraint are never skipped.
 
 Pure: :func:`adapt` maps (allocation state, scaling state, time) to an :class:`AdaptationResult`; the
 caller (controller or simulator) applies it. Bad statistics (NaN, missing key groups, zero capacity)
@@ -48,6 +49,7 @@ from streamtopo.planner.scaling.policy import (
     ScalingObservation,
     ScalingState,
     observe,
+    reclaimable,
 )
 from streamtopo.planner.scaling.rules import scaler
 
@@ -155,6 +157,7 @@ def adapt(
             applied = plan_on(replace(current, executors=executors))
         elif (skip := _within_noise(current, plan, new_scaling_state)) is not None:
             applied = skip
+        new_scaling_state = _predict(replace(current, executors=executors), applied, new_scaling_state)
     except ValueError as error:
         return safe_decision(
             state, scaling_state, f"keeping the current allocation: {error}", config.policy_config
@@ -266,9 +269,7 @@ def _scale(
     unmarked: list[str] = []
     load = _plan_loads(state, plan.assignment)
     if decision.delta > 0:
-        draining = sorted(
-            (e for e in executors if e.marked_for_removal), key=lambda e: (-load[e.name], e.name)
-        )
+        draining = sorted(reclaimable(state), key=lambda e: (-load[e.name], e.name))
         for e in draining[: decision.delta]:
             unmarked.append(e.name)
         executors = [replace(e, marked_for_removal=False) if e.name in unmarked else e for e in executors]
@@ -316,26 +317,36 @@ def _utilisations(state: AllocationState, assignment: Mapping[KeyGroupId, str]) 
     return {e.name: load[e.name] / e.capacity for e in state.executors if not e.marked_for_removal}
 
 
-def _allocation(state: AllocationState) -> str:
+def _allocation(assignment: Mapping[KeyGroupId, str], executors: Mapping[str, float]) -> str:
+    """A digest of an assignment over a set of active executors."""
     import hashlib
 
-    text = repr(sorted((str(k), v) for k, v in state.assignment.items()))
+    text = repr((sorted((str(k), v) for k, v in assignment.items()), sorted(executors)))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _predict(after: AllocationState, applied: Rebalance, scaling: ScalingState) -> ScalingState:
+    """Remember the executors' loads the applied allocation should show next period (this period's
+    key-group loads on it), with the allocation they are predicted for."""
+    loads = _utilisations(after, applied.assignment)
+    allocation = _allocation(applied.assignment, loads)
+    return replace(scaling, loads=tuple(sorted(loads.items())), allocation=allocation)
+
+
 def _measure_noise(state: AllocationState, scaling: ScalingState) -> ScalingState:
-    """This period's executor loads, and the noise of their change since the last period when the
-    allocation (assignment and executors) stayed the same."""
+    """The noise: how far this period's executor loads are from what the last round predicted for this
+    allocation (root mean square over executors, exponentially averaged); unchanged when the allocation
+    is not the one predicted for (an executor failed, a drill moved a key group)."""
     loads = _utilisations(state, state.assignment)
-    allocation = _allocation(state) + ",".join(sorted(loads))
-    noise = scaling.noise
-    if scaling.allocation == allocation and scaling.loads:
-        before = dict(scaling.loads)
-        changes = [loads[e] - before[e] for e in loads if e in before]
-        if changes:
-            rms = (sum(c * c for c in changes) / len(changes)) ** 0.5
-            noise = rms if noise is None else NOISE_WEIGHT * rms + (1 - NOISE_WEIGHT) * noise
-    return replace(scaling, loads=tuple(sorted(loads.items())), allocation=allocation, noise=noise)
+    if not scaling.loads or scaling.allocation != _allocation(state.assignment, loads):
+        return scaling
+    predicted = dict(scaling.loads)
+    errors = [loads[e] - predicted[e] for e in loads if e in predicted]
+    if not errors:
+        return scaling
+    rms = (sum(c * c for c in errors) / len(errors)) ** 0.5
+    noise = rms if scaling.noise is None else NOISE_WEIGHT * rms + (1 - NOISE_WEIGHT) * scaling.noise
+    return replace(scaling, noise=noise)
 
 
 def _within_noise(state: AllocationState, plan: Rebalance, scaling: ScalingState) -> Rebalance | None:

@@ -95,7 +95,8 @@ class AllocationState:
     """out[g_i][g_j]: records per second from g_i to g_j over the period."""
     rules: PlacementRules = field(default_factory=PlacementRules)
     room: Mapping[str, float] | None = None
-    """Host -> cores free for new executors (planner/capacity.py); None: no limit is known."""
+    """Host -> cores free for new executors (planner/capacity.py; negative where the executors there
+    request more than the host has); None: no limit is known."""
 
 
 @dataclass(frozen=True)

@@ -30,25 +30,33 @@ def free_cores(
     cluster: Cluster,
     own: Iterable[tuple[str | None, float]] = (),
     committed: Mapping[str, float] | None = None,
+    *,
+    clamp: bool = True,
 ) -> dict[str, float]:
     """Host -> cores left for new executors: its CPU less ``committed`` (other pods' requests there) and
-    less ``own`` (host, cores) requests of this topology's executors. Never negative."""
+    less ``own`` (host, cores) requests of this topology's executors. Negative when more is requested
+    there than the host has (an over-occupied host), unless ``clamp``."""
     room = {h.name: h.cpu - (committed or {}).get(h.name, 0.0) for h in cluster.hosts}
     for host, cpu in own:
         if host in room:
             room[host] -= cpu
-    return {h: max(0.0, c) for h, c in room.items()}
+    return {h: max(0.0, c) for h, c in room.items()} if clamp else room
 
 
 def fits(cpu: float, room: float) -> bool:
     return cpu <= room + EPS
 
 
+def over_occupied(host: str | None, room: Mapping[str, float]) -> bool:
+    """More is requested on ``host`` than it has (its room is negative)."""
+    return host is not None and room.get(host, 0.0) < -EPS
+
+
 def placeable(cpu: float, room: Mapping[str, float]) -> int:
     """How many executors of ``cpu`` cores the room takes (each on one host)."""
     if cpu <= 0:
         raise ValueError(f"executor cpu must be > 0, got {cpu}")
-    return sum(math.floor((free + EPS) / cpu) for free in room.values())
+    return sum(math.floor((max(0.0, free) + EPS) / cpu) for free in room.values())
 
 
 def place(
@@ -112,7 +120,8 @@ class Shortfall:
         source = "measured" if self.measured else "declared"
         return (
             f"the {source} rates need {self.demand:.2f} cores of work, {self.executors_wanted} executors of "
-            f"{self.executor_cpu:g} cores; the hosts have room for {self.executors_placed} "
+            f"{self.executor_cpu:g} core{'' if self.executor_cpu == 1 else 's'}; the hosts have room for "
+            f"{self.executors_placed} "
             f"({self.available:.2f} cores): {self.pending} pending, {self.cores_missing:.2f} cores missing; "
             f"{_rate(self.rate_demanded)} records/s demanded, {_rate(self.rate_carried)} carried"
         )

@@ -187,9 +187,8 @@ def deployment(
     if room is not None:
         placed = len(executors) - len(pending)
         rate = sum(aeolus.input_rate.get(op.name, 0.0) for op in spec.operators if op.source is not None)
-        needed = max(wanted, sum(1 for us in pe_units if us))
         per_executor = scaling.executor_capacity
-        capacity = planned_shortfall(needed, placed, per_executor, aeolus.demand, sum(room.values()), rate)
+        capacity = planned_shortfall(wanted, placed, per_executor, aeolus.demand, sum(room.values()), rate)
     return Deployment(executors, assignment, tuple(counts), wanted, aeolus.demand, capacity, tuple(pending))
 
 

@@ -57,6 +57,7 @@ from streamtopo.runtime.operators.base import (
     to_pandas,
     to_spark,
 )
+from streamtopo.runtime.pacing import SourceBudget
 from streamtopo.runtime.scheduling import Scheduler
 from streamtopo.runtime.state_store import Fenced, StateStore
 from streamtopo.runtime.transport import (
@@ -140,6 +141,8 @@ class Executor(Handover, Dataflow):
         """Whether this step has few records (Dataflow._plan_for)."""
         self.eager = False
         """Set after a lazy step failed: the redo materialises every operator's output (see LazyFailure)."""
+        self.pacing = SourceBudget(self.config.pacing)
+        """How many due records each step's generators take (runtime/pacing.py)."""
 
     # ---------------------------------------------------------------------------------------- start
 

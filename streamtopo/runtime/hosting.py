@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamtopo.contracts import unit_key
+from streamtopo.runtime.pacing import Pacing
 from streamtopo.runtime.state_store import UnitRecord
 
 
@@ -51,6 +52,8 @@ class ExecutorConfig:
     release_timeout: float = 90.0
     """Longest a donor keeps a unit for a receiver that is not ready yet (a pod that never starts)."""
     metrics_interval: float = 1.0
+    pacing: Pacing = Pacing()
+    """How many due records a step's generators take (runtime/pacing.py)."""
     share_panes: bool = True
     """Aggregates reading one input share their sub-windows (runtime/operators/shared_panes.py). Off only
     to measure what sharing saves: every executor of a topology must agree (it decides the state layout)."""

@@ -64,8 +64,8 @@ from typing import Literal
 from pydantic import Field
 
 from streamtopo.contracts import KeyGroupId
-from streamtopo.planner.allocation import AllocationState, Rebalance
-from streamtopo.planner.capacity import Shortfall, placeable
+from streamtopo.planner.allocation import AllocationState, ExecutorInfo, Rebalance
+from streamtopo.planner.capacity import Shortfall, over_occupied, placeable
 from streamtopo.planner.model import AutoscalingSpec, ScalingRuleSpec
 
 Direction = Literal["up", "down", "none"]
@@ -101,10 +101,13 @@ class HostLoad:
 
     host: str
     executors: int
+    """Executors running there (draining ones included)."""
     used: float
     """Cores they used."""
     wait: float
     """Cores' worth of their threads waiting for a CPU while runnable."""
+    draining: int = 0
+    """Of them, executors marked for removal (leaving already)."""
 
     @property
     def saturation(self) -> float:
@@ -166,12 +169,12 @@ class ScalingState:
     ineffective: bool = False
     """The last scale-up was ineffective: no scale-up until the count changes otherwise."""
     loads: tuple[tuple[str, float], ...] = ()
-    """Algorithm 1's balancing noise (planner/adaptation.py): each active executor's load last period
-    (percent of its capacity), with ``allocation``, the assignment it was measured on."""
+    """Algorithm 1's balancing noise (planner/adaptation.py): each active executor's load (percent of its
+    capacity) the last round predicted for the allocation it applied, ``allocation`` (a digest)."""
     allocation: str = ""
     noise: float | None = None
-    """Root mean square change of the executors' loads between two periods on the same allocation,
-    percentage points (exponentially averaged): what a rebalancing round's expected gain must exceed."""
+    """Root mean square distance of the executors' measured loads from those predicted, percentage
+    points (exponentially averaged): what a rebalancing round's expected gain must exceed."""
 
 
 @dataclass(frozen=True)
@@ -247,17 +250,18 @@ def observe(
     active = [e for e in state.executors if not e.marked_for_removal]
     extra = None
     if state.room is not None:
-        draining = sum(1 for e in state.executors if e.marked_for_removal)
-        extra = draining + placeable(new_executor_cpu, state.room)
+        extra = len(reclaimable(state)) + placeable(new_executor_cpu, state.room)
+    running = [e for e in state.executors if e.cpu_used is not None]
     hosts = tuple(
         HostLoad(
             h,
             len(on),
             sum(e.cpu_used or 0.0 for e in on),
             sum(e.cpu_wait for e in on),
+            sum(1 for e in on if e.marked_for_removal),
         )
-        for h in sorted({e.host or "" for e in active if e.cpu_used is not None})
-        if (on := [e for e in active if e.cpu_used is not None and (e.host or "") == h])
+        for h in sorted({e.host or "" for e in running})
+        if (on := [e for e in running if (e.host or "") == h])
     )
     return ScalingObservation(
         time=time,
@@ -273,6 +277,17 @@ def observe(
         carried_rate=carried if any(kg.output_rate for kg in state.key_groups) else None,
         hosts=hosts,
     )
+
+
+def reclaimable(state: AllocationState) -> list[ExecutorInfo]:
+    """Draining executors a scale-up may take back: running already, so they need no room, unless their
+    host is over-occupied (taking one back there keeps an executor its cores cannot run)."""
+    room = state.room
+    return [
+        e
+        for e in state.executors
+        if e.marked_for_removal and (room is None or not over_occupied(e.host, room))
+    ]
 
 
 def check_observation(obs: ScalingObservation) -> None:
@@ -418,9 +433,12 @@ def saturated_hosts(obs: ScalingObservation, config: ScalingConfig) -> list[Host
 
 
 def overprovisioned(hosts: list[HostLoad], per_executor: float) -> int:
-    """Executors beyond one per ``per_executor`` cores the saturated ``hosts`` actually gave them (at
-    least one per host): more processes on those cores only wait for each other."""
-    return sum(max(0, h.executors - max(1, math.ceil(h.used / per_executor - EPS))) for h in hosts)
+    """Active executors beyond one per ``per_executor`` cores the saturated ``hosts`` actually gave their
+    executors (at least one per host), once the draining ones have left: more processes on those cores
+    only wait for each other."""
+    return sum(
+        max(0, h.executors - max(1, math.ceil(h.used / per_executor - EPS)) - h.draining) for h in hosts
+    )
 
 
 def _saturated(
@@ -432,7 +450,7 @@ def _saturated(
         f"host {worst.host or '(unnamed)'} saturated: its {worst.executors} executors used "
         f"{worst.used:.2f} cores and waited {100 * worst.saturation:.0f} % of their runnable time for a CPU"
     )
-    excess = overprovisioned(hosts, capacity_per_executor(obs, config))
+    excess = min(overprovisioned(hosts, capacity_per_executor(obs, config)), obs.executors - 1)
     if excess > 0:
         capped = math.ceil(obs.executors * (1 - config.max_scale_down_fraction) - EPS)
         new = max(obs.executors - excess, capped, config.min_executors)
