@@ -87,7 +87,10 @@ class SourceBudget:
 
     def backpressured(self, client: Any, backlog_key: str, now: float) -> bool:
         """The topology's queues hold more than the pipeline carries in ``queued_seconds`` (read at most
-        every ``check_interval``; counters of partials count rows, which never exceed records)."""
+        every ``check_interval``; counters of partials count rows, which never exceed records). Without a
+        transport client (an executor not started), nothing is queued."""
+        if client is None:
+            return False
         if now - self._checked < self.pacing.check_interval:
             return self._blocked
         self._checked = now
