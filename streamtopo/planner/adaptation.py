@@ -129,7 +129,9 @@ def adapt(
         names = {e.name for e in state.executors}
         hosted = set(state.assignment.values())
         terminated = [e.name for e in state.executors if e.marked_for_removal and e.name not in hosted]  # 1-3
-        current = replace(state, executors=[e for e in state.executors if e.name not in terminated])
+        current = cpu_loads(
+            replace(state, executors=[e for e in state.executors if e.name not in terminated])
+        )
 
         def plan_on(s: AllocationState) -> Rebalance:
             return rebalance(
@@ -195,6 +197,24 @@ def _capacity(observation: ScalingObservation, decision: ScalingDecision, config
         rate_carried=observation.input_rate if observation.carried_rate is None else observation.carried_rate,
         measured=True,
     )
+
+
+def cpu_loads(state: AllocationState) -> AllocationState:
+    """Key-group loads as CPU (ALBIC's gLoad is a CPU load): a unit's busy time is wall time, which on an
+    executor whose threads waited for a CPU includes the wait, so each is scaled by the share of its
+    executor's runnable time that it ran (``cpu_used / (cpu_used + cpu_wait)``). Executors without a
+    measured wait keep their loads."""
+    share = {
+        e.name: e.cpu_used / (e.cpu_used + e.cpu_wait)
+        for e in state.executors
+        if e.cpu_used is not None and e.cpu_wait > 0 and e.cpu_used + e.cpu_wait > 0
+    }
+    if not share:
+        return state
+    scaled = [
+        replace(kg, load=kg.load * share.get(state.assignment.get(kg.id, ""), 1.0)) for kg in state.key_groups
+    ]
+    return replace(state, key_groups=scaled)
 
 
 def carry_over(policy_config: object | None, rebalance: Rebalance) -> object | None:

@@ -252,8 +252,7 @@ class Executor(Handover, Dataflow):
         try:
             proc = psutil.Process()
             procs = [proc, *proc.children(recursive=True)]
-            cpu = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
-            self.metrics.set_cpu(cpu)
+            self.metrics.add_cpu({p.pid: p.cpu_times().user + p.cpu_times().system for p in procs})
             self.metrics.add_cpu_wait(thread_waits([p.pid for p in procs]))
             self.metrics.exec(self.metrics.memory).set(sum(p.memory_info().rss for p in procs))
         except psutil.Error:

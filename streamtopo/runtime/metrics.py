@@ -173,7 +173,8 @@ class ExecutorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self._cpu_seen = 0.0
+        self._cpu_seen: dict[int, float] = {}
+        """pid -> CPU seconds already counted."""
         self._wait_seen: dict[tuple[int, int], float] = {}
         """(pid, thread id) -> run-queue wait already counted, seconds (threads come and go)."""
         self._sources: dict[tuple[str, int], tuple[SourcePace, int, int]] = {}
@@ -232,17 +233,20 @@ class ExecutorMetrics:
             except KeyError:
                 pass
 
-    def set_cpu(self, total_seconds: float) -> None:
-        """Advance the CPU counter to a cumulative reading (process tree CPU time)."""
-        if total_seconds > self._cpu_seen:
-            self.exec(self.cpu).inc(total_seconds - self._cpu_seen)
-            self._cpu_seen = total_seconds
+    def add_cpu(self, per_process: dict[int, float]) -> None:
+        """Advance the CPU counter by what each process of the tree (pid -> its CPU seconds) used since the
+        last reading. Per process, so one missing from a reading (it ended, or was not listed) and seen
+        again is not counted twice, as a drop and rise of the tree's sum would be."""
+        added = sum(max(0.0, used - self._cpu_seen.get(pid, 0.0)) for pid, used in per_process.items())
+        self._cpu_seen.update(per_process)
+        if added > 0:
+            self.exec(self.cpu).inc(added)
 
     def add_cpu_wait(self, per_thread: dict[tuple[int, int], float]) -> None:
         """Advance the wait counter by what each thread (pid, tid) waited since the last reading; a thread
-        seen for the first time counts its whole wait, one that ended keeps what was counted."""
+        seen for the first time counts its whole wait, one missing from a reading is not counted twice."""
         added = sum(max(0.0, w - self._wait_seen.get(t, 0.0)) for t, w in per_thread.items())
-        self._wait_seen = dict(per_thread)
+        self._wait_seen.update(per_thread)
         if added > 0:
             self.exec(self.cpu_wait).inc(added)
 
