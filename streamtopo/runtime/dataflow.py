@@ -220,7 +220,9 @@ class Dataflow(Emit):
         probed (first unread entry and length per stream) and the units' loads weighed: an executor
         hosting hundreds of units would otherwise pay a thousand commands every loop, idle or not."""
         internal = [(key, stream) for key, stream in owners if stream.startswith(self.keys.prefix)]
-        counts = {stream: self.config.max_entries for _, stream in owners}
+        # While units wait to be acquired, a released unit pauses until this step ends: read little.
+        limit = self.config.handover_entries if self.waiting else self.config.max_entries
+        counts = {stream: limit for _, stream in owners}
         if self.config.scheduling == "all" or not internal:
             return counts
         queued = [max(0, int(n or 0)) for n in self.client.hmget(self.keys.backlog, [s for _, s in internal])]
@@ -240,7 +242,7 @@ class Dataflow(Emit):
             backlogs[key].append(Backlog(stream, rows, int(length), front))
         hosting = {unit.op for unit in self.hosted.values()}
         loads = [self._load_of(self.hosted[key], hosting) for key in backlogs]
-        counts.update(self.scheduler.entries(loads, backlogs, self.config.max_entries))
+        counts.update(self.scheduler.entries(loads, backlogs, limit))
         if self.scheduler.last_policy is not None:
             self.metrics.scheduling.labels(self.keys.topology, self.name, self.scheduler.last_policy).inc()
         return counts

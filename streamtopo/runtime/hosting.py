@@ -17,6 +17,8 @@ class ExecutorConfig:
 
     max_entries: int = 256
     """Entries read per input stream per step."""
+    handover_entries: int = 4
+    """... while units wait to be acquired (the receiver's step is a released unit's pause)."""
     handover_source_records: int = 20_000
     """The per-unit cap while units wait to be acquired, so a hand-over's pause stays short."""
     max_source_records: int = 8_000_000
