@@ -104,6 +104,15 @@ def pod_health(pod: Mapping[str, Any]) -> PodHealth:
             problem = "OOMKilled"
     if phase == "Failed":
         problem = f"Failed: {status.get('reason') or 'the executor exited'}"
+    unschedulable = [
+        c
+        for c in status.get("conditions") or []
+        if c.get("type") == "PodScheduled"
+        and c.get("status") == "False"
+        and c.get("reason") == "Unschedulable"
+    ]
+    if phase == "Pending" and unschedulable:  # the room changed between the plan and the pod
+        problem = f"Pending: Unschedulable ({unschedulable[0].get('message') or 'no node has room'})"
     return PodHealth(phase, ready, problem, restarts)
 
 
