@@ -160,6 +160,12 @@ class Keys:
         only then, so a unit keeps running on its donor while a new executor's JVM starts."""
         return f"{self.prefix}:ready:{executor}"
 
+    def applied(self, executor: str) -> str:
+        """The routing version executor ``executor`` last applied: a donor releases a unit only once the
+        receiver runs a table that gives it the unit, so the receiver already takes the short steps of
+        an executor waiting to acquire, and the unit's pause is one of those."""
+        return f"{self.prefix}:applied:{executor}"
+
     @property
     def dead_letters(self) -> str:
         return f"{self.prefix}:dead-letter"

@@ -27,9 +27,9 @@ def test_more_parts_than_vertices_prints_nothing_and_gives_each_vertex_its_own_p
 def test_a_regular_partition_still_goes_to_metis(capfd):
     # two dense blocks joined by one light edge: METIS cuts between them
     block = np.ones((4, 4))
-    dense = sp.csr_matrix(np.block([[block, np.zeros((4, 4))], [np.zeros((4, 4)), block]]))
-    dense[3, 4] = 0.01
-    labels = metis_labels(dense, 2, np.ones(8))
+    weights = np.block([[block, np.zeros((4, 4))], [np.zeros((4, 4)), block]])
+    weights[3, 4] = 0.01
+    labels = metis_labels(sp.csr_matrix(weights), 2, np.ones(8))
     assert len(set(labels[:4].tolist())) == 1 and len(set(labels[4:].tolist())) == 1
     assert labels[0] != labels[7]
     assert capfd.readouterr() == ("", "")
