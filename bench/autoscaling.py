@@ -44,7 +44,8 @@ from bench.sharing_run import normalised
 from streamtopo.documents import load_topology
 from streamtopo.local.loop import local_loop
 from streamtopo.local.platform import machine_cores
-from streamtopo.local.runner import RunOptions, RunSummary, run_topology
+from streamtopo.local.runner import RunOptions, run_topology
+from streamtopo.local.summary import RunSummary
 from streamtopo.planner.model import StreamTopology
 
 SECTION = "Autoscaling against fixed counts"

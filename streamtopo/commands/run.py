@@ -106,7 +106,8 @@ def run(
 
     from streamtopo.controller.plan_output import render_run_plan
     from streamtopo.local.loop import local_loop
-    from streamtopo.local.runner import NoRoom, RunOptions, print_summary, run_topologies
+    from streamtopo.local.runner import NoRoom, RunOptions, run_topologies
+    from streamtopo.local.summary import print_summary
     from streamtopo.runtime.operators.udf import extend_import_path
 
     console = Console()
