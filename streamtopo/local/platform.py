@@ -27,6 +27,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import yaml
@@ -39,6 +40,7 @@ from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.metrics import LOOPBACK
 from streamtopo.runtime.processes import child_process_options
+from streamtopo.runtime.transport import connect
 
 
 def machine_cores() -> float:
@@ -130,6 +132,7 @@ class LocalPlatform:
         self.routing: RoutingTable | None = None
         self.topology_path = self.workdir / "topology.yaml"
         self.routing_path = self.workdir / "routing.json"
+        self._state: Any = None
 
     # ----------------------------------------------------------------------------------- Platform
 
@@ -184,6 +187,12 @@ class LocalPlatform:
     def committed(self) -> dict[str, float]:
         """Host -> cores the other topologies of this run have started executors for."""
         return self.machine.requested(exclude=self)
+
+    def state_client(self, topology: StreamTopology) -> Any:
+        """A client of the run's own Valkey (every topology of a local run is on it)."""
+        if self._state is None:
+            self._state = connect(self.transport_url)
+        return self._state
 
     # -------------------------------------------------------------------------------------- files
 

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple, Protocol, Self
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 
 from streamtopo.contracts import ExecutorEntry, Keys, RoutingTable, executor_name, unit_key
 from streamtopo.controller.platform import DesiredState
@@ -36,6 +37,7 @@ from streamtopo.local.drills import Kill, Schedule, held_by, migrate, recovery_p
 from streamtopo.local.platform import LocalPlatform, Machine, machine_cluster, machine_cores
 from streamtopo.local.progress import Progress
 from streamtopo.local.summary import RunSummary, SinkSample
+from streamtopo.local.upgrade import Edit, SpecFile, apply_edit
 from streamtopo.planner.capacity import Shortfall, free_cores, place, placeable
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.deployment import deployment
@@ -90,6 +92,9 @@ class RunOptions:
     """Called with the plan (None for ``--executors N``) and routing v1 before any executor starts."""
     sample_records: int = 5
     """Latest records of each file sink the summary shows."""
+    watch: Path | None = None
+    """The topology's file: saving a new spec in it applies it to the running topology as the operator
+    applies a spec change (local/upgrade.py); a run of one topology only."""
 
 
 # ------------------------------------------------------------------------------------------ planning
@@ -251,6 +256,13 @@ def with_profiling(topology: StreamTopology, options: RunOptions) -> StreamTopol
     return topology.model_copy(update={"spec": spec.model_copy(update=update)})
 
 
+def prepared(topology: StreamTopology, options: RunOptions) -> StreamTopology:
+    """``topology`` as this run runs it: rates scaled, generators limited, the loop's options."""
+    return with_profiling(
+        limit_sources(scale_rates(topology, options.rate_scale), options.source_seconds), options
+    )
+
+
 def local_interval(topology: StreamTopology, horizon: float | None, interval: float | None) -> float:
     """The SPL of a local run: ``--interval``, else the spec's, capped at horizon / 6 (at least 5 s) so a
     run of ``--duration`` (or ``--source-seconds``) sees several periods (the first only records the
@@ -365,10 +377,9 @@ def run_topologies(
     Ends when every one reached end of stream, when ``duration`` passes, on Ctrl-C or when one fails.
     ``outputs``: each topology's file-sink directory (default ``options.output``)."""
     console = console or Console()
-    topologies = [
-        with_profiling(limit_sources(scale_rates(t, options.rate_scale), options.source_seconds), options)
-        for t in topologies
-    ]
+    topologies = [prepared(t, options) for t in topologies]
+    if options.watch is not None and len(topologies) != 1:
+        raise ValueError("--watch applies the changes of one topology's file: run one file")
     cluster = run_cluster(options)
     routings, starts = [], []
     taken: list[tuple[str | None, float]] = []  # executors of the topologies planned before this one
@@ -415,7 +426,7 @@ def run_topologies(
             )
             platforms.append(platform)
             platform.apply(DesiredState(topology, start.routing))
-            runs.append(_Run(topology, options, platform, store, start, started, console))
+            runs.append(_Run(topology, options, platform, store, start, started, console, cluster))
         with (
             Live(console=console, refresh_per_second=2, transient=False)
             if options.live
@@ -492,10 +503,13 @@ class _Run:
         start: Start,
         started: float,
         console: Console,
+        cluster: Cluster,
     ):
         routing = start.routing
         self.topology, self.options, self.platform, self.store = topology, options, platform, store
-        self.routing, self.started, self.console = routing, started, console
+        self.routing, self.started, self.console, self.cluster = routing, started, console, cluster
+        self.spec_file = SpecFile(options.watch) if options.watch is not None else None
+        self.upgrades: list[Edit] = []
         self.declared = start.capacity
         """The declared rates against the hosts' room, from the plan."""
         self.measured: Shortfall | None = None
@@ -542,6 +556,8 @@ class _Run:
                 f"executor {n} exited with code {c}:\n{self.platform.log_tail(n)}" for n, c in crashed.items()
             )
             return True
+        if self.spec_file is not None and (text := self.spec_file.changed()) is not None:
+            self._edit(text)
         self._restart_victims(now)
         self.platform.schedule()  # pending executors start once room frees
         # Drills wait for the first warm-up, so they exercise hand-overs and recovery rather than JVM
@@ -610,6 +626,7 @@ class _Run:
             rebalances=self.summary_log["RebalanceReport"],
             scalings=self.summary_log["ScalingReport"],
             profiles=self.summary_log["ProfileIteration"],
+            upgrades=self.upgrades,
             periods=len(self.loop.history) if self.loop else 0,
             output=self.platform.output_dir,
             unready=self.unready,
@@ -619,6 +636,42 @@ class _Run:
             most_executors=self.most_executors,
             first_records=self.first_records,
         )
+
+    def _edit(self, text: str) -> None:
+        """The watched file changed: apply it as the operator applies a spec change (local/upgrade.py).
+        Every executor stops first, so the new deployment has the hosts' whole room."""
+        starts: list[Start] = []
+
+        def route(topology: StreamTopology) -> tuple[RoutingTable, Plan | None]:
+            starts.append(initial_routing(topology, self.cluster, self.options.executors, self.options.seed))
+            return starts[-1].routing, starts[-1].plan
+
+        edit = apply_edit(
+            text,
+            DesiredState(self.topology, self.routing, capacity=self.declared),
+            self.platform,
+            prepare=lambda t: prepared(t, self.options),
+            check=lambda t: check_pipeline(t, self.platform.output_dir, verbose=self.options.verbose),
+            route=route,
+        )
+        if edit.restarted and starts:
+            self.declared = starts[-1].capacity
+        self.upgrades.append(edit)
+        self.console.print(f"spec change: {escape(edit.message)}", highlight=False, soft_wrap=True)
+        if edit.topology is None or edit.routing is None:
+            return
+        memory = self.loop.memory.to_json() if self.loop is not None else None
+        self.topology, self.routing = edit.topology, edit.routing
+        if edit.restarted:  # new executors: progress, warm-up and drills start over
+            if self.options.show_plan is not None:
+                self.options.show_plan(edit.plan, edit.routing)
+            self.progress = Progress(self.topology.spec)
+            self.warm, self.unready = False, sorted(self.routing.executors)
+            self.restarts.clear()
+        adapt = self.options.adaptation if self.loop is not None else None
+        if adapt is not None:
+            self.loop = adapt(self.platform, self.topology, self.routing, self.interval, self.options.seed)
+            self.loop.restore(memory)
 
     def _set_routing(self, routing: RoutingTable) -> None:
         self.routing = routing

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from streamtopo.local.upgrade import Edit
 from streamtopo.planner.capacity import Shortfall
 from streamtopo.runtime.handover import Pause
 
@@ -57,6 +58,8 @@ class RunSummary:
     """Executors not yet running (JVM started and warm) when the run ended: it ended during warm-up."""
     records: dict[str, SinkSample] = field(default_factory=dict)
     """File sink -> its latest records (``RunOptions.sample_records``), for the summary to show."""
+    upgrades: list[Edit] = field(default_factory=list)
+    """What each change of the watched file did (applied, with what was kept and reset, or refused)."""
     hosts: str = ""
     """The hosts the run had, as the summary names them (``vm: 2 cores``)."""
     declared: Shortfall | None = None
@@ -134,6 +137,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
         )
         if sample.records:
             console.print(records_table(sample.records))
+    for i, edit in enumerate(summary.upgrades, 1):
+        console.print(f"spec change {i}: {escape(edit.message)}", highlight=False, soft_wrap=True)
     if summary.unready and not summary.failed:
         console.print(
             f"[red]the run ended during warm-up: executor(s) {', '.join(summary.unready)} were "
