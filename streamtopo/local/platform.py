@@ -361,7 +361,10 @@ binds it, so several platforms starting executors at once (``run_topologies``) m
 
 
 def _claim_port(first: int = 19400, last: int = 21400) -> int:
-    for port in range(first, last):
+    """A free port in [first, last), scanned from an offset of this process's id: runs of other processes
+    on the machine (each with its own ``_CLAIMED``) then rarely pick the same port before binding it."""
+    offset = os.getpid() % (last - first)
+    for port in [*range(first + offset, last), *range(first, first + offset)]:
         if port not in _CLAIMED and is_port_available(LOOPBACK, port):
             _CLAIMED.add(port)
             return port
