@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -68,10 +68,11 @@ def _plan(
     previous: RoutingTable | None,
     seed: int,
     profile: Profile | None = None,
+    room: Mapping[str, float] | None = None,
 ) -> tuple[DesiredState, Plan] | Refused:
     """Runs in the worker."""
     try:
-        return IN_PROCESS.plan(topology, cluster, previous, seed, profile)
+        return IN_PROCESS.plan(topology, cluster, previous, seed, profile, room)
     except TopologyError as error:
         return Refused(error.problems, str(error))
     except ValueError as error:  # COLA's NoValidPlan: only its message matters to the caller
@@ -129,8 +130,9 @@ class WorkerPlanner(Planner):
         previous: RoutingTable | None,
         seed: int,
         profile: Profile | None = None,
+        room: Mapping[str, float] | None = None,
     ) -> tuple[DesiredState, Plan]:
-        result = self._call(_plan, topology, cluster, previous, seed, profile)
+        result = self._call(_plan, topology, cluster, previous, seed, profile, room)
         if isinstance(result, Refused):
             raise result.exception()
         return result
