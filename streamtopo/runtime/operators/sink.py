@@ -1,8 +1,7 @@
 """Sinks: the last operator of a branch. Writing (exactly once, per key group) is the executor's job.
 
 ``process`` passes records through; for a file sink it adds each record's line: JSON exactly as Spark's
-JSON writer writes it (``to_json``, run by Spark itself, so no Python formatting can differ from it): the
-user's columns in order, null fields left out, NaN and infinities as ``"NaN"``/``"Infinity"``, doubles in
+JSON writer writes it (json_writer.py, checked against Spark's ``to_json``): the user's columns in order, null fields left out, NaN and infinities as ``"NaN"``/``"Infinity"``, doubles in
 Java's notation, bigints and decimals exact (a decimal with its scale), dates ``2024-01-02``, timestamps
 ISO-8601 in UTC with their microseconds (``timestampFormat`` keeps them; Spark's default would cut them
 to milliseconds); then the event time as ``_ts`` (seconds). A stream sink's executor writes the records
@@ -13,29 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
-from streamtopo.runtime.operators.base import KG, TS, OperatorResult, UnitOperator, computed, ensure_reserved
-from streamtopo.runtime.operators.records import LINE, is_internal, to_spark
-
-JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
-"""The JSON writer's options: Spark's defaults but for timestamps, which keep their microseconds."""
+from streamtopo.runtime.operators.base import KG, TS, OperatorResult, UnitOperator, ensure_reserved
+from streamtopo.runtime.operators.json_writer import json_lines
+from streamtopo.runtime.operators.records import LINE, is_internal
 
 
 def user_columns(df: pd.DataFrame) -> list[str]:
     """The record's own columns (the executor's, ``_kg``, ``_ts`` ..., left out)."""
     return [c for c in df.columns if not is_internal(str(c))]
-
-
-def json_lines(spark: SparkSession, df: pd.DataFrame) -> np.ndarray:
-    """Each record of ``df`` as Spark's JSON writer writes it, the event time last as ``_ts`` (one job)."""
-    columns = [*user_columns(df), TS]
-    frame = to_spark(spark, df[columns])
-    lines = frame.select(F.to_json(F.struct(*[frame[c] for c in columns]), JSON_OPTIONS))
-    return computed(lambda: lines.toArrow()).column(0).to_numpy(zero_copy_only=False)
 
 
 class SinkOperator(UnitOperator):
@@ -44,7 +31,7 @@ class SinkOperator(UnitOperator):
     ) -> OperatorResult:
         if self.op.sink is not None and self.op.sink.file is not None and len(batch):
             batch = ensure_reserved(batch, self.name)
-            batch = batch.assign(**{LINE: json_lines(spark, batch)})
+            batch = batch.assign(**{LINE: json_lines(spark, batch, [*user_columns(batch), TS])})
         return OperatorResult(batch)
 
     def format_console(self, df: pd.DataFrame) -> list[str]:
