@@ -119,7 +119,7 @@ class Executor(Handover, Dataflow):
         """Address /metrics, /healthz and /readyz listen on (loopback in process; a pod binds all)."""
         self.hosted: dict[str, Hosted] = {}
         self.waiting: dict[str, float] = {}
-        self.leaving: dict[str, tuple[str | None, float]] = {}
+        self.leaving: dict[str, tuple[str | None, float, int]] = {}
         """Units the routing moved away, still run here until their receiver is ready (receiver, since)."""
         self._warm = False
         self.routing: RoutingTable | None = None

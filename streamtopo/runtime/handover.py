@@ -2,7 +2,7 @@
 
 The donor side is simple: on a routing version that no longer gives it a unit, the donor keeps running the
 unit until the receiver is ready (its ``ready`` key, set once its JVM is warm, and its ``applied`` routing
-version at least the donor's: it is waiting for the unit, so its steps are short; at most
+version at least the one that gave it the unit: it is waiting for the unit, so its steps are short; at most
 ``release_timeout``), finishes the micro-batch in progress (every step ends in a commit), then releases
 the unit (``owner = ""``, ``released_at = now``, only if its epoch is still current). A unit moving to an
 executor that is still starting therefore keeps running instead of pausing for the JVM start.
@@ -94,7 +94,8 @@ class Handover:
     metrics: ExecutorMetrics
     hosted: dict[str, Hosted]
     waiting: dict[str, float]
-    leaving: dict[str, tuple[str | None, float]]
+    leaving: dict[str, tuple[str | None, float, int]]
+    """Units the routing moved away: (receiver, leaving since, the routing version that gave it the unit)."""
     routing: RoutingTable | None
     routing_path: Path
     _routing_mtime: float
@@ -121,22 +122,22 @@ class Handover:
         mine = {unit_key(u) for u in table.units_of(self.name)}
         now = self.clock()
         for key in sorted(set(self.hosted) - mine):
-            self.leaving[key] = (table.units.get(key), self.leaving.get(key, (None, now))[1])
+            receiver, (before, since, given) = table.units.get(key), self.leaving.get(key, (None, now, 0))
+            self.leaving[key] = (receiver, since, given if receiver == before else table.version)
         for key in mine & set(self.leaving):
             del self.leaving[key]
         self.waiting = {k: self.waiting.get(k, now) for k in sorted(mine - set(self.hosted))}
 
     def _release_leaving(self) -> None:
         """Hand over units the routing moved away once their receiver is ready (its JVM warm) and runs
-        this routing version (it waits for the unit, so its steps are short: the unit's pause is one of
+        the routing version that gave it the unit, or a later one (it waits for the unit, so its steps are short: the unit's pause is one of
         them, not the rest of a long one), so a unit moving to a starting or busy executor keeps running
         here meanwhile; the step before has committed."""
         now = self.clock()
-        version = self.routing.version if self.routing is not None else 0
-        for key, (receiver, since) in list(self.leaving.items()):
+        for key, (receiver, since, given) in list(self.leaving.items()):
             ready = receiver is None or (
                 bool(self.client.exists(self.keys.ready(receiver)))
-                and int(self.client.get(self.keys.applied(receiver)) or -1) >= version
+                and int(self.client.get(self.keys.applied(receiver)) or -1) >= given
             )
             if not ready and now - since < self.config.release_timeout:
                 continue
