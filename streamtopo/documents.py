@@ -21,6 +21,7 @@ from streamtopo.planner.model import (
 )
 from streamtopo.planner.policy import PlatformPolicy
 from streamtopo.planner.scaling.aeolus import open_key_groups
+from streamtopo.planner.schema import schema_problems
 
 Source = str | Path | Mapping[str, Any]
 """A path (``Path``, or a string naming an existing file), YAML text, or parsed data."""
@@ -54,10 +55,14 @@ def load_topology(source: Source, *, policy: PlatformPolicy | None = None) -> St
     groups the spec leaves open sized by Aeolus (:func:`~streamtopo.planner.scaling.aeolus.open_key_groups`).
 
     Every reader goes through here (``streamtopo run``/``plan``, the webhook, the reconcile, the
-    executors), so all of them see the same key groups; a topology written back out names them.
+    executors), so all of them see the same key groups; a topology written back out names them, and all
+    of them refuse what the typed view refuses (:func:`~streamtopo.planner.schema.schema_problems`:
+    missing columns, key types, reserved column names) before anything runs.
     """
     data, origin = _text(source)
     topology = parse_topology(data, origin=origin, policy=policy)
+    if problems := schema_problems(topology.spec):
+        raise TopologyError(problems)
     sized = open_key_groups(topology.spec, policy.max_key_groups if policy else None)
     if not sized:
         return topology

@@ -34,7 +34,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from streamtopo.planner.expressions import expression_problem
+from streamtopo.planner.expressions import Role, expression_problem
 from streamtopo.planner.policy import (
     POLICY,
     PlatformPolicy,
@@ -142,7 +142,7 @@ SourceStreamName = Annotated[
 namespace, which a platform must share (:func:`shared_stream_problem`)."""
 """A named Valkey stream: letters, digits and ``._:-``, ``{}`` for a cluster hash tag."""
 Expression = Annotated[str, Field(min_length=1, max_length=MAX_EXPRESSION)]
-"""A Spark SQL expression; the functions it calls are checked against planner/expressions.py."""
+"""A Spark SQL expression, read by grammar and checked against the allow-list of planner/expressions.py."""
 
 
 class Model(BaseModel):
@@ -410,15 +410,16 @@ class Operator(Model):
         return self
 
     @model_validator(mode="after")
-    def _allowed_functions(self) -> Operator:
-        """Tenant expressions call only allowed Spark functions (planner/expressions.py)."""
-        texts = [("expr", self.expr)] if self.expr is not None else []
-        texts += [(f"select[{i}]", t) for i, t in enumerate(self.select or [])]
-        texts += [(f"aggregations[{i}]", t) for i, t in enumerate(self.aggregations or [])]
-        for where, text in texts:
-            problem = expression_problem(text)
-            if problem:
-                raise field_error(where.split("[")[0], f"{where}: {text!r} {problem}")
+    def _allowed_expressions(self) -> Operator:
+        """Tenant expressions read by grammar (planner/expressions.py): one expression each, of allowed
+        node types and functions, no subquery, relation or reflective call; the columns they define
+        never shadow the runtime's own (``_kg``, ``_input``, ``__*``; a map may set ``_ts``)."""
+        texts: list[tuple[str, str, Role]] = [("expr", self.expr, "expr")] if self.expr is not None else []
+        texts += [(f"select[{i}]", t, "select") for i, t in enumerate(self.select or [])]
+        texts += [(f"aggregations[{i}]", t, "aggregation") for i, t in enumerate(self.aggregations or [])]
+        for where, text, role in texts:
+            if problem := expression_problem(text, role):
+                raise field_error(where, f"{text!r} {problem}")
         return self
 
 
