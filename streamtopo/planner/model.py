@@ -38,10 +38,13 @@ from streamtopo.planner.expressions import Role, expression_problem
 from streamtopo.planner.policy import (
     POLICY,
     PlatformPolicy,
+    env_problem,
     image_problem,
+    mount_problem,
     node_key_problem,
     shared_stream_problem,
     udf_problem,
+    url_problem,
 )
 
 API_VERSION: Final = "streamtopo.dev/v1alpha1"
@@ -631,19 +634,17 @@ class AutoscalingSpec(ScalingRuleSpec):
 
 class PrometheusSpec(Model):
     url: str = Field(pattern=r"^https?://[^\s/?#]+[^\s]*$", max_length=2048)
-    """http or https only (no file:// or other schemes reach the operator's HTTP client); on a platform
-    only under a prefix it allows (the operator queries the URL from inside the cluster)."""
+    """http or https only (no file:// or other schemes reach the operator's HTTP client), no userinfo; on
+    a platform only one of its URLs by scheme, host and port (the operator queries the URL from inside the
+    cluster)."""
     basic_auth_secret: SecretKeyRef | None = None
     """Secret holding ``user:password`` for basic auth."""
 
     @model_validator(mode="after")
     def _allowed_url(self, info: ValidationInfo) -> PrometheusSpec:
         policy = (info.context or {}).get(POLICY)
-        if policy is not None and not any(self.url.startswith(prefix) for prefix in policy.prometheus_urls):
-            allowed = ", ".join(policy.prometheus_urls) or "none"
-            raise field_error(
-                "url", f"{self.url!r} is not among the platform's Prometheus URLs (prefixes: {allowed})"
-            )
+        if problem := url_problem(self.url, policy.prometheus_urls if policy else None):
+            raise field_error("url", problem)
         return self
 
 
@@ -656,8 +657,17 @@ class MetricsSpec(Model):
 class TransportSpec(Model):
     """The Valkey/Redis server of the streams between executors."""
 
-    url: str = Field(default="redis://valkey:6379", pattern=r"^(redis|rediss|valkey|valkeys)://")
+    url: str = Field(
+        default="redis://valkey:6379", pattern=r"^(redis|rediss|valkey|valkeys)://", max_length=2048
+    )
+    """No userinfo: the password comes from ``passwordSecret``, never from the spec in clear."""
     password_secret: SecretKeyRef | None = None
+
+    @model_validator(mode="after")
+    def _no_credentials(self) -> TransportSpec:
+        if "@" in self.url.split("://", 1)[1].split("/", 1)[0]:
+            raise field_error("url", "a transport URL with userinfo is not allowed; use passwordSecret")
+        return self
 
 
 class BatchingSpec(Model):
@@ -686,8 +696,6 @@ RESERVED_LABEL_PREFIXES = (
 """Label prefixes the operator sets on executor pods (selection, exlocation): a template cannot set them."""
 EXECUTOR_CONFIG_DIR = "/etc/streamtopo"
 """Where executor pods mount their routing ConfigMap (topology.yaml, routing.json)."""
-EXECUTOR_PATHS = (EXECUTOR_CONFIG_DIR, "/tmp")
-"""The executor container's own mounts (routing ConfigMap, scratch space): a template cannot use them."""
 
 
 class ExecutorResources(Model):
@@ -727,8 +735,8 @@ class EnvVar(Model):
 
     @model_validator(mode="after")
     def _one_source(self) -> EnvVar:
-        if self.name.startswith("STREAMTOPO_"):
-            raise field_error("name", f"{self.name}: STREAMTOPO_* variables are the operator's")
+        if problem := env_problem(self.name):
+            raise field_error("name", problem)
         if self.value is not None and self.value_from is not None:
             raise field_error("valueFrom", "set value or valueFrom, not both")
         return self
@@ -742,14 +750,11 @@ class VolumeMount(Model):
 
     @model_validator(mode="after")
     def _not_the_executors(self) -> VolumeMount:
-        if any(
-            self.mount_path.rstrip("/") == p or self.mount_path.startswith(p + "/") for p in EXECUTOR_PATHS
-        ):
-            raise field_error(
-                "mountPath", f"{self.mount_path} is the executor's own ({', '.join(EXECUTOR_PATHS)})"
-            )
-        if ".." in self.mount_path.split("/") or (self.sub_path and ".." in self.sub_path.split("/")):
-            raise field_error("mountPath", "no '..' in mount paths")
+        """A tenant volume never shadows the runtime's code, configuration or scratch space."""
+        if problem := mount_problem(self.mount_path):
+            raise field_error("mountPath", problem)
+        if self.sub_path and ".." in self.sub_path.split("/"):
+            raise field_error("subPath", "no '..' in sub paths")
         return self
 
 
