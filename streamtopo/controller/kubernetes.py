@@ -302,19 +302,25 @@ class KubernetesPlatform:
             memory=data.get("state.json"),
         )
 
-    def ensure_transport_user(self, topology: StreamTopology) -> None:
+    def ensure_transport_user(self, topology: StreamTopology) -> str | None:
         """(Re)create the topology's Valkey user when it has one: with every apply, and on every operator
         tick, since Valkey forgets run-time ACL users when it restarts and executors must not stay
-        locked out until the next period."""
-        if self.settings.own_user(topology):
+        locked out until the next period. A topology past the platform's transport limits is suspended
+        instead, and the reason returned (:func:`.transport_acl.enforce_quota`)."""
+        if not self.settings.own_user(topology):
+            return None
+        return cast(
+            str | None,
             self._with_admin(
                 lambda admin: transport_acl.ensure_user(
                     admin,
                     owner_keys(self.owner),
                     transport_password(self.owner, self.settings),
                     transport_acl.shared_reads(topology),
+                    self.settings.transport_limits,
                 )
-            )
+            ),
+        )
 
     def remove_transport_data(self, streams: Sequence[str]) -> int:
         """Delete the topology's Valkey user, keys and the named ``streams`` (keys deleted); nothing to do

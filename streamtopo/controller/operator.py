@@ -654,7 +654,10 @@ def _keep_transport_user(
         with _lock(memo):
             if stopped:
                 return
-            _platform(body).ensure_transport_user(topology)
+            suspended = _platform(body).ensure_transport_user(topology)
+        if suspended and not getattr(memo, "transport_suspended", False):
+            logger.warning(suspended)  # an Event on the topology, once per suspension
+        memo.transport_suspended = bool(suspended)
     except TransportAdminError as error:
         if not getattr(memo, "transport_down", False):
             logger.warning(str(error))

@@ -28,7 +28,7 @@ import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import pandas as pd
 import pyarrow as pa
@@ -38,6 +38,7 @@ from redis.retry import Retry
 
 from streamtopo.contracts import redis_url
 from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame, ipc_to_table
+from streamtopo.runtime.state_store import prepare
 
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionError, OSError)
 """What a lost or unreachable Valkey raises; the executor retries these with backoff."""
@@ -250,6 +251,13 @@ def read_entries(client: redis.Redis, requests: Iterable[tuple[str, str, int]]) 
 
 
 def append(client: redis.Redis, stream: str, fields: list[bytes]) -> str:
-    """XADD one entry outside a commit (tests, calibration, external producers)."""
-    pairs: dict[Any, Any] = dict(zip(fields[::2], fields[1::2]))
-    return cast(bytes, client.xadd(stream, pairs)).decode()
+    """Append one entry outside a commit (tests, calibration, external producers) through the function
+    library (``streamtopo_append``, within the stream's account limits): tenants have no raw XADD."""
+    try:
+        entry_id = client.fcall("streamtopo_append", 1, stream, *fields)
+    except redis.exceptions.ResponseError as error:
+        if "function not found" not in str(error).lower():
+            raise
+        prepare(client)  # a Valkey of our own that no executor has used yet
+        entry_id = client.fcall("streamtopo_append", 1, stream, *fields)
+    return cast(bytes, entry_id).decode()

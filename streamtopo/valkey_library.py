@@ -1,0 +1,378 @@
+"""The Valkey function library every write of a topology goes through, and the limits it keeps.
+
+Tenants never run scripts of their own (no EVAL: one endless Lua loop makes every tenant's commands fail
+with BUSY) and have no raw write command (one SET of a large value, or XADDs to made-up streams, would
+fill the server for everyone). The operator loads this library (``FUNCTION LOAD``, with the platform's
+limits written into it) and a topology's ACL user may only ``FCALL`` its functions and read its own keys
+(controller/transport_acl.py). The functions are bounded loops over their arguments, refuse what exceeds
+the limits before writing anything, and keep an account of the bytes each tenant holds:
+
+- ``streamtopo_commit``: a micro-batch's effects, all or nothing (runtime/state_store.py, the protocol
+  in docs/exactly-once.md): epoch fencing of every unit, then the unit records, the appended stream
+  entries, the trims of consumed streams and the backlog counters;
+- ``streamtopo_acquire``/``streamtopo_release``: unit ownership and its fencing epoch;
+- ``streamtopo_append``: one entry from a program outside a topology (a producer of a named stream);
+- ``streamtopo_mark``: heartbeats, readiness and the topology's start time (small, expiring strings);
+- ``streamtopo_log``: a hand-over record on the topology's capped ``pauses`` list;
+- ``streamtopo_trim``/``streamtopo_drop``: the operator's trims and deletions of named streams, so the
+  account follows them (replies: entries trimmed, keys deleted);
+- ``streamtopo_version``: what is loaded (the operator reloads when the version or limits differ).
+
+Accounts. Every key belongs to one account by its name: a topology's keys (``st:{<ns>/<name>}:*``) to
+the hash ``st:{<ns>/<name>}:quota``, a namespace's named streams (``<ns>/<stream>``) to ``<ns>/#quota``
+(``#`` is in no stream name). An account's ``used`` counts the bytes of its stream entries that are still
+in their streams, its unit records, and a fixed overhead per stream, unit, counter and mark. A write that
+would take ``used`` past :attr:`Limits.account_bytes` is refused whole (reply ``{3, account, used,
+needed}``); a consumer's trims in the same commit are credited first, so a full account still drains.
+To know what a trim frees without reading the entries, an entry's id is ``<ms>-<offset>``: Valkey's
+clock in milliseconds (never going back) and the stream's total bytes appended before the entry, so a
+trim frees the difference of the first remaining entry's offset and the last one's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+LIBRARY = "streamtopo"
+VERSION = "1"
+"""Bumped with every change of the functions' contract; the operator replaces an older library."""
+
+FULL = 3
+"""The commit's reply code when an account would exceed its limit (0: fenced, 1: done, 2: too large)."""
+TOO_LARGE = 2
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one tenant may hold in the platform's Valkey; 0 is no limit (a local run's own Valkey)."""
+
+    account_bytes: int = 0
+    """Bytes one account (a topology's keys, or a namespace's named streams) may hold."""
+    entry_bytes: int = 0
+    """Bytes of one stream entry or one unit record."""
+    stream_entries: int = 0
+    """Entries one stream may hold: a commit that would pass it waits (a consumer drains the stream)."""
+    keys_per_call: int = 65536
+    """Keys one function call may name (a commit's units, streams and counters)."""
+    account_keys: int = 100_000
+    """Keys one account may hold (units, streams, marks): more is no pipeline's doing."""
+    marks_per_window: int = 10000
+    """New heartbeat and readiness keys per topology per ten minutes (the longest a mark lives)."""
+
+    def tag(self) -> str:
+        return (
+            f"{VERSION}:{self.account_bytes}:{self.entry_bytes}:{self.keys_per_call}:{self.marks_per_window}"
+        )
+
+
+_SOURCE = r"""#!lua name=streamtopo
+local TAG = '@TAG@'
+local ACCOUNT_BYTES = @ACCOUNT_BYTES@
+local ENTRY_BYTES = @ENTRY_BYTES@
+local STREAM_ENTRIES = @STREAM_ENTRIES@
+local KEYS_PER_CALL = @KEYS_PER_CALL@
+local MARKS_PER_WINDOW = @MARKS_PER_WINDOW@
+local MARK_MS = 600000
+local STREAM_COST, FIELD_COST, UNIT_COST = 256, 32, 256
+
+local function account(key)
+  local prefix = string.match(key, '^(st:{[^}]*}):')
+  if prefix then return prefix .. ':quota' end
+  local namespace = string.match(key, '^([^/]+)/')
+  if namespace then return namespace .. '/#quota' end
+  return '#quota'
+end
+
+local function offset_of(id)
+  return tonumber(string.match(id, '%-(%d+)$')) or 0
+end
+
+local function too_many(keys)
+  if #keys > KEYS_PER_CALL then
+    return redis.error_reply('ERR streamtopo: more than ' .. KEYS_PER_CALL .. ' keys in one call')
+  end
+end
+
+-- Bytes a trim of stream to minid would free: the first remaining entry's offset (the stream's total
+-- when none remains) minus the offset the account last counted from.
+local function freed(stream, minid)
+  local acct = account(stream)
+  local got = redis.call('HMGET', acct, 'n:' .. stream, 'b:' .. stream)
+  local total, base = tonumber(got[1] or '0'), tonumber(got[2] or '0')
+  local first = redis.call('XRANGE', stream, minid, '+', 'COUNT', 1)
+  local after = total
+  if #first > 0 then after = offset_of(first[1][1]) end
+  if after > base then return after - base, after end
+  return 0, base
+end
+
+local function trim(stream, minid)
+  local bytes, base = freed(stream, minid)
+  local removed = redis.call('XTRIM', stream, 'MINID', minid)
+  if bytes > 0 then redis.call('HSET', account(stream), 'b:' .. stream, base) end
+  return bytes, removed
+end
+
+local function entry_size(args, from, count)
+  local size = 0
+  for f = 1, count do size = size + #args[from + f - 1] end
+  return size
+end
+
+-- The charge of a new entry: its bytes, and a stream's overhead when the account has not seen it
+-- (``seen``: the streams this call charged already).
+local function append_cost(stream, size, seen)
+  if seen[stream] then return size end
+  seen[stream] = true
+  if redis.call('HEXISTS', account(stream), 'n:' .. stream) == 0 then return size + STREAM_COST end
+  return size
+end
+
+local function append(stream, args, from, count, size)
+  local acct = account(stream)
+  local got = redis.call('HMGET', acct, 'n:' .. stream, 'm:' .. stream)
+  local total, last = tonumber(got[1] or '0'), tonumber(got[2])
+  if last == nil then
+    -- first append through the library: start after whatever the stream holds
+    last = 0
+    local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+    if #newest > 0 then last = tonumber(string.match(newest[1][1], '^(%d+)')) + 1 end
+  end
+  local now = redis.call('TIME')
+  local ms = math.max(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), last)
+  local fields = {}
+  for f = 1, count do fields[f] = args[from + f - 1] end
+  local id = redis.call('XADD', stream, string.format('%d-%d', ms, total), unpack(fields))
+  redis.call('HSET', acct, 'n:' .. stream, string.format('%d', total + size), 'm:' .. stream, string.format('%d', ms))
+  return id
+end
+
+-- Refuse (reply {3, account, used, needed}) when a positive change would pass an account's limit.
+local function over(changes)
+  if ACCOUNT_BYTES <= 0 then return nil end
+  for acct, change in pairs(changes) do
+    if change > 0 then
+      local used = tonumber(redis.call('HGET', acct, 'used') or '0')
+      if used + change > ACCOUNT_BYTES then return {3, acct, used, change} end
+    end
+  end
+  return nil
+end
+
+local function settle(changes)
+  for acct, change in pairs(changes) do
+    if change ~= 0 then
+      local used = tonumber(redis.call('HGET', acct, 'used') or '0') + change
+      if used < 0 then used = 0 end
+      redis.call('HSET', acct, 'used', string.format('%d', used))
+    end
+  end
+end
+
+local function commit(keys, args)
+  local refused = too_many(keys)
+  if refused then return refused end
+  local nu, na, nt, ni = tonumber(args[1]), tonumber(args[2]), tonumber(args[3]), tonumber(args[4])
+  local now = args[5]
+  local a = 6
+  for i = 1, nu do
+    local epoch = redis.call('HGET', keys[i], 'epoch')
+    if epoch ~= args[a] then return {0, keys[i], epoch or ''} end
+    a = a + 2
+  end
+  -- What the commit changes in each account, read before anything is written.
+  local changes = {}
+  local function add(key, bytes) local acct = account(key); changes[acct] = (changes[acct] or 0) + bytes end
+  local k = 1
+  a = 6
+  for i = 1, nu do
+    local rec = args[a + 1]
+    if ENTRY_BYTES > 0 and #rec > ENTRY_BYTES then return {2, keys[k], #rec, ENTRY_BYTES} end
+    add(keys[k], #rec - redis.call('HSTRLEN', keys[k], 'rec'))
+    k = k + 1; a = a + 2
+  end
+  local sizes, seen, lengths = {}, {}, {}
+  for i = 1, na do
+    local nf = tonumber(args[a])
+    sizes[i] = entry_size(args, a + 1, nf)
+    if ENTRY_BYTES > 0 and sizes[i] > ENTRY_BYTES then return {2, keys[k], sizes[i], ENTRY_BYTES} end
+    if STREAM_ENTRIES > 0 then
+      lengths[keys[k]] = (lengths[keys[k]] or redis.call('XLEN', keys[k])) + 1
+      if lengths[keys[k]] > STREAM_ENTRIES then return {3, keys[k], lengths[keys[k]] - 1, 1} end
+    end
+    add(keys[k], append_cost(keys[k], sizes[i], seen))
+    k = k + 1; a = a + 1 + nf
+  end
+  for i = 1, nt do
+    add(keys[k], -(freed(keys[k], args[a])))
+    k = k + 1; a = a + 1
+  end
+  for i = 1, ni do
+    if redis.call('HEXISTS', keys[k], args[a]) == 0 then add(keys[k], #args[a] + FIELD_COST) end
+    k = k + 1; a = a + 2
+  end
+  local full = over(changes)
+  if full then return full end
+  -- The writes, all of them or (above) none.
+  k = 1
+  a = 6
+  for i = 1, nu do
+    redis.call('HSET', keys[k], 'rec', args[a + 1], 'committed_at', now)
+    k = k + 1; a = a + 2
+  end
+  for i = 1, na do
+    local nf = tonumber(args[a])
+    append(keys[k], args, a + 1, nf, sizes[i])
+    k = k + 1; a = a + 1 + nf
+  end
+  for i = 1, nt do
+    trim(keys[k], args[a])
+    k = k + 1; a = a + 1
+  end
+  for i = 1, ni do
+    redis.call('HINCRBY', keys[k], args[a], args[a + 1])
+    k = k + 1; a = a + 2
+  end
+  settle(changes)
+  return {1}
+end
+
+local function acquire(keys, args)
+  if redis.call('EXISTS', keys[1]) == 0 then
+    local changes = {[account(keys[1])] = UNIT_COST}
+    local full = over(changes)
+    if full then return full end
+    settle(changes)
+  end
+  local epoch = redis.call('HINCRBY', keys[1], 'epoch', 1)
+  redis.call('HSET', keys[1], 'owner', args[1], 'acquired_at', args[2])
+  return {epoch, redis.call('HGET', keys[1], 'rec') or false}
+end
+
+local function release(keys, args)
+  if redis.call('HGET', keys[1], 'epoch') ~= args[1] then return 0 end
+  redis.call('HSET', keys[1], 'owner', '', 'released_at', args[2])
+  return 1
+end
+
+local function append_one(keys, args)
+  if #keys ~= 1 or #args == 0 or #args % 2 ~= 0 then
+    return redis.error_reply('ERR streamtopo: one stream, and fields in pairs')
+  end
+  local size = entry_size(args, 1, #args)
+  if ENTRY_BYTES > 0 and size > ENTRY_BYTES then
+    return redis.error_reply('ERR streamtopo: entry of ' .. size .. ' bytes, the limit is ' .. ENTRY_BYTES)
+  end
+  local changes = {[account(keys[1])] = append_cost(keys[1], size, {})}
+  local full = over(changes)
+  if full then return redis.error_reply('ERR streamtopo: ' .. full[2] .. ' is full (' .. full[3] .. ' bytes)') end
+  local id = append(keys[1], args, 1, #args, size)
+  settle(changes)
+  return id
+end
+
+-- Heartbeats and readiness (expiring, at most MARK_MS) and the topology's start time (set once).
+local function mark(keys, args)
+  local key, value, ttl, only_new = keys[1], args[1], tonumber(args[2] or ''), args[3] == 'nx'
+  local prefix, kind = string.match(key, '^(st:{[^}]*}):([%w_]+)')
+  if #value > 256 then return redis.error_reply('ERR streamtopo: a mark holds at most 256 bytes') end
+  if kind == 't0' then
+    if key ~= prefix .. ':t0' or not only_new or ttl then
+      return redis.error_reply('ERR streamtopo: the start time is set once, without expiry')
+    end
+    return redis.call('SET', key, value, 'NX')
+  end
+  if (kind ~= 'hb' and kind ~= 'ready') or not ttl or ttl <= 0 or ttl > MARK_MS then
+    return redis.error_reply('ERR streamtopo: a mark is a heartbeat or readiness key expiring within 10 minutes')
+  end
+  if redis.call('EXISTS', key) == 0 and MARKS_PER_WINDOW > 0 then
+    local counter = prefix .. ':marks'
+    local made = redis.call('INCR', counter)
+    if made == 1 then redis.call('PEXPIRE', counter, MARK_MS) end
+    if made > MARKS_PER_WINDOW then
+      return redis.error_reply('ERR streamtopo: more than ' .. MARKS_PER_WINDOW .. ' new marks in 10 minutes')
+    end
+  end
+  return redis.call('SET', key, value, 'PX', ttl)
+end
+
+local function log(keys, args)
+  if not string.match(keys[1], '^st:{[^}]*}:pauses$') or #args[1] > 4096 then
+    return redis.error_reply('ERR streamtopo: a log record is at most 4096 bytes on a pauses list')
+  end
+  local length = redis.call('RPUSH', keys[1], args[1])
+  if length > 1000 then redis.call('LTRIM', keys[1], -1000, -1) end
+  return length
+end
+
+local function trim_one(keys, args)
+  local bytes, removed = trim(keys[1], args[1])
+  settle({[account(keys[1])] = -bytes})
+  return removed
+end
+
+-- Delete streams with their account's bytes (the operator's sweep of a deleted topology's named streams).
+local function drop(keys, args)
+  local refused = too_many(keys)
+  if refused then return refused end
+  local dropped = 0
+  for i = 1, #keys do
+    local acct = account(keys[i])
+    local got = redis.call('HMGET', acct, 'n:' .. keys[i], 'b:' .. keys[i])
+    if got[1] then
+      local held = tonumber(got[1]) - tonumber(got[2] or '0') + STREAM_COST
+      settle({[acct] = -held})
+      redis.call('HDEL', acct, 'n:' .. keys[i], 'b:' .. keys[i], 'm:' .. keys[i])
+    end
+    dropped = dropped + redis.call('UNLINK', keys[i])
+  end
+  return dropped
+end
+
+redis.register_function('streamtopo_commit', commit)
+redis.register_function('streamtopo_acquire', acquire)
+redis.register_function('streamtopo_release', release)
+redis.register_function('streamtopo_append', append_one)
+redis.register_function('streamtopo_mark', mark)
+redis.register_function('streamtopo_log', log)
+redis.register_function('streamtopo_trim', trim_one)
+redis.register_function('streamtopo_drop', drop)
+redis.register_function{function_name='streamtopo_version', callback=function() return TAG end, flags={'no-writes'}}
+"""
+
+
+def source(limits: Limits) -> str:
+    """The library's Lua text with ``limits`` written in."""
+    values = {
+        "@TAG@": limits.tag(),
+        "@ACCOUNT_BYTES@": str(int(limits.account_bytes)),
+        "@ENTRY_BYTES@": str(int(limits.entry_bytes)),
+        "@STREAM_ENTRIES@": str(int(limits.stream_entries)),
+        "@KEYS_PER_CALL@": str(int(limits.keys_per_call)),
+        "@MARKS_PER_WINDOW@": str(int(limits.marks_per_window)),
+    }
+    text = _SOURCE
+    for placeholder, value in values.items():
+        text = text.replace(placeholder, value)
+    return text
+
+
+def loaded(client: Any) -> str | None:
+    """The tag of the library loaded in ``client``'s Valkey (version and limits), None when none is."""
+    try:
+        tag = client.fcall_ro("streamtopo_version", 0)
+    except Exception as error:  # noqa: BLE001 - redis-py's ResponseError: "Function not found"
+        if "function not found" in str(error).lower() or "no such function" in str(error).lower():
+            return None
+        raise
+    return tag.decode() if isinstance(tag, bytes) else str(tag)
+
+
+def ensure(admin: Any, limits: Limits) -> bool:
+    """Load the library with ``limits`` unless exactly that is loaded (an admin connection: tenants may
+    not load functions). True when it was (re)loaded."""
+    if loaded(admin) == limits.tag():
+        return False
+    admin.function_load(source(limits), replace=True)
+    return True
