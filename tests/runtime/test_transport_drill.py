@@ -148,16 +148,17 @@ def attack(url: str, mine: Keys, theirs: Keys) -> dict[str, str]:
             )
         ),
     }
-    me = redis.Redis.from_url(url, username=transport_acl.acl_user(mine), password="a-Pa55")
-    outcomes["library appends past the account"] = flood(
-        lambda i: me.fcall("streamtopo_append", 1, mine.sink_stream("out"), "d", b"y" * 2**19)
-    )
-    for raw, write in (
-        ("raw XADD past the account and maxmemory", lambda i: me.xadd(mine_stream, {"d": b"z" * 2**20})),
-        ("raw SETs of stray keys", lambda i: me.set(f"{mine.prefix}:junk:{i}", b"j" * 2**20)),
-    ):
-        me = redis.Redis.from_url(url, username=transport_acl.acl_user(mine), password="a-Pa55")
-        outcomes[raw] = flood(write)
+    floods: list[tuple[str, Callable[[redis.Redis, int], Any]]] = [
+        (
+            "library appends past the account",
+            lambda c, i: c.fcall("streamtopo_append", 1, mine.sink_stream("out"), "d", b"y" * 2**19),
+        ),
+        ("raw XADD past the account and maxmemory", lambda c, i: c.xadd(mine_stream, {"d": b"z" * 2**20})),
+        ("raw SETs of stray keys", lambda c, i: c.set(f"{mine.prefix}:junk:{i}", b"j" * 2**20)),
+    ]
+    for name, write in floods:
+        client = redis.Redis.from_url(url, username=transport_acl.acl_user(mine), password="a-Pa55")
+        outcomes[name] = flood(lambda i, c=client, w=write: w(c, i))
         time.sleep(1.0)  # the next ticks contain it and switch the user on again
     return outcomes
 
