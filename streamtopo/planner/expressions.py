@@ -696,8 +696,7 @@ def _parse(text: str) -> exp.Expr:
     try:
         statements = sqlglot.parse(text, read=_DIALECT)
     except ParseError as error:
-        first = str(error).splitlines()[0] if str(error) else "a syntax error"
-        raise ExpressionError(f"cannot be parsed: {first}") from None
+        raise ExpressionError(f"cannot be parsed: {_syntax(error)}") from None
     except TokenError:
         raise ExpressionError("cannot be read (an unclosed quote or comment?)") from None
     except RecursionError:
@@ -705,6 +704,18 @@ def _parse(text: str) -> exp.Expr:
     if len(statements) != 1 or statements[0] is None:
         raise ExpressionError("must be exactly one expression")
     return statements[0]
+
+
+def _syntax(error: ParseError) -> str:
+    """A parse error in the tenant's words (sqlglot's descriptions name its own classes)."""
+    first = error.errors[0] if error.errors else {}
+    description = str(first.get("description") or "a syntax error")
+    if description.startswith("Required keyword"):
+        description = "an operand or argument is missing"
+    elif description.startswith("Invalid expression / Unexpected token"):
+        description = "unexpected token"
+    where = f" at column {first['col']}" if first.get("col") else ""
+    return f"{description}{where}"
 
 
 def _check_tree(root: exp.Expr) -> None:

@@ -186,7 +186,7 @@ def _aggregate(spec: StreamTopologySpec, op: Operator, schema: Schema) -> Schema
         where = f"aggregations[{i}]"
         agg = _parse_aggregation(text, where)
         if agg.arg is not None:
-            _reads(op, where, agg.arg, schema)
+            _reads(op, where, agg.arg, schema, text)
         if problem := output_name_problem(agg.alias, event_time=False):
             raise _Problem(where, problem)
         if agg.alias in columns:
@@ -268,14 +268,14 @@ def _key_origin(spec: StreamTopologySpec, name: str) -> str:
     return name
 
 
-def _reads(op: Operator, where: str, parsed: Parsed, schema: Schema) -> None:
+def _reads(op: Operator, where: str, parsed: Parsed, schema: Schema, text: str | None = None) -> None:
     missing = [c for c in parsed.columns if schema.has(c) is False]
     if missing:
         have = ", ".join(schema.user_columns()) or "none"
         inputs = " and ".join(map(repr, op.inputs))
         raise _Problem(
             where,
-            f"{parsed.text!r} reads column {', '.join(map(repr, missing))}, which {inputs} "
+            f"{text or parsed.text!r} reads column {', '.join(map(repr, missing))}, which {inputs} "
             f"{'do' if len(op.inputs) > 1 else 'does'} not have (columns: {have})",
         )
 

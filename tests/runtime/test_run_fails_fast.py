@@ -77,7 +77,7 @@ def test_a_filter_naming_a_missing_column_is_refused_before_any_executor_starts(
 BAD_PIPELINES = {
     "map select syntax": (
         [numbers(), op("scaled", "map", ["numbers"], select=["key", "value *"]), console("scaled")],
-        "operator 'scaled', select[1]: [PARSE_SYNTAX_ERROR]",
+        "spec.operators[1].select[1]: 'value *' cannot be parsed: an operand or argument is missing",
     ),
     "aggregate keyed by a missing column": (
         [
@@ -92,7 +92,8 @@ BAD_PIPELINES = {
             ),
             console("totals"),
         ],
-        "operator 'totals', keyBy: input 'numbers' has no column 'kee' (its columns: seq, key, value)",
+        # refused at the door, by the grammar-level typed view (planner/schema.py), as the webhook does
+        "spec.operators[1].keyBy: input 'numbers' has no column 'kee' (its columns: seq, key, value)",
     ),
     "aggregation naming a missing column": (
         [
@@ -106,7 +107,8 @@ BAD_PIPELINES = {
             ),
             console("totals"),
         ],
-        "operator 'totals', aggregations[1]: [UNRESOLVED_COLUMN",
+        "spec.operators[1].aggregations[1]: 'sum(valu) AS total' reads column 'valu', which 'numbers' does "
+        "not have (columns: seq, key, value)",
     ),
     "key dropped under an inherited keyBy": (
         [
@@ -115,7 +117,7 @@ BAD_PIPELINES = {
             op("only", "map", ["totals"], select=["n"]),
             console("only"),
         ],
-        "operator 'out', keyBy (inherited from 'totals'): input 'only' has no column 'key'",
+        "spec.operators[3].keyBy (inherited from 'totals'): input 'only' has no column 'key'",
     ),
     "join keys of different types": (
         [
@@ -125,7 +127,7 @@ BAD_PIPELINES = {
             op("pairs", "join", ["left", "text"], keyBy=["key"], window={"size": 1}),
             console("pairs"),
         ],
-        "operator 'pairs', keyBy: key 'key' is bigint in 'left' but string in 'text'",
+        "spec.operators[3].keyBy: key 'key' is bigint in 'left' but string in 'text'",
     ),
     "column a udf does not return": (
         [
