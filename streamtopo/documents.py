@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from streamtopo.planner.cluster import Cluster, parse_cluster
+from streamtopo.planner.graph import plan_size_problems
 from streamtopo.planner.model import (
     MAX_DOCUMENT_BYTES,
     StreamTopology,
@@ -64,13 +65,16 @@ def load_topology(source: Source, *, policy: PlatformPolicy | None = None) -> St
     if problems := schema_problems(topology.spec):
         raise TopologyError(problems)
     sized = open_key_groups(topology.spec, policy.max_key_groups if policy else None)
-    if not sized:
-        return topology
-    operators = [
-        op.model_copy(update={"key_groups": sized[op.name]}) if op.name in sized else op
-        for op in topology.spec.operators
-    ]
-    return topology.model_copy(update={"spec": topology.spec.model_copy(update={"operators": operators})})
+    if sized:
+        operators = [
+            op.model_copy(update={"key_groups": sized[op.name]}) if op.name in sized else op
+            for op in topology.spec.operators
+        ]
+        spec = topology.spec.model_copy(update={"operators": operators})
+        topology = topology.model_copy(update={"spec": spec})
+    if problems := plan_size_problems(topology.spec, sized=sized):
+        raise TopologyError(problems)
+    return topology
 
 
 def object_document(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,8 +4,10 @@ Planning time and memory grow with a topology's size (key groups, operators, con
 the model's bounds can keep a solver busy for minutes in gigabytes. The operator (controller/
 planner_worker.py) and ``streamtopo plan`` therefore run each planning call through :func:`call`:
 
-- a fresh ``spawn`` process per call, whose address space is capped (``RLIMIT_AS``): past it the call's
-  allocations fail (a ``MemoryError``) instead of the node's OOM killer taking the operator;
+- a fresh ``spawn`` process per call, killed when its resident memory passes the limit (watched every
+  tenth of a second), its address space capped at twice the limit (``RLIMIT_AS``) as a backstop the
+  watch cannot miss: the node's OOM killer never has to choose the operator. (The watch comes first
+  because native solvers that hit ``RLIMIT_AS`` in a thread may hang rather than fail);
 - the time limit counts from when the call starts in its process, so waiting for a free slot (other
   tenants' calls) or for the interpreter to start is never charged to it; past it the process is killed;
 - what the call raises comes back as its exception; a limit that stopped it is :class:`OverLimit`, whose
@@ -16,10 +18,13 @@ from __future__ import annotations
 
 import multiprocessing
 import resource
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, cast
+
+import psutil
 
 PARSE_UNITS = {"": 1, "k": 2**10, "ki": 2**10, "m": 2**20, "mi": 2**20, "g": 2**30, "gi": 2**30}
 
@@ -51,19 +56,23 @@ def call(function: Callable[..., Any], *args: Any, limits: Limits = Limits()) ->
     """``function(*args)`` in a fresh process under ``limits``; its result, or what it raised."""
     context = multiprocessing.get_context("spawn")
     receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_run, args=(send, function, args, limits.memory), daemon=True)
+    ceiling = 2 * limits.memory if limits.memory is not None else None
+    process = context.Process(target=_run, args=(send, function, args, ceiling), daemon=True)
     process.start()
     send.close()
     try:
-        if not _wait(receive, process, None):  # the interpreter starting: not the call's time
+        if _wait(receive, process, None, None) != "ready":  # the interpreter starting: not the call's time
             raise OverLimit(f"the planning process ended before it started (exit code {process.exitcode})")
         receive.recv()
-        if not _wait(receive, process, limits.seconds):
+        stopped = _wait(receive, process, limits.seconds, limits.memory)
+        if stopped == "time":
             raise OverLimit(
-                f"planning did not finish within {limits.seconds:g}s (the limit per call): fewer key groups, "
-                "fewer operators or a simpler fusion algorithm plan faster"
+                f"planning did not finish within {limits.seconds:g}s (the limit per call): fewer key "
+                "groups, fewer operators or a simpler fusion algorithm plan faster"
             )
-        outcome, value = receive.recv()
+        if stopped == "ended":
+            raise OverLimit(f"the planning process ended without an answer (exit code {process.exitcode})")
+        outcome, value = receive.recv() if stopped == "ready" else ("memory", None)
     finally:
         if process.is_alive():
             process.kill()
@@ -71,22 +80,32 @@ def call(function: Callable[..., Any], *args: Any, limits: Limits = Limits()) ->
         receive.close()
     if outcome == "memory":
         raise OverLimit(
-            f"planning needed more than {(limits.memory or 0) / 2**30:.3g} GiB (the limit per call): fewer key "
-            "groups or operators, or the logical graph (spec.fusion.graph), need less"
+            f"planning needed more than {(limits.memory or 0) / 2**30:.3g} GiB (the limit per call): fewer "
+            "key groups or operators, or the logical graph (spec.fusion.graph), need less"
         )
     if outcome == "error":
-        raise value
+        raise cast(BaseException, value)
     return value
 
 
-def _wait(receive: Connection, process: Any, seconds: float | None) -> bool:
-    """Whether a message arrived within ``seconds`` (None: until the process ends)."""
-    if seconds is None:
-        while process.is_alive() or receive.poll():
-            if receive.poll(0.1):
-                return True
-        return False
-    return bool(receive.poll(seconds))
+def _wait(receive: Connection, process: Any, seconds: float | None, memory: int | None) -> str:
+    """``ready`` when a message arrived; ``time`` after ``seconds``, ``memory`` once the process's
+    resident memory passed ``memory``, ``ended`` if it ended without a word."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    watched = psutil.Process(process.pid)
+    while True:
+        if receive.poll(0.1):
+            return "ready"
+        if not process.is_alive():
+            return "ready" if receive.poll() else "ended"
+        if deadline is not None and time.monotonic() > deadline:
+            return "time"
+        if memory is not None:
+            try:
+                if watched.memory_info().rss > memory:
+                    return "memory"
+            except psutil.NoSuchProcess:
+                continue
 
 
 def _run(send: Connection, function: Callable[..., Any], args: tuple[Any, ...], memory: int | None) -> None:
