@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
 import sqlglot
@@ -617,7 +618,31 @@ class ParsedAggregation:
 
 def parse_expression(text: str, role: Literal["expr", "select"] = "expr") -> Parsed:
     """``text`` read by grammar as a filter predicate (``expr``) or a select item; raises
-    :class:`ExpressionError` saying what is not allowed."""
+    :class:`ExpressionError` saying what is not allowed. Short expressions (most) are read once per
+    process: the model's validator and the typed view (planner/schema.py) read each of them."""
+    if len(text) <= CACHED_LENGTH:
+        verdict = _cached(text, role)
+        if isinstance(verdict, ExpressionError):
+            raise ExpressionError(str(verdict))
+        return verdict
+    return _read(text, role)
+
+
+CACHED_LENGTH = 512
+"""Expressions up to this long keep their reading (at most :data:`CACHED_READINGS` of them): longer ones,
+rare and bounded by the spec's total (model.MAX_EXPRESSION_TEXT), are read again when asked."""
+CACHED_READINGS = 4096
+
+
+@lru_cache(maxsize=CACHED_READINGS)
+def _cached(text: str, role: Literal["expr", "select"]) -> Parsed | ExpressionError:
+    try:
+        return _read(text, role)
+    except ExpressionError as error:
+        return error
+
+
+def _read(text: str, role: Literal["expr", "select"]) -> Parsed:
     tokens = _tokens(text)
     node = _parse(text)
     alias = None

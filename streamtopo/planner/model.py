@@ -118,6 +118,9 @@ Name = Annotated[str, Field(pattern=_NAME.pattern, min_length=1, max_length=52)]
 OpName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", min_length=1, max_length=63)]
 """An operator name: a letter, then letters, digits, '_' or '-'."""
 MAX_EXPRESSION = 4096
+MAX_EXPRESSION_TEXT = 128 * 1024
+"""Characters of all a topology's expressions together: reading them is linear, and this keeps one
+document's validation within about a second (docs/security.md)."""
 MAX_OPERATORS = 512
 MAX_EXECUTORS = 1024
 MAX_RECORD_BYTES = 64 * 2**20
@@ -980,6 +983,27 @@ class StreamTopologySpec(Model):
         if problem:
             raise field_error("image", problem)
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expression_text(cls, data: Any) -> Any:
+        """All the expressions together stay within :data:`MAX_EXPRESSION_TEXT`, checked before any is
+        read (each is at most MAX_EXPRESSION long, but 512 operators could hold 1 MiB of them)."""
+        operators = data.get("operators") if isinstance(data, Mapping) else None
+        if not isinstance(operators, list):
+            return data
+        total = 0
+        for op in operators:
+            if isinstance(op, Mapping):
+                texts = [op.get("expr"), *(op.get("select") or []), *(op.get("aggregations") or [])]
+                total += sum(len(t) for t in texts if isinstance(t, str))
+        if total > MAX_EXPRESSION_TEXT:
+            raise field_error(
+                "operators",
+                f"{total} characters of expressions (expr, select, aggregations), more than the "
+                f"{MAX_EXPRESSION_TEXT} one topology may have",
+            )
+        return data
 
     @model_validator(mode="before")
     @classmethod
