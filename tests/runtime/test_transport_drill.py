@@ -175,3 +175,34 @@ def flood(write: Callable[[int], Any], writes: int = 200) -> str:
         except redis.exceptions.ResponseError as error:
             return f"refused after {i} writes ({str(error).split(':')[0]})"
     raise AssertionError(f"{writes} writes of 0.5-1 MiB accepted")
+
+
+def test_deleting_a_topology_sweeps_every_database_and_its_named_streams_leave_the_account():
+    """The delete sweep covers what a tenant could have written: its keys in any database (a COPY ... DB
+    an older version allowed) and its named streams, whose bytes leave the namespace's account."""
+    server = EmbeddedValkey().start()
+    try:
+        admin = redis.Redis.from_url(server.url)
+        limits = Limits(account_bytes=2**20)
+        gone, kept = Keys("pipe", "team-a"), Keys("other", "team-a")
+        for keys in (gone, kept):
+            transport_acl.ensure_user(admin, keys, "pw", limits=limits)
+        tenant = redis.Redis.from_url(server.url, username=transport_acl.acl_user(gone), password="pw")
+        from streamtopo.runtime.transport import append
+
+        append(tenant, gone.sink_stream("out"), [b"d", b"x" * 1000])
+        append(tenant, kept.sink_stream("theirs"), [b"d", b"y" * 1000])
+        account = "team-a/#quota"
+        before = int(admin.hget(account, "used"))
+        admin.set(gone.clock, b"1")
+        elsewhere = redis.Redis.from_url(server.url, db=3)
+        elsewhere.set(f"{gone.prefix}:copied", b"1")
+        elsewhere.set(f"{kept.prefix}:copied", b"1")
+        deleted = transport_acl.remove_topology(admin, gone, [gone.sink_stream("out")])
+        assert deleted == 3
+        assert not admin.exists(gone.clock, gone.sink_stream("out"))
+        assert not elsewhere.exists(f"{gone.prefix}:copied") and elsewhere.exists(f"{kept.prefix}:copied")
+        assert admin.exists(kept.sink_stream("theirs"))
+        assert int(admin.hget(account, "used")) == before - (1 + 1000) - 256  # its entry, its stream
+    finally:
+        server.stop()

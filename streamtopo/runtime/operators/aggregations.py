@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-_AGG = re.compile(
-    r"^\s*(?P<fn>[A-Za-z_]+)\s*\((?P<arg>.*)\)\s+(?:AS\s+)?(?P<alias>[A-Za-z_]\w*)\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
+from streamtopo.planner.expressions import AGGREGATION_FORM
+
+_AGG = AGGREGATION_FORM  # the door reads an aggregation as this splits it (planner/expressions.py)
 _PARTIALS = {
     "sum": ("s",),
     "count": ("c",),
