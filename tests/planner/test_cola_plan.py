@@ -244,7 +244,7 @@ SYMMETRIC_TOPOLOGY = {
                 "keyBy": ["symbol"],
                 "aggregations": ["count(*) AS n"],
             },
-            {"name": "by-venue", "kind": "map", "inputs": ["total"], "keyBy": ["venue"], "select": ["venue"]},
+            {"name": "by-venue", "kind": "map", "inputs": ["total"], "keyBy": ["n"], "select": ["n", "n AS venue"]},
             {"name": "out", "kind": "sink", "inputs": ["by-venue"], "sink": {"console": {}}},
         ],
     },
