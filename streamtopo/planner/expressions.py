@@ -642,9 +642,16 @@ def _cached(text: str, role: Literal["expr", "select"]) -> Parsed | ExpressionEr
         return error
 
 
+MAX_DEPTH = 100
+"""Levels of nesting an expression may have (parentheses, calls, operator chains): deeper trees would
+cost recursion in every reader (the parser's, the typed view's, Spark's analyser) for no pipeline's sake."""
+
+
 def _read(text: str, role: Literal["expr", "select"]) -> Parsed:
     tokens = _tokens(text)
+    _check_nesting(tokens)
     node = _parse(text)
+    _check_depth(node)
     alias = None
     if isinstance(node, exp.Alias):
         if role != "select":
@@ -729,6 +736,30 @@ def _parse(text: str) -> exp.Expr:
     if len(statements) != 1 or statements[0] is None:
         raise ExpressionError("must be exactly one expression")
     return statements[0]
+
+
+def _check_nesting(tokens: list[Token]) -> None:
+    """Brackets nested deeper than :data:`MAX_DEPTH`, refused before the (recursive) parser sees them."""
+    depth = 0
+    for token in tokens:
+        if token.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ExpressionError(f"is nested more than {MAX_DEPTH} levels deep")
+        elif token.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE):
+            depth -= 1
+
+
+def _check_depth(root: exp.Expr) -> None:
+    """The parsed tree at most :data:`MAX_DEPTH` deep (a chain ``a + a + ...`` nests without brackets)."""
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ExpressionError(
+                f"is nested more than {MAX_DEPTH} levels deep (split it, or use a function)"
+            )
+        stack.extend((child, depth + 1) for child in node.iter_expressions())
 
 
 def _syntax(error: ParseError) -> str:
