@@ -415,6 +415,14 @@ def loaded(client: Any) -> str | None:
     return tag.decode() if isinstance(tag, bytes) else str(tag)
 
 
+def ensure_loaded(client: Any, limits: Limits | None = None) -> None:
+    """Load the library with ``limits`` (none by default: a Valkey of one's own, ``streamtopo run``,
+    tests) unless one is loaded; a platform's library, with its limits, is never replaced here, only by
+    :func:`ensure`."""
+    if loaded(client) is None:
+        client.function_load(source(limits or Limits()), replace=True)
+
+
 def ensure(admin: Any, limits: Limits) -> bool:
     """Load the library with ``limits`` unless exactly that is loaded (an admin connection: tenants may
     not load functions). True when it was (re)loaded."""

@@ -332,7 +332,8 @@ class KubernetesPlatform:
         if not self.settings.own_user(topology):
             return 0
         keys = owner_keys(self.owner)
-        return self._with_admin(lambda admin: transport_acl.remove_topology(admin, keys, streams))
+        limits = self.settings.transport_limits
+        return self._with_admin(lambda admin: transport_acl.remove_topology(admin, keys, streams, limits))
 
     def trim_streams(self, readers: Mapping[str, Sequence[str]]) -> int:
         """Trim each named stream (key -> the unit keys that read it) past every reader's committed
@@ -343,7 +344,10 @@ class KubernetesPlatform:
             return 0
         return int(
             self._with_admin(
-                lambda admin: sum(transport_acl.trim(admin, key, units) for key, units in readers.items())
+                lambda admin: sum(
+                    transport_acl.trim(admin, key, units, self.settings.transport_limits)
+                    for key, units in readers.items()
+                )
             )
         )
 

@@ -254,16 +254,18 @@ def shared_reads(topology: StreamTopology) -> list[str]:
     )
 
 
-def remove_topology(admin: Any, keys: Keys, streams: Iterable[str] = ()) -> int:
+def remove_topology(admin: Any, keys: Keys, streams: Iterable[str] = (), limits: Limits | None = None) -> int:
     """Delete the topology's user, then its keys in every database and the named ``streams``; the number
     of keys deleted.
 
     The user goes first: Valkey disconnects its clients, so no executor still running can write a key
     after the sweep. Tenants' users can neither select another database nor copy into one, but a key an
     older version let them put there is swept too. Named streams go through ``streamtopo_drop``, so their
-    namespace's account no longer counts their bytes.
+    namespace's account no longer counts their bytes; a Valkey that lost the library (a restart without
+    persistence) gets it back with ``limits``.
     """
     admin.execute_command("ACL", "DELUSER", acl_user(keys))
+    valkey_library.ensure_loaded(admin, limits)
     named = list(streams)
     deleted = int(admin.fcall("streamtopo_drop", len(named), *named)) if named else 0
     databases = int(admin.config_get("databases").get("databases", 1))
@@ -303,10 +305,12 @@ def trim_point(client: Any, stream_key: str, units: Sequence[str]) -> str | None
     return min(offsets, key=lambda i: tuple(int(p) for p in i.split("-")))
 
 
-def trim(client: Any, stream_key: str, units: Sequence[str]) -> int:
+def trim(client: Any, stream_key: str, units: Sequence[str], limits: Limits | None = None) -> int:
     """Trim ``stream_key`` to what some reader still needs: ``XTRIM MINID`` keeps the last entry each
-    reader consumed and everything after it. Returns the entries removed."""
+    reader consumed and everything after it (through ``streamtopo_trim``, loaded with ``limits`` when
+    the Valkey has no library). Returns the entries removed."""
     point = trim_point(client, stream_key, units)
     if point is None:
         return 0
+    valkey_library.ensure_loaded(client, limits)
     return int(client.fcall("streamtopo_trim", 1, stream_key, point))  # the account follows the trim

@@ -173,10 +173,8 @@ def _full(result: list[Any]) -> str:
 def prepare(client: redis.Redis) -> None:
     """Make sure the function library is there: loaded by the operator on a platform; on a Valkey of our
     own (``streamtopo run``, tests) loaded here, without limits."""
-    if valkey_library.loaded(client) is not None:
-        return
     try:
-        valkey_library.ensure(client, valkey_library.Limits())
+        valkey_library.ensure_loaded(client)
     except redis.exceptions.NoPermissionError:
         raise TransportUnprepared(
             "the transport has no streamtopo function library and this user may not load it "
