@@ -10,12 +10,14 @@ the limits before writing anything, and keep an account of the bytes each tenant
 - ``streamtopo_commit``: a micro-batch's effects, all or nothing (runtime/state_store.py, the protocol
   in docs/exactly-once.md): epoch fencing of every unit, then the unit records, the appended stream
   entries, the trims of consumed streams and the backlog counters;
-- ``streamtopo_acquire``/``streamtopo_release``: unit ownership and its fencing epoch;
+- ``streamtopo_acquire``/``streamtopo_release``: unit ownership and its fencing epoch; an acquisition
+  names the state layout it reads with and is refused a unit whose state another layout wrote;
 - ``streamtopo_append``: one entry from a program outside a topology (a producer of a named stream);
 - ``streamtopo_mark``: heartbeats, readiness and the topology's start time (small, expiring strings);
 - ``streamtopo_log``: a hand-over record on the topology's capped ``pauses`` list;
-- ``streamtopo_trim``/``streamtopo_drop``: the operator's trims and deletions of named streams, so the
-  account follows them (replies: entries trimmed, keys deleted);
+- ``streamtopo_trim``/``streamtopo_drop``: the operator's trims and deletions of named streams (and an
+  upgrade's removed streams and units), so the account follows them (replies: entries trimmed, keys
+  deleted);
 - ``streamtopo_version``: what is loaded (the operator reloads when the version or limits differ).
 
 Accounts (with :attr:`Limits.account_bytes` set; a Valkey of one's own runs without). Every key belongs
@@ -39,12 +41,15 @@ from dataclasses import dataclass
 from typing import Any
 
 LIBRARY = "streamtopo"
-VERSION = "1"
+VERSION = "2"
 """Bumped with every change of the functions' contract; the operator replaces an older library."""
 
 FULL = 3
 """The commit's reply code when an account would exceed its limit (0: fenced, 1: done, 2: too large)."""
 TOO_LARGE = 2
+LAYOUT_CHANGED = -1
+"""The acquisition's reply code when the unit's state was written under another layout (reply ``{-1,
+stored layout}``; runtime/state_store.py's ``LayoutChanged``)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,8 @@ class Limits:
 
     def tag(self) -> str:
         return (
-            f"{VERSION}:{self.account_bytes}:{self.entry_bytes}:{self.keys_per_call}:{self.marks_per_window}"
+            f"{VERSION}:{self.account_bytes}:{self.entry_bytes}:{self.stream_entries}:{self.keys_per_call}:"
+            f"{self.marks_per_window}"
         )
 
 
@@ -272,6 +278,11 @@ local function commit(keys, args)
 end
 
 local function acquire(keys, args)
+  local layout = args[3] or ''
+  if layout ~= '' then
+    local stored = redis.call('HGET', keys[1], 'layout')
+    if stored and stored ~= layout and redis.call('HEXISTS', keys[1], 'rec') == 1 then return {-1, stored} end
+  end
   if ACCOUNT_BYTES > 0 and redis.call('EXISTS', keys[1]) == 0 then
     local changes, used = {[account(keys[1])] = UNIT_COST}, {}
     local full = over(changes, used)
@@ -280,6 +291,7 @@ local function acquire(keys, args)
   end
   local epoch = redis.call('HINCRBY', keys[1], 'epoch', 1)
   redis.call('HSET', keys[1], 'owner', args[1], 'acquired_at', args[2])
+  if layout ~= '' then redis.call('HSET', keys[1], 'layout', layout) end
   return {epoch, redis.call('HGET', keys[1], 'rec') or false}
 end
 
@@ -358,7 +370,8 @@ local function trim_one(keys, args)
   return removed
 end
 
--- Delete streams with their account's bytes (the operator's sweep of a deleted topology's named streams).
+-- Delete streams and unit records with their account's bytes (the operator's sweep of a deleted
+-- topology's named streams, an upgrade's removed streams and units).
 local function drop(keys, args)
   local refused = too_many(keys)
   if refused then return refused end
@@ -370,6 +383,8 @@ local function drop(keys, args)
       local held = tonumber(got[1]) - tonumber(got[2] or '0') + STREAM_COST
       settle({[acct] = -held}, {})
       redis.call('HDEL', acct, 'n:' .. keys[i], 'b:' .. keys[i], 'm:' .. keys[i])
+    elseif ACCOUNT_BYTES > 0 and string.match(keys[i], '^st:{[^}]*}:u:') and redis.call('EXISTS', keys[i]) == 1 then
+      settle({[acct] = -(UNIT_COST + redis.call('HSTRLEN', keys[i], 'rec'))}, {})
     end
     dropped = dropped + redis.call('UNLINK', keys[i])
   end

@@ -7,6 +7,9 @@ Each unit ``(operator, kg)`` has one Valkey hash ``st:{topology}:u:<op>/<kg>``:
     released_at   wall time of the last clean release (start of a hand-over pause)
     rec           the committed :class:`UnitRecord` (offsets, sequence numbers, watermarks, sink length,
                   the sink redo bytes, operator state)
+    layout        digest of the state layout ``rec.state`` was written under (planner/upgrade.py's
+                  ``fingerprint``), set by the acquisition: an executor whose spec gives the operator
+                  another layout is refused the unit (:class:`LayoutChanged`) instead of misreading it
 
 A commit (:class:`Commit`) is one call of the Valkey function ``streamtopo_commit`` (streamtopo/
 valkey_library.py, loaded by the operator; tenants may call it and no script of their own), so Valkey runs
@@ -49,6 +52,20 @@ class TransportFull(RuntimeError):
 class TransportUnprepared(RuntimeError):
     """The Valkey has no streamtopo function library and this connection may not load one (a tenant's
     user): the operator loads it (controller/transport_acl.py)."""
+
+
+class LayoutChanged(RuntimeError):
+    """A unit whose committed state was written under another state layout than the acquiring
+    executor's spec gives its operator: a spec change the upgrade check did not see (docs/operator.md,
+    "Spec changes"). The executor stops rather than read the state wrongly."""
+
+    def __init__(self, unit: str, stored: str, expected: str):
+        self.unit, self.stored, self.expected = unit, stored, expected
+        super().__init__(
+            f"{unit}: its committed state was written under state layout {stored}, but this executor's spec "
+            f"gives the operator layout {expected}; restore the spec it ran with, or apply the change with "
+            "spec.upgrade.mode: resetState"
+        )
 
 
 @dataclass
@@ -94,12 +111,19 @@ class StateStore:
 
     # -------------------------------------------------------------------------------------- ownership
 
-    def acquire(self, unit: str, instance: str) -> tuple[int, UnitRecord | None]:
-        """Become the owner with a new epoch (fencing every earlier owner); return the committed record."""
-        result = self._call("streamtopo_acquire", [self.keys.unit(unit)], [instance, repr(time.time())])
+    def acquire(self, unit: str, instance: str, layout: str = "") -> tuple[int, UnitRecord | None]:
+        """Become the owner with a new epoch (fencing every earlier owner); return the committed record.
+
+        ``layout``: the digest of the state layout this executor reads the unit's state with; a record
+        written under another one raises :class:`LayoutChanged` and the unit is not taken."""
+        result = self._call(
+            "streamtopo_acquire", [self.keys.unit(unit)], [instance, repr(time.time()), layout]
+        )
         if int(result[0]) == valkey_library.FULL and len(result) == 4:
             raise TransportFull(_full(result))
         epoch, rec = result
+        if int(epoch) == valkey_library.LAYOUT_CHANGED:
+            raise LayoutChanged(unit, rec.decode(), layout)
         return int(epoch), UnitRecord.decode(rec) if rec else None
 
     def release(self, unit: str, epoch: int) -> None:

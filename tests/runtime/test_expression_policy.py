@@ -196,3 +196,16 @@ def test_every_allowed_function_passes_the_plan_guard(spark) -> None:
             break
     assert refused == {}
     assert checked == len(ALLOWED_FUNCTIONS) - 1
+
+
+def test_the_door_reserves_every_column_of_the_executor() -> None:
+    """Each internal column of the runtime (records.INTERNAL) is refused as a tenant's output name except
+    ``_ts`` in a select list (it re-timestamps records), and a name not among them is allowed."""
+    from streamtopo.planner.expressions import output_name_problem
+    from streamtopo.runtime.operators.records import INTERNAL, TS
+
+    for name in INTERNAL:
+        assert output_name_problem(name, event_time=False), name
+        assert (output_name_problem(name, event_time=True) is None) == (name == TS), name
+    assert output_name_problem("ts", event_time=False) is None
+    assert output_name_problem("_kgx", event_time=False) is None
