@@ -23,11 +23,9 @@ from typing import Any
 
 import pytest
 import yaml
-from test_fuzz import no_hang
+from test_fuzz import no_hang, refusal
 
-from streamtopo.documents import load_topology
 from streamtopo.planner.expressions import expression_problem
-from streamtopo.planner.model import TopologyError
 
 ROOT = Path(__file__).parents[2]
 SEED = 32
@@ -227,15 +225,6 @@ def other_hostile(document: dict[str, Any], rng: random.Random) -> tuple[dict[st
     for op in spec["operators"]:
         op.pop("keyGroups", None)
     return doc, "spec.keyGroups", "cannot plan in time"
-
-
-def refusal(document: Any) -> list[tuple[str, str]]:
-    with no_hang():
-        try:
-            load_topology(document)
-        except TopologyError as error:
-            return error.problems
-    return []
 
 
 @pytest.mark.slow

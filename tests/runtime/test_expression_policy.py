@@ -87,7 +87,7 @@ def _operator(kind: str, **fields):
 def _records(spark):
     import pandas as pd
 
-    from streamtopo.runtime.operators.base import to_spark
+    from streamtopo.runtime.operators.records import to_spark
 
     frame = pd.DataFrame({"seq": [1, 2], "key": [1, 2], "value": [3, 4], "_ts": [0.0, 1.0], "_kg": [0, 1]})
     return frame.astype({"_kg": "int32"}), to_spark(spark, frame.astype({"_kg": "int32"}))
