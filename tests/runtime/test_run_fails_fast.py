@@ -58,8 +58,9 @@ def assert_short_and_quiet(output: str, lines: int = 30) -> None:
 
 @pytest.mark.spark
 def test_a_filter_naming_a_missing_column_is_refused_before_any_executor_starts(tmp_path):
-    """The real command in its own process: exit 2 naming operator and field, and nothing from the
-    JVM on the console (its start-up line, log4j's banner, PySpark's JSON error record)."""
+    """The real command in its own process: exit 2 naming the field (the typed view at the door,
+    planner/schema.py), and nothing from the JVM on the console (its start-up line, log4j's banner,
+    PySpark's JSON error record)."""
     path = write(
         tmp_path,
         "ff-filter",
@@ -68,7 +69,7 @@ def test_a_filter_naming_a_missing_column_is_refused_before_any_executor_starts(
     result = streamtopo_run(str(path), "--duration", "60", cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output
-    assert "operator 'valid', expr: [UNRESOLVED_COLUMN" in output and "`valeu`" in output
+    assert "spec.operators[1].expr: 'valeu > 0' reads column 'valeu', which 'numbers' does not have" in output
     assert "summary" not in output and "executors" not in output  # refused before anything ran
     assert_short_and_quiet(output)
     assert "jdk.incubator" not in output
