@@ -160,6 +160,12 @@ class Keys:
         only then, so a unit keeps running on its donor while a new executor's JVM starts."""
         return f"{self.prefix}:ready:{executor}"
 
+    def applied(self, executor: str) -> str:
+        """The routing version executor ``executor`` last applied: a donor releases a unit only once the
+        receiver runs a table that gives it the unit, so the receiver already takes the short steps of
+        an executor waiting to acquire, and the unit's pause is one of those."""
+        return f"{self.prefix}:applied:{executor}"
+
     @property
     def dead_letters(self) -> str:
         return f"{self.prefix}:dead-letter"
@@ -223,6 +229,9 @@ class Metric:
     UNIT_BACKLOG = "streamtopo_unit_backlog_records"
     UNIT_OLDEST_AGE = "streamtopo_unit_oldest_record_age_seconds"
     EXECUTOR_CPU = "streamtopo_executor_cpu_seconds"
+    EXECUTOR_CPU_WAIT = "streamtopo_executor_cpu_wait_seconds"
+    """Seconds the executor's threads (JVM included) were runnable but waited for a CPU: a run queue
+    longer than the host's cores, or CPU throttling (the controller's saturation evidence)."""
     EXECUTOR_MEMORY = "streamtopo_executor_memory_bytes"
     EXECUTOR_CAPACITY = "streamtopo_executor_cpu_capacity_cores"
     ROUTING_VERSION = "streamtopo_routing_version"

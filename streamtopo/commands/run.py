@@ -24,7 +24,11 @@ def run(
         help="Stop after this many seconds (default: until finite sources end, or Ctrl-C).",
     ),
     executors: int | None = typer.Option(
-        None, "--executors", min=1, help="Executors (default: one per COLA PE)."
+        None,
+        "--executors",
+        min=1,
+        help="Executors, each of one core (default: COLA's PEs split up to Aeolus' count, within the "
+        "hosts' room).",
     ),
     output: Path | None = typer.Option(
         None,
@@ -46,9 +50,14 @@ def run(
         None, "--kill-every", min=0.5, help="Drill: kill -9 a random executor every S seconds (restarted)."
     ),
     hosts: int | None = typer.Option(
-        None, "--hosts", min=1, help="Hosts of the planning cluster (default 1)."
+        None,
+        "--hosts",
+        min=1,
+        help="Hosts of the local cluster [default: this machine, its cores and memory].",
     ),
-    host_cpu: float = typer.Option(2.0, "--host-cpu", min=0.1, help="CPU cores per planning host."),
+    host_cpu: float | None = typer.Option(
+        None, "--host-cpu", min=0.1, help="CPU cores per host [default: this machine's]."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the drills' random choices and of the planner."),
     autoscale: bool | None = typer.Option(
         None,
@@ -103,7 +112,8 @@ def run(
 
     from streamtopo.controller.plan_output import render_run_plan
     from streamtopo.local.loop import local_loop
-    from streamtopo.local.runner import RunOptions, print_summary, run_topologies
+    from streamtopo.local.runner import NoRoom, RunOptions, run_topologies
+    from streamtopo.local.summary import print_summary
     from streamtopo.runtime.operators.udf import extend_import_path
 
     console = Console()
@@ -143,7 +153,11 @@ def run(
         adaptation=local_loop,
         watch=files[0] if watch else None,
     )
-    summaries = run_topologies(topologies, options, console, outputs)
+    try:
+        summaries = run_topologies(topologies, options, console, outputs)
+    except NoRoom as error:
+        console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     for name, summary in summaries.items():
         if len(summaries) > 1:
             console.rule(name)

@@ -32,6 +32,7 @@ from streamtopo.controller.platform import (
     UnitRates,
 )
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
+from streamtopo.planner.capacity import free_cores
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology, StreamTopologySpec
 from streamtopo.planner.scaling.aeolus import entry_batch_sizes, resized_batches
@@ -48,6 +49,7 @@ from streamtopo.controller.reconcile import (
     Event,
     Outcome,
     Planner,
+    capacity_report,
     executor_hosts,
     now_iso,
     placement_rules,
@@ -64,8 +66,10 @@ def allocation_state(
     *,
     failing: Collection[str] = (),
     lost: Collection[str] = (),
+    room: Mapping[str, float] | None = None,
 ) -> AllocationState:
-    """ALBIC's view of one period: gLoad_k = 100 * busy rate, mc_k = state bytes, out(g_i, g_j) = rate.
+    """ALBIC's view of one period: gLoad_k = 100 * busy rate, mc_k = state bytes, out(g_i, g_j) = rate,
+    each executor's CPU used and waited for (saturation evidence), and the hosts' ``room`` for new ones.
 
     Raises MetricsUnavailable when a unit of the routing table has no measurement (full metric window),
     except on a ``failing`` executor, which cannot report: such a unit counts with its operator's mean
@@ -83,6 +87,7 @@ def allocation_state(
             f"units over the last {stats.window_seconds:g}s (e.g. {shown})",
         )
     labels = {h.name: dict(h.labels) for h in cluster.hosts}
+    measured = stats.executors
     executors = [
         ExecutorInfo(
             name=name,
@@ -90,6 +95,8 @@ def allocation_state(
             host=entry.host,
             labels=labels.get(entry.host or "", {}),
             marked_for_removal=entry.draining or name in lost,
+            cpu_used=measured[name].cpu if name in measured else None,
+            cpu_wait=measured[name].cpu_wait if name in measured else 0.0,
         )
         for name, entry in sorted(routing.executors.items())
     ]
@@ -101,6 +108,7 @@ def allocation_state(
             migration_cost=stats.units[u].state_bytes,
             rate=stats.units[u].records_in,
             backlog=stats.units[u].backlog,
+            output_rate=stats.units[u].records_out,
         )
         for u in sorted(assignment)
     ]
@@ -113,6 +121,7 @@ def allocation_state(
         assignment=assignment,
         traffic=traffic,
         rules=placement_rules(spec, cluster),
+        room=room,
     )
 
 
@@ -156,8 +165,9 @@ def next_executors(
 ) -> dict[str, ExecutorEntry]:
     """The routing table's executors after a round: terminated gone, set B draining, new ones placed.
 
-    A new executor (it joins empty, Algorithm 1 line 6) goes to the host with the most CPU not yet
-    requested by this topology's executors.
+    A new executor (it joins empty, Algorithm 1 line 6) goes to the host the round placed it on (the one
+    with the most room, planner/capacity.py); without a known room, to the host with the most CPU not
+    yet requested by this topology's executors.
     """
     free = {h.name: h.cpu for h in cluster.hosts}
     for entry in current.values():
@@ -168,8 +178,8 @@ def next_executors(
         if info.name in current:
             out[info.name] = current[info.name].model_copy(update={"draining": info.marked_for_removal})
             continue
-        host = max(cluster.hosts, key=lambda h: (free[h.name], h.name)).name
-        free[host] -= info.capacity
+        host = info.host or max(cluster.hosts, key=lambda h: (free[h.name], h.name)).name
+        free[host] = free.get(host, 0.0) - info.capacity
         out[info.name] = ExecutorEntry(host=host, cpu=info.capacity, draining=info.marked_for_removal)
     return out
 
@@ -234,6 +244,9 @@ class LoopMemory:
             data = json.loads(text)
             scaling = data.get("scaling") or {}
             scaling["history"] = tuple(tuple(h) for h in scaling.get("history") or ())
+            scaling["loads"] = tuple((str(e), float(v)) for e, v in scaling.get("loads") or ())
+            if scaling.get("scale_up_from") is not None:
+                scaling["scale_up_from"] = tuple(scaling["scale_up_from"])
             pairs = tuple((_unit(a), _unit(b)) for a, b in data.get("collocations") or ())
             failing = {str(e): float(t) for e, t in (data.get("failing") or {}).items()}
             decisions = tuple(data.get("decisions") or ())
@@ -418,6 +431,9 @@ class AdaptationLoop:
         ``spec.fusion.profileIterations``, and runs ALBIC from then on."""
         self.crossing_cost: float | None = None
         """What a record crossing executors cost, measured once (:func:`measured_profile`)."""
+        self.exhausted = 0
+        """Executors the last period's load needed beyond the room (a CapacityExhausted Event goes out
+        when this changes to a positive count, not every period)."""
 
     @property
     def interval(self) -> float:
@@ -486,7 +502,11 @@ class AdaptationLoop:
             )
         try:
             stats = self.metrics.collect(self.topology.metadata.name, self.interval)
-            state = allocation_state(stats, before, self.topology.spec, cluster, failing=failing, lost=lost)
+            own = [(e.host, e.cpu) for e in before.executors.values()]
+            room = free_cores(cluster, own, self.platform.committed(), clamp=False)
+            state = allocation_state(
+                stats, before, self.topology.spec, cluster, failing=failing, lost=lost, room=room
+            )
         except MetricsUnavailable as why:
             return self._record(
                 self._skip(why.reason, f"{why}: no rebalancing or scaling this period", count)
@@ -529,6 +549,13 @@ class AdaptationLoop:
         ]
         if batches and step.applied:
             step.outcome.events.append(batches_event(before.batch_sizes, batches))
+        changes, events, status = capacity_report(
+            result.capacity, reported=self.exhausted == _pending(result)
+        )
+        self.exhausted = _pending(result)
+        step.outcome.conditions += changes
+        step.outcome.events += events
+        step.outcome.status.update(status)
         return self._record(step)
 
     def approve(self, decision: str) -> StepResult | None:
@@ -722,6 +749,10 @@ class AdaptationLoop:
     def _record(self, result: StepResult) -> StepResult:
         self.history.append(result)
         return result
+
+
+def _pending(result: AdaptationResult) -> int:
+    return result.capacity.pending if result.capacity is not None else 0
 
 
 def report(

@@ -51,6 +51,12 @@ PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Executors", "type": "integer", "jsonPath": ".status.executors"},
     {
+        "name": "Pending",
+        "type": "integer",
+        "jsonPath": ".status.capacity.pendingExecutors",
+        "description": "Executors the load needs that no node has room for (never created).",
+    },
+    {
         "name": "U",
         "type": "number",
         "jsonPath": ".status.maxUtilization",

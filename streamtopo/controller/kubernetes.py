@@ -106,6 +106,15 @@ def pod_health(pod: Mapping[str, Any]) -> PodHealth:
             problem = "OOMKilled"
     if phase == "Failed":
         problem = f"Failed: {status.get('reason') or 'the executor exited'}"
+    unschedulable = [
+        c
+        for c in status.get("conditions") or []
+        if c.get("type") == "PodScheduled"
+        and c.get("status") == "False"
+        and c.get("reason") == "Unschedulable"
+    ]
+    if phase == "Pending" and unschedulable:  # the room changed between the plan and the pod
+        problem = f"Pending: Unschedulable ({unschedulable[0].get('message') or 'no node has room'})"
     return PodHealth(phase, ready, problem, restarts)
 
 
@@ -387,24 +396,24 @@ class KubernetesPlatform:
             patch(obj["metadata"]["name"], self.namespace, obj)
 
     def committed(self) -> dict[str, float]:
-        """CPU that other topologies' executors request per node, in every namespace the operator may
-        list pods in (all of them with the chart's cluster-wide RBAC, else this namespace)."""
+        """CPU that every other pod requests per node (other topologies' executors and any other
+        workload: a node's room is its allocatable CPU less what the scheduler has promised), in every
+        namespace the operator may list pods in (all of them with the chart's cluster-wide RBAC, else
+        this namespace). This topology's own executors are left out: the planner counts them itself."""
         from kubernetes.client.exceptions import ApiException
 
-        wanted = "app.kubernetes.io/component=executor," + TOPOLOGY_LABEL
         try:
-            response = self.core.list_pod_for_all_namespaces(label_selector=wanted, _preload_content=False)
+            response = self.core.list_pod_for_all_namespaces(_preload_content=False)
         except ApiException as error:
             if error.status != 403:
                 raise
-            response = self.core.list_namespaced_pod(
-                self.namespace, label_selector=wanted, _preload_content=False
-            )
+            response = self.core.list_namespaced_pod(self.namespace, _preload_content=False)
         mine = (self.namespace, self.name)
         return committed_cpu(
             p
             for p in self._items(response)
-            if (p["metadata"].get("namespace"), p["metadata"]["labels"].get(TOPOLOGY_LABEL)) != mine
+            if (p["metadata"].get("namespace"), (p["metadata"].get("labels") or {}).get(TOPOLOGY_LABEL))
+            != mine
         )
 
     def _pods(self) -> list[dict[str, Any]]:

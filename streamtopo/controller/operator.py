@@ -640,6 +640,18 @@ def read_basic_auth(namespace: str, ref: SecretKeyRef) -> tuple[str, str]:
     return user, password
 
 
+async def _nap(stopped: kopf.DaemonStopped, seconds: float) -> None:
+    """Sleep ``seconds`` or until ``stopped``. Not ``stopped.wait(seconds)``: kopf times that wait out with
+    ``asyncio.wait_for`` in a task of its own, and on Python 3.11 a cancellation landing as the timeout
+    fires leaves that task failed with TimeoutError, which kopf's shutdown re-raises from the hung tasks
+    (the operator then exits with an error). An untimed wait raced by ``asyncio.wait`` has no such race."""
+    waiter = asyncio.ensure_future(stopped.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=seconds)
+    finally:
+        waiter.cancel()
+
+
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_backoff=10.0, cancellation_timeout=10.0)
 async def spl_loop(
     stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
@@ -656,7 +668,7 @@ async def spl_loop(
     """
     period = Period(next_step=time.monotonic() + _interval(body))
     while not stopped:
-        await stopped.wait(min(STATE.tick, max(0.05, period.next_step - time.monotonic())))
+        await _nap(stopped, min(STATE.tick, max(0.05, period.next_step - time.monotonic())))
         if stopped:
             break
         if STATE.settings.transport_admin_password:

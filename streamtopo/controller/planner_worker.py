@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -76,10 +76,11 @@ def _plan(
     previous: RoutingTable | None,
     seed: int,
     profile: Profile | None = None,
+    room: Mapping[str, float] | None = None,
 ) -> tuple[DesiredState, Plan] | Refused:
     """Runs in the worker."""
     try:
-        return IN_PROCESS.plan(topology, cluster, previous, seed, profile)
+        return IN_PROCESS.plan(topology, cluster, previous, seed, profile, room)
     except TopologyError as error:
         return Refused(error.problems, str(error))
     except ValueError as error:  # COLA's NoValidPlan: only its message matters to the caller
@@ -141,11 +142,12 @@ class WorkerPlanner(Planner):
         previous: RoutingTable | None,
         seed: int,
         profile: Profile | None = None,
+        room: Mapping[str, float] | None = None,
     ) -> tuple[DesiredState, Plan]:
         limits = bounded.Limits(seconds=self.timeout, memory=self.memory)
         with self._slots:  # waiting here is not the call's time
             try:
-                result = bounded.call(_plan, topology, cluster, previous, seed, profile, limits=limits)
+                result = bounded.call(_plan, topology, cluster, previous, seed, profile, room, limits=limits)
             except bounded.OverLimit as error:
                 result = Refused(None, str(error))
         if isinstance(result, Refused):

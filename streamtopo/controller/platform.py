@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from streamtopo.contracts import ExecutorEntry, KeyGroupId, Metric, RoutingTable, total
+from streamtopo.planner.capacity import Shortfall
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology
 
@@ -33,6 +34,8 @@ class DesiredState:
     """The SPL loop's state (:class:`~streamtopo.controller.adaptation_loop.LoopMemory` as JSON), stored with the
     routing table in one object: a decision and the state that follows from it are written together, so
     a restarted operator neither repeats nor forgets it."""
+    capacity: Shortfall | None = None
+    """The declared rates against the hosts' room, when planned (planner/capacity.py)."""
 
     @property
     def name(self) -> str:
@@ -67,7 +70,8 @@ class Platform(Protocol):
         ...
 
     def committed(self) -> dict[str, float]:
-        """Host -> CPU cores that other topologies' executors request there: room a plan leaves them."""
+        """Host -> CPU cores that other pods (other topologies' executors, other workloads) request
+        there: room a plan and the autoscaler leave them (planner/capacity.py)."""
         ...
 
     def state_client(self, topology: StreamTopology) -> Any | None:
@@ -115,6 +119,8 @@ class UnitRates:
 class ExecutorRates:
     cpu: float = 0.0
     """CPU cores used (rate of cpu seconds)."""
+    cpu_wait: float = 0.0
+    """Cores' worth of its threads waiting for a CPU while runnable (run queue, throttling)."""
     memory_bytes: float = 0.0
     capacity_cores: float | None = None
     routing_version: int | None = None
@@ -146,6 +152,7 @@ COUNTERS = {
     "records_out": total(Metric.UNIT_RECORDS_OUT),
     "traffic": total(Metric.KG_RECORDS),
     "executor_cpu": total(Metric.EXECUTOR_CPU),
+    "executor_cpu_wait": total(Metric.EXECUTOR_CPU_WAIT),
 }
 """Counters the controller turns into per-second rates over the window."""
 GAUGES = {
@@ -204,6 +211,7 @@ def runtime_stats(topology: str, window_seconds: float, series: Series) -> Runti
     executors: dict[str, dict[str, Any]] = {}
     for key, target in (
         ("executor_cpu", "cpu"),
+        ("executor_cpu_wait", "cpu_wait"),
         ("executor_memory", "memory_bytes"),
         ("executor_capacity", "capacity_cores"),
         ("routing_version", "routing_version"),

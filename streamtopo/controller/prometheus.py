@@ -115,6 +115,7 @@ ENTITY = {
     "records_out": ("operator", "kg"),
     "traffic": ("src_operator", "src_kg", "dst_operator", "dst_kg"),
     "executor_cpu": ("executor",),
+    "executor_cpu_wait": ("executor",),
 }
 """The labels naming what a counter measures; its series (one per exporting executor) share one span."""
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,7 @@ from streamtopo.controller.platform import (
 from streamtopo.controller.upgrade import ResetReport, reset_state, stop_for_upgrade
 from streamtopo.documents import load_topology, object_document
 from streamtopo.planner.allocation import AllocationState, PlacementRules
+from streamtopo.planner.capacity import Shortfall, free_cores
 from streamtopo.planner.cluster import Cluster, leave_room
 from streamtopo.planner.graph import replica_name
 from streamtopo.planner.model import StreamTopology, StreamTopologySpec, TopologyError
@@ -54,7 +55,15 @@ if TYPE_CHECKING:
 Collocations = tuple[tuple[KeyGroupId, KeyGroupId], ...]
 """ALBIC's collocated key-group pairs, carried from round to round."""
 
-CONDITION_TYPES = ("Planned", "Ready", "Progressing", "Rebalancing", "Scaling", "Degraded")
+CONDITION_TYPES = (
+    "Planned",
+    "Ready",
+    "Progressing",
+    "Rebalancing",
+    "Scaling",
+    "Degraded",
+    "CapacityExhausted",
+)
 APPROVE_ANNOTATION = "streamtopo.dev/approve"
 """Recommend mode: the annotation whose value, a decision id, approves that one decision."""
 
@@ -181,6 +190,7 @@ def plan_deployment(
     previous: RoutingTable | None = None,
     seed: int = 0,
     profile: Profile | None = None,
+    room: Mapping[str, float] | None = None,
 ) -> tuple[DesiredState, Plan]:
     """The fusion plan on ``cluster`` as a desired state: the PEs as executors on their hosts, split up
     to Aeolus' executor count (:func:`streamtopo.planner.deployment.deployment`, shared with ``streamtopo
@@ -189,20 +199,22 @@ def plan_deployment(
     The plan is COLA's (``spec.fusion``) on the declared costs; with ``spec.fusion.profileIterations``,
     NONE first (COLA Section 4's iteration 0), and with ``profile`` COLA on the measured costs, its
     executors named after the running ones they take over (``keep_names``). The version continues
-    ``previous`` (executors never act on an older table). Raises TopologyError (or COLA's NoValidPlan, a
-    ValueError) when the spec cannot be planned.
+    ``previous`` (executors never act on an older table). ``room`` (host -> free cores) caps the
+    executors at what the hosts take (planner/capacity.py); the desired state's ``capacity`` says what
+    the declared rates need beyond it. Raises TopologyError (or COLA's NoValidPlan, a ValueError) when
+    the spec cannot be planned.
     """
     from streamtopo.planner.deployment import deployment, keep_names
     from streamtopo.planner.placement.fusion import plan_topology
 
     name, spec = topology.metadata.name, topology.spec
     plan = plan_topology(spec, cluster, seed=seed, profile=profile)
-    planned = deployment(plan, spec, name, adaptation_config(topology).scaling_config)
+    planned = deployment(plan, spec, name, adaptation_config(topology).scaling_config, room=room)
     if profile is not None and previous is not None:
         planned = keep_names(planned, previous)
     start = RoutingTable(topology=name, version=previous.version if previous else 0, executors={}, units={})
     routing = start.moved(planned.units, planned.executors, entry_batch_sizes(spec))
-    return DesiredState(topology=topology, routing=routing), plan
+    return DesiredState(topology=topology, routing=routing, capacity=planned.capacity), plan
 
 
 AFFINITY_FIELD = "spec.executor.podTemplate.spec.affinity"
@@ -265,9 +277,10 @@ class Planner:
         previous: RoutingTable | None,
         seed: int,
         profile: Profile | None = None,
+        room: Mapping[str, float] | None = None,
     ) -> tuple[DesiredState, Plan]:
         """:func:`plan_deployment` (COLA + Aeolus); raises TopologyError or ValueError like it."""
-        return plan_deployment(topology, cluster, previous, seed, profile)
+        return plan_deployment(topology, cluster, previous, seed, profile, room)
 
     def adapt(
         self,
@@ -336,7 +349,7 @@ def reconcile(
         upgraded = (upgrade, held) if upgrade.restart else None
     cluster = platform.hosts()
     if previous is not None and not force_replan and same_deployment(previous, topology, cluster):
-        kept = DesiredState(topology, previous.routing, previous.memory)  # the spec as it is now
+        kept = replace(previous, topology=topology)  # the spec as it is now
         platform.apply(kept)
         planned = ConditionChange("Planned", "True", "UpToDate", "the applied plan matches the spec")
         return Outcome(
@@ -346,15 +359,19 @@ def reconcile(
             status={"executors": len(kept.running), "routingVersion": kept.routing.version},
         )
     try:
-        hosts = leave_room(executor_hosts(topology.spec, cluster), platform.committed())
+        allowed = executor_hosts(topology.spec, cluster)
     except ValueError as error:
         return invalid_outcome(
             "NoValidPlan", [(AFFINITY_FIELD, str(error).removeprefix(f"{AFFINITY_FIELD}: "))]
         )
+    committed = platform.committed()
+    hosts, room = leave_room(allowed, committed), free_cores(allowed, committed=committed)
     try:
-        desired, plan = planner.plan(topology, hosts, previous.routing if previous else None, seed)
+        desired, plan = planner.plan(
+            topology, hosts, previous.routing if previous else None, seed, None, room
+        )
         if previous is not None:  # a re-plan keeps the SPL loop's windows and history
-            desired = DesiredState(desired.topology, desired.routing, previous.memory)
+            desired = replace(desired, memory=previous.memory)
     except TopologyError as error:
         return invalid_outcome("InvalidSpec", error.problems)
     except ValueError as error:  # COLA's NoValidPlan names the constraints that cannot be met
@@ -377,7 +394,8 @@ def reconcile(
         events.append(Event("PlanInfeasible", "; ".join(problems), "Warning"))
     else:
         conditions.append(ConditionChange("Degraded", "False", "AsPlanned", ""))
-    status = plan_status(plan, desired.routing)
+    capacity_changes, capacity_events, capacity_status = capacity_report(desired.capacity)
+    status = {**plan_status(plan, desired.routing), **capacity_status}
     if upgraded is not None:
         upgrade, report = upgraded
         message = upgrade_message(upgrade, report)
@@ -386,11 +404,27 @@ def reconcile(
     return Outcome(
         desired=desired,
         plan=plan,
-        conditions=conditions,
-        events=events,
+        conditions=conditions + capacity_changes,
+        events=events + capacity_events,
         cluster=cluster,
         status=status,
     )
+
+
+def capacity_report(
+    capacity: Shortfall | None, reported: bool = False
+) -> tuple[list[ConditionChange], list[Event], dict[str, Any]]:
+    """The CapacityExhausted condition (True with the shortfall's figures, else False), a Warning Event
+    when it is exhausted and ``reported`` is False (the caller saw it already), and ``status.capacity``."""
+    if capacity is None or not capacity.exhausted:
+        fine = ConditionChange(
+            "CapacityExhausted", "False", "WithinCapacity", "the hosts have room for the load"
+        )
+        return [fine], [], ({"capacity": capacity.status()} if capacity is not None else {})
+    message = capacity.message()
+    changes = [ConditionChange("CapacityExhausted", "True", "CapacityExhausted", message)]
+    events = [] if reported else [Event("CapacityExhausted", message, "Warning")]
+    return changes, events, {"capacity": capacity.status()}
 
 
 def hold_upgrade(
@@ -408,7 +442,7 @@ def hold_upgrade(
         if previous.topology.spec.suspend and not topology.spec.suspend:
             resumed = previous.topology.spec.model_copy(update={"suspend": False})
             again = previous.topology.model_copy(update={"spec": resumed})
-            platform.apply(DesiredState(again, previous.routing, previous.memory))
+            platform.apply(replace(previous, topology=again))
         return outcome
     if not upgrade.restart:
         return None

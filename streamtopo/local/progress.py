@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict, deque
+from collections.abc import Set
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -146,19 +147,31 @@ class Progress:
             f"oldest {max((r['age'] for r in rows), default=0.0):,.1f} s"
         )
 
-    def table(self, title: str, running: set[str]) -> Group:
-        """The live view: one row per executor, then one per source and sink."""
-        return Group(self.executor_table(title, running), self.rate_table())
+    def emitted(self) -> float:
+        """Records the sources have emitted so far, over every executor's latest scrape."""
+        sources = {e.name for e in self.endpoints if e.role == "source"}
+        return sum(
+            value
+            for history in self.history.values()
+            for op, value in history[-1][1].out_by_operator.items()
+            if op in sources
+        )
 
-    def executor_table(self, title: str, running: set[str]) -> Table:
+    def table(self, title: str, running: set[str], pending: Set[str] = frozenset()) -> Group:
+        """The live view: one row per executor, then one per source and sink."""
+        return Group(self.executor_table(title, running, pending), self.rate_table())
+
+    def executor_table(self, title: str, running: set[str], pending: Set[str] = frozenset()) -> Table:
+        """One row per executor: up, down, or pending (no host has room for it yet)."""
         table = Table(title=title)
         for column in ("executor", "state", "lag rec", "lag s", "mean latency s", "routing v"):
             table.add_column(column, justify="right" if column != "executor" else "left")
-        for name in sorted(set(self.rows) | running):
+        for name in sorted(set(self.rows) | running | pending):
             row = self.rows.get(name, {})
+            state = "pending (no room)" if name in pending else "up" if name in running else "down"
             table.add_row(
                 name,
-                "up" if name in running else "down",
+                state,
                 f"{row.get('lag', 0):,.0f}",
                 f"{row.get('age', 0):,.1f}",
                 f"{row.get('latency', math.nan):.2f}",

@@ -18,27 +18,27 @@ import math
 import os
 import random
 import signal
-import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Self
+from typing import Any, NamedTuple, Protocol, Self
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
-from rich.table import Table
 
 from streamtopo.contracts import ExecutorEntry, Keys, RoutingTable, executor_name, unit_key
 from streamtopo.controller.platform import DesiredState
 from streamtopo.controller.reconcile import adaptation_config
 from streamtopo.local.drills import Kill, Schedule, held_by, migrate, recovery_pauses
-from streamtopo.local.platform import LocalPlatform
+from streamtopo.local.platform import LocalPlatform, Machine, machine_cluster, machine_cores
 from streamtopo.local.progress import Progress
+from streamtopo.local.summary import RunSummary, SinkSample
 from streamtopo.local.upgrade import Edit, SpecFile, apply_edit
+from streamtopo.planner.capacity import Shortfall, free_cores, place, placeable
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.deployment import deployment
 from streamtopo.planner.model import StreamTopology
@@ -61,7 +61,8 @@ class RunOptions:
     migrate_every: float | None = None
     kill_every: float | None = None
     hosts: int | None = None
-    host_cpu: float = 2.0
+    """Hosts of the local platform's cluster (None with ``host_cpu`` None: this machine, run_cluster)."""
+    host_cpu: float | None = None
     seed: int = 0
     live: bool = True
     progress_every: float | None = None
@@ -96,60 +97,6 @@ class RunOptions:
     applies a spec change (local/upgrade.py); a run of one topology only."""
 
 
-@dataclass(frozen=True)
-class SinkSample:
-    """A file sink's latest records, and the directory of its key groups' files."""
-
-    directory: Path
-    records: list[dict[str, Any]]
-
-
-@dataclass
-class RunSummary:
-    finished: bool
-    seconds: float
-    sinks: dict[str, dict[str, int]]
-    """Sink operator -> {"in": records received, "out": records written}."""
-    migrations: int = 0
-    kills: int = 0
-    pauses: list[Pause] = field(default_factory=list)
-    recoveries: list[float] = field(default_factory=list)
-    """Per unit of a killed executor: seconds from the kill to a live executor holding it again."""
-    unrecovered: int = 0
-    """Units of killed executors that no executor held again before the run ended."""
-    backlog: int = 0
-    """Records waiting at the end: queued in streams, plus ``source_backlog``."""
-    source_backlog: int = 0
-    """Records generator sources had due (event time passed) but had not generated."""
-    routing_version: int = 0
-    failed: str | None = None
-    rebalances: list[str] = field(default_factory=list)
-    """The loop's RebalanceReport messages (migrations, load distance, executor load before -> after)."""
-    scalings: list[str] = field(default_factory=list)
-    """The loop's ScalingReport messages (executors from -> to, the rule's reason)."""
-    profiles: list[str] = field(default_factory=list)
-    """The loop's ProfileIteration messages (COLA on measured costs: PEs, executors, U, C, moves)."""
-    periods: int = 0
-    """SPL periods the loop ran (skipped ones included)."""
-    output: Path | None = None
-    """Directory file sinks wrote to."""
-    unready: list[str] = field(default_factory=list)
-    """Executors not yet running (JVM started and warm) when the run ended: it ended during warm-up."""
-    records: dict[str, SinkSample] = field(default_factory=dict)
-    """File sink -> its latest records (``RunOptions.sample_records``), for the summary to show."""
-    upgrades: list[Edit] = field(default_factory=list)
-    """What each change of the watched file did (applied, with what was kept and reset, or refused)."""
-
-    def pause_stats(self, kind: str | None = None) -> tuple[float, float, float] | None:
-        """(p50, p99, max) seconds of the pauses of ``kind`` (all kinds if None); p99 interpolated
-        between the two nearest pauses, so with fewer than 100 it lies just under the largest."""
-        values = [p.seconds for p in self.pauses if kind is None or p.kind == kind]
-        if not values:
-            return None
-        p99 = statistics.quantiles(values, n=100, method="inclusive")[-1] if len(values) > 1 else values[0]
-        return statistics.median(values), p99, max(values)
-
-
 # ------------------------------------------------------------------------------------------ planning
 
 
@@ -181,28 +128,60 @@ def output_dir(topology: StreamTopology, output: Path | None) -> Path | None:
     return Path("streamtopo-output") / topology.metadata.name
 
 
+class Start(NamedTuple):
+    """A local run's first deployment: routing v1, the plan it came from (None for ``--executors N``)
+    and the declared rates against the machine's room (None for ``--executors N``)."""
+
+    routing: RoutingTable
+    plan: Plan | None
+    capacity: Shortfall | None
+
+
+class NoRoom(ValueError):
+    """``--executors N`` asks for more executors than the hosts have room for."""
+
+
+LOCAL_EXECUTOR_CPU = 1.0
+"""Cores a local executor requests: it runs Spark with one core (STREAMTOPO_SPARK_CORES=1)."""
+
+
 def initial_routing(
-    topology: StreamTopology, cluster: Cluster, executors: int | None, seed: int = 0
-) -> tuple[RoutingTable, Plan | None]:
+    topology: StreamTopology,
+    cluster: Cluster,
+    executors: int | None,
+    seed: int = 0,
+    room: Mapping[str, float] | None = None,
+) -> Start:
     """Version 1 of the routing table: COLA's PEs as executors, split up to Aeolus' count as the operator
     does (``planner.deployment``), or units round-robin over ``executors``; with the plan it came from
     (None for round-robin), which the run shows before it starts.
 
+    Every local executor requests one core (:data:`LOCAL_EXECUTOR_CPU`), and the hosts' ``room`` (default:
+    all of ``cluster``) caps how many the plan starts, as the operator's plan is capped by its nodes';
+    ``--executors N`` beyond the room raises :class:`NoRoom` naming the option.
     Round-robin puts unit (op, kg) on executor ``kg mod N``: units with the same key group index share an
     executor, so one-to-one edges stay in memory. HA replicas r >= 1 are not run by the local runtime (the
-    primary is), and every local executor has a capacity of one core.
+    primary is).
     """
     spec, name = topology.spec, topology.metadata.name
-    plan = None
+    room = dict(room) if room is not None else free_cores(cluster)
+    plan = capacity = None
     if executors is None:
         plan = plan_topology(spec, cluster, seed=seed)
         scaling = adaptation_config(topology).scaling_config
-        planned = deployment(plan, spec, name, scaling, replicas=False, cpu=1.0)
-        assignment, entries = planned.units, planned.executors
+        planned = deployment(plan, spec, name, scaling, replicas=False, cpu=LOCAL_EXECUTOR_CPU, room=room)
+        assignment, entries, capacity = planned.units, planned.executors, planned.capacity
     else:
         names = [executor_name(name, i) for i in range(executors)]
-        hosts = [h.name for h in cluster.hosts]
-        entries = {n: ExecutorEntry(host=hosts[i % len(hosts)], cpu=1.0) for i, n in enumerate(names)}
+        hosts, _ = place([LOCAL_EXECUTOR_CPU] * executors, room)
+        if None in hosts:
+            fit = placeable(LOCAL_EXECUTOR_CPU, room)
+            raise NoRoom(
+                f"--executors {executors}: the hosts have room for {fit} executor(s) of "
+                f"{LOCAL_EXECUTOR_CPU:g} core ({_room_text(cluster, room)}); give fewer executors, or model "
+                "a larger cluster with --hosts/--host-cpu"
+            )
+        entries = {n: ExecutorEntry(host=h, cpu=LOCAL_EXECUTOR_CPU) for n, h in zip(names, hosts)}
         assignment = {
             (op.name, kg): names[kg % executors]
             for op in spec.operators
@@ -216,7 +195,11 @@ def initial_routing(
         units={unit_key(u): e for u, e in sorted(assignment.items())},
         batch_sizes=entry_batch_sizes(topology.spec),
     )
-    return routing, plan
+    return Start(routing, plan, capacity)
+
+
+def _room_text(cluster: Cluster, room: Mapping[str, float]) -> str:
+    return ", ".join(f"{h.name}: {room.get(h.name, 0.0):g} of {h.cpu:g} cores free" for h in cluster.hosts)
 
 
 def scale_rates(topology: StreamTopology, factor: float) -> StreamTopology:
@@ -369,6 +352,14 @@ def executor_env(options: RunOptions) -> dict[str, str]:
     return env
 
 
+def run_cluster(options: RunOptions) -> Cluster:
+    """The hosts of a local run: this machine (its cores and memory), or ``--hosts N`` of ``--host-cpu
+    C`` cores (the machine's cores when only ``--hosts`` is given)."""
+    if options.hosts is None and options.host_cpu is None:
+        return machine_cluster()
+    return Cluster.uniform(options.hosts or 1, options.host_cpu or machine_cores())
+
+
 def run_topology(topology: StreamTopology, options: RunOptions, console: Console | None = None) -> RunSummary:
     """Run until the sources are exhausted, ``duration`` passes, or Ctrl-C; always cleans up."""
     name = topology.metadata.name
@@ -389,13 +380,18 @@ def run_topologies(
     topologies = [prepared(t, options) for t in topologies]
     if options.watch is not None and len(topologies) != 1:
         raise ValueError("--watch applies the changes of one topology's file: run one file")
-    cluster = Cluster.uniform(options.hosts or 1, options.host_cpu)
-    routings = []
+    cluster = run_cluster(options)
+    routings, starts = [], []
+    taken: list[tuple[str | None, float]] = []  # executors of the topologies planned before this one
     for topology in topologies:
-        routing, plan = initial_routing(topology, cluster, options.executors, options.seed)
+        start = initial_routing(
+            topology, cluster, options.executors, options.seed, free_cores(cluster, taken)
+        )
+        taken += [(e.host, e.cpu) for e in start.routing.executors.values()]
         if options.show_plan is not None:
-            options.show_plan(plan, routing)
-        routings.append(routing)
+            options.show_plan(start.plan, start.routing)
+        routings.append(start.routing)
+        starts.append(start)
     outputs = outputs or {t.metadata.name: options.output for t in topologies}
     tmp = tempfile.TemporaryDirectory(prefix="streamtopo-run-") if options.workdir is None else None
     workdir = Path(tmp.name) if tmp is not None else Path(options.workdir or ".")
@@ -409,12 +405,13 @@ def run_topologies(
     valkey = EmbeddedValkey().start()
     runs: list[_Run] = []
     platforms: list[LocalPlatform] = []
+    machine = Machine()
     summaries = {
         t.metadata.name: RunSummary(False, 0.0, {}, failed="the transport could not be reached")
         for t in topologies
     }
     try:
-        for topology, routing in zip(topologies, routings):
+        for topology, start in zip(topologies, starts):
             name = topology.metadata.name
             store = StateStore(connect(valkey.url), Keys.of(topology))
             chosen = outputs.get(name)
@@ -425,13 +422,11 @@ def run_topologies(
                 cluster,
                 output_dir=output,
                 env=executor_env(options),
+                machine=machine,
             )
             platforms.append(platform)
-            platform.write_topology(topology)
-            platform.write_routing(routing)
-            for executor, entry in routing.executors.items():
-                platform.start(executor, entry.host, entry.cpu)
-            runs.append(_Run(topology, options, platform, store, routing, started, console, cluster))
+            platform.apply(DesiredState(topology, start.routing))
+            runs.append(_Run(topology, options, platform, store, start, started, console, cluster))
         with (
             Live(console=console, refresh_per_second=2, transient=False)
             if options.live
@@ -505,15 +500,24 @@ class _Run:
         options: RunOptions,
         platform: LocalPlatform,
         store: StateStore,
-        routing: RoutingTable,
+        start: Start,
         started: float,
         console: Console,
         cluster: Cluster,
     ):
+        routing = start.routing
         self.topology, self.options, self.platform, self.store = topology, options, platform, store
         self.routing, self.started, self.console, self.cluster = routing, started, console, cluster
         self.spec_file = SpecFile(options.watch) if options.watch is not None else None
         self.upgrades: list[Edit] = []
+        self.declared = start.capacity
+        """The declared rates against the hosts' room, from the plan."""
+        self.measured: Shortfall | None = None
+        """The loop's latest capacity figures (records/s demanded and carried, executors wanted)."""
+        self.most_executors = 0
+        """The most executors running at once."""
+        self.first_records: float | None = None
+        """Seconds from the start until the sources had emitted their first records."""
         self.rng = random.Random(options.seed)
         self.progress = Progress(topology.spec)
         loops = topology.spec.autoscaling.enabled or topology.spec.fusion.profile_iterations > 0
@@ -555,6 +559,7 @@ class _Run:
         if self.spec_file is not None and (text := self.spec_file.changed()) is not None:
             self._edit(text)
         self._restart_victims(now)
+        self.platform.schedule()  # pending executors start once room frees
         # Drills wait for the first warm-up, so they exercise hand-overs and recovery rather than JVM
         # starts; a kill also waits until the last victim runs again, so a restart slower than the kill
         # interval cannot livelock the run (a migration may go to a restarting executor: its donor keeps
@@ -563,10 +568,14 @@ class _Run:
             self._migrate(now)
         if self.loop is not None and now >= self.next_period:
             self._period()
-        all_up = not self.restarts and all(map(self.progress.running, self.routing.executors))
+        started = set(self.routing.executors) - set(self.platform.pending)
+        all_up = not self.restarts and all(map(self.progress.running, started))
         if self.kill_due.due(now, all_up):
             self._kill(now)
         self.progress.update(self.platform.scrape_all(), now)
+        self.most_executors = max(self.most_executors, len(self.platform.endpoints()))
+        if self.first_records is None and self.progress.emitted() > 0:
+            self.first_records = now - self.started
         self._check_warm(now)
         self._show(now, live)
         if not self.restarts and finished(self.store, self.topology):
@@ -621,18 +630,32 @@ class _Run:
             periods=len(self.loop.history) if self.loop else 0,
             output=self.platform.output_dir,
             unready=self.unready,
+            hosts=", ".join(f"{h.name}: {h.cpu:g} cores" for h in self.platform.cluster.hosts),
+            declared=self.declared,
+            measured=self.measured,
+            most_executors=self.most_executors,
+            first_records=self.first_records,
         )
 
     def _edit(self, text: str) -> None:
-        """The watched file changed: apply it as the operator applies a spec change (local/upgrade.py)."""
+        """The watched file changed: apply it as the operator applies a spec change (local/upgrade.py).
+        Every executor stops first, so the new deployment has the hosts' whole room."""
+        starts: list[Start] = []
+
+        def route(topology: StreamTopology) -> tuple[RoutingTable, Plan | None]:
+            starts.append(initial_routing(topology, self.cluster, self.options.executors, self.options.seed))
+            return starts[-1].routing, starts[-1].plan
+
         edit = apply_edit(
             text,
-            DesiredState(self.topology, self.routing),
+            DesiredState(self.topology, self.routing, capacity=self.declared),
             self.platform,
             prepare=lambda t: prepared(t, self.options),
             check=lambda t: check_pipeline(t, self.platform.output_dir, verbose=self.options.verbose),
-            route=lambda t: initial_routing(t, self.cluster, self.options.executors, self.options.seed),
+            route=route,
         )
+        if edit.restarted and starts:
+            self.declared = starts[-1].capacity
         self.upgrades.append(edit)
         self.console.print(f"spec change: {escape(edit.message)}", highlight=False, soft_wrap=True)
         if edit.topology is None or edit.routing is None:
@@ -673,12 +696,14 @@ class _Run:
         assert self.loop is not None  # periods are scheduled only when the run adapts
         step = self.loop.step(time.monotonic())
         self.routing = self.loop.routing
+        if step.adaptation is not None and step.adaptation.capacity is not None:
+            self.measured = step.adaptation.capacity
         _record_step(self.summary_log, step)
         self.last_decision = loop_line(step) or self.last_decision
         self.next_period = time.time() + self.interval
 
     def _kill(self, now: float) -> None:
-        victim = self.rng.choice(sorted(self.platform.running_executors()))
+        victim = self.rng.choice(sorted(self.platform.endpoints()))
         units = held_by(self.store, self.routing, victim)
         at = time.time()
         self.platform.kill(victim)
@@ -691,7 +716,8 @@ class _Run:
         """Until every executor ran once: which still warm up (a run ending now ended during warm-up)."""
         if self.warm:
             return
-        self.unready = sorted(n for n in self.routing.executors if not self.progress.running(n))
+        started = set(self.routing.executors) - set(self.platform.pending)
+        self.unready = sorted(n for n in started if not self.progress.running(n))
         if not self.unready:
             self.warm = True
             if self.loop is not None:  # the first period only records the metrics baseline
@@ -704,8 +730,11 @@ class _Run:
             f"{len(self.routing.executors)} executors, routing v{self.routing.version}, "
             f"{self.migrations} migrations, {len(self.kills)} kills"
         )
-        running = set(self.platform.running_executors())
-        live.update(self.progress.table(f"{title}\n{self.last_decision}", running))
+        running = set(self.platform.endpoints())
+        pending = set(self.platform.pending)
+        if pending:
+            title += f", {len(pending)} pending (no room)"
+        live.update(self.progress.table(f"{title}\n{self.last_decision}", running, pending))
         if self.options.progress_every and now - self.last_line >= self.options.progress_every:
             self.last_line = now
             self.console.print(
@@ -756,104 +785,3 @@ class _NoLive:
 
     def update(self, *args: object) -> None:
         pass
-
-
-def print_summary(summary: RunSummary, console: Console) -> None:
-    """Sinks' totals, how the run ended, pauses, the loop's decisions, each file sink's latest records."""
-    table = Table(title="streamtopo run: summary")
-    table.add_column("sink")
-    table.add_column("records in", justify="right")
-    table.add_column("records out", justify="right")
-    for name, counts in summary.sinks.items():
-        table.add_row(name, f"{counts['in']:,}", f"{counts['out']:,}")
-    console.print(table)
-    status = "finished (end of stream)" if summary.finished else "stopped"
-    console.print(
-        f"{status} after {summary.seconds:.1f}s; routing version {summary.routing_version}; "
-        f"drill migrations {summary.migrations}; kills {summary.kills}; backlog {summary.backlog:,} records "
-        f"({summary.source_backlog:,} due at generators, not yet generated)"
-    )
-    stats = summary.pause_stats("released")
-    if stats:
-        console.print(
-            f"hand-over pauses: p50 {stats[0]:.3f}s, p99 {stats[1]:.3f}s, max {stats[2]:.3f}s "
-            f"({sum(p.kind == 'released' for p in summary.pauses)})"
-        )
-    if summary.kills:
-        console.print(recovery_line(summary), highlight=False, soft_wrap=True)
-    if summary.periods:
-        console.print(
-            f"adaptation loop: {summary.periods} periods, {len(summary.profiles)} profiling iterations, "
-            f"{len(summary.rebalances)} rebalances, {len(summary.scalings)} scaling decisions",
-            soft_wrap=True,
-        )
-        for label, messages in (
-            ("profiling", summary.profiles),
-            ("rebalance", summary.rebalances),
-            ("scaling", summary.scalings),
-        ):
-            for i, message in enumerate(messages, 1):
-                console.print(f"  {label} {i}: {message}", highlight=False, soft_wrap=True)
-    if summary.output is not None:
-        console.print(
-            f"file sinks: {summary.output}/<sink>/kg-NNNN.jsonl (JSON lines)",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-    for name, sample in summary.records.items():
-        total = summary.sinks.get(name, {}).get("out", 0)
-        console.print(
-            f"{name}: latest {len(sample.records)} of {total:,} records, by event time "
-            f"(all in {sample.directory}/)",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-        if sample.records:
-            console.print(records_table(sample.records))
-    for i, edit in enumerate(summary.upgrades, 1):
-        console.print(f"spec change {i}: {escape(edit.message)}", highlight=False, soft_wrap=True)
-    if summary.unready and not summary.failed:
-        console.print(
-            f"[red]the run ended during warm-up: executor(s) {', '.join(summary.unready)} were "
-            f"not running yet after {summary.seconds:.1f}s (each starts and warms up a JVM first, "
-            "tens of seconds on a busy machine), so the pipeline did not fully run; give a longer "
-            "--duration[/red]",
-            highlight=False,
-            soft_wrap=True,
-        )
-    if summary.failed:
-        console.print(f"[red]{escape(summary.failed)}[/red]", highlight=False, soft_wrap=True)
-
-
-def recovery_line(summary: RunSummary) -> str:
-    """Recovery after kills, measured from the kill -9 to the killed units held again (local/drills.py)."""
-    line = "recovery pauses (kill -9 -> the killed executor's units held again, state loaded): "
-    if summary.recoveries:
-        line += (
-            f"p50 {statistics.median(summary.recoveries):.1f}s, max {max(summary.recoveries):.1f}s "
-            f"({len(summary.recoveries)} units)"
-        )
-    else:
-        line += "none completed"
-    if summary.unrecovered:
-        line += f"; {summary.unrecovered} units not yet held again when the run ended"
-    return line
-
-
-def records_table(records: list[dict[str, Any]]) -> Table:
-    """Records as a table, one column per field (floats to 6 significant digits)."""
-    table = Table()
-    columns = list(dict.fromkeys(k for r in records for k in r))
-    for column in columns:
-        table.add_column(column, justify="left" if isinstance(records[0].get(column), str) else "right")
-    for record in records:
-        table.add_row(*(_cell(record.get(c)) for c in columns))
-    return table
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return "" if value is None else escape(str(value))

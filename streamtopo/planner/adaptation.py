@@ -15,8 +15,18 @@ cannot be balanced (the scaling rule's load-distance guard reads the plan's load
 executors are drained by the rebalancer under its migration bound, never emptied at once (Lemma 1:
 no key group moves onto them), and terminated by lines 1-3 of a later round.
 
-Scale-up first takes back executors still draining (they hold state already), then starts new ones.
-Scale-down marks the active executors with the least load in the plan (the least to move).
+Scale-up first takes back executors still draining (they hold state already), then starts new ones,
+each on the host with the most room for it (``AllocationState.room``, planner/capacity.py: line 6's
+"wait until new nodes are allocated" holds only for executors a host can take, so the scaling rule is
+capped at them). Scale-down marks the active executors with the least load in the plan (the least to
+move).
+
+A round that would only rebalance is skipped when its expected gain is within the measured noise: the
+plan's reduction of the load distance (or of the hottest executor's load) must exceed how far the
+executors' loads a round predicts for the allocation it applies (this period's key-group loads on it)
+land from the loads the next period measures there (``ScalingState.noise``). A migration pauses the key
+group it moves; spending pauses on a gain that the next period's noise would undo is thrash. Rounds that
+scale, drain set B, collocate more traffic or mend a constraint are never skipped.
 
 Pure: :func:`adapt` maps (allocation state, scaling state, time) to an :class:`AdaptationResult`; the
 caller (controller or simulator) applies it. Bad statistics (NaN, missing key groups, zero capacity)
@@ -32,11 +42,14 @@ from dataclasses import dataclass, field, replace
 
 from streamtopo.contracts import KeyGroupId
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, Rebalance
+from streamtopo.planner.capacity import Shortfall, place
 from streamtopo.planner.scaling.policy import (
     ScalingConfig,
     ScalingDecision,
+    ScalingObservation,
     ScalingState,
     observe,
+    reclaimable,
 )
 from streamtopo.planner.scaling.rules import scaler
 
@@ -82,6 +95,10 @@ class AdaptationResult:
     reason: str = ""
     policy_config: object | None = None
     """The rebalancer's config for the next round (ALBIC's collocation constraints carried over)."""
+    capacity: Shortfall | None = None
+    """The round's capacity figures (executors wanted and placeable, cores, records/s demanded and
+    carried); ``capacity.exhausted`` when the load needs more than the hosts' room takes. None in a
+    safe decision."""
 
     @property
     def migrations(self) -> list[tuple[KeyGroupId, str, str]]:
@@ -112,7 +129,9 @@ def adapt(
         names = {e.name for e in state.executors}
         hosted = set(state.assignment.values())
         terminated = [e.name for e in state.executors if e.marked_for_removal and e.name not in hosted]  # 1-3
-        current = replace(state, executors=[e for e in state.executors if e.name not in terminated])
+        current = cpu_loads(
+            replace(state, executors=[e for e in state.executors if e.name not in terminated])
+        )
 
         def plan_on(s: AllocationState) -> Rebalance:
             return rebalance(
@@ -124,17 +143,30 @@ def adapt(
             )
 
         plan = plan_on(current)  # line 4
-        observation = observe(current, plan, time=time, window=window, arrivals=arrivals)
+        observation = observe(
+            current,
+            plan,
+            time=time,
+            window=window,
+            arrivals=arrivals,
+            new_executor_cpu=config.scaling_config.executor_capacity,
+        )
         decision, new_scaling_state = rule(observation, scaling_state, config.scaling_config)  # line 5
+        new_scaling_state = _measure_noise(current, new_scaling_state)
         executors, added, marked, unmarked = _scale(current, plan, decision, config, names)
         applied = plan
         if added or marked or unmarked:  # lines 6-7
             applied = plan_on(replace(current, executors=executors))
+        elif (skip := _within_noise(current, plan, new_scaling_state)) is not None:
+            applied = skip
+        new_scaling_state = _predict(replace(current, executors=executors), applied, new_scaling_state)
     except ValueError as error:
         return safe_decision(
             state, scaling_state, f"keeping the current allocation: {error}", config.policy_config
         )
     reason = decision.reason if not terminated else f"terminated {', '.join(terminated)}; {decision.reason}"
+    if applied is not plan and not (added or marked or unmarked):
+        reason = f"{reason}; {applied.reason}"
     return AdaptationResult(
         assignment=dict(applied.assignment),
         executors=executors,
@@ -148,7 +180,41 @@ def adapt(
         rebalance=applied,
         reason=reason,
         policy_config=carry_over(config.policy_config, applied),
+        capacity=decision.shortfall or _capacity(observation, decision, config.scaling_config),
     )
+
+
+def _capacity(observation: ScalingObservation, decision: ScalingDecision, config: ScalingConfig) -> Shortfall:
+    """The round's capacity figures when nothing is missing: the executors it keeps are what it wants."""
+    cpu = config.executor_capacity
+    return Shortfall(
+        executors_wanted=decision.executors,
+        executors_placed=decision.executors,
+        executor_cpu=cpu,
+        demand=observation.demand,
+        available=observation.capacity + (observation.placeable or 0) * cpu,
+        rate_demanded=observation.input_rate,
+        rate_carried=observation.input_rate if observation.carried_rate is None else observation.carried_rate,
+        measured=True,
+    )
+
+
+def cpu_loads(state: AllocationState) -> AllocationState:
+    """Key-group loads as CPU (ALBIC's gLoad is a CPU load): a unit's busy time is wall time, which on an
+    executor whose threads waited for a CPU includes the wait, so each is scaled by the share of its
+    executor's runnable time that it ran (``cpu_used / (cpu_used + cpu_wait)``). Executors without a
+    measured wait keep their loads."""
+    share = {
+        e.name: e.cpu_used / (e.cpu_used + e.cpu_wait)
+        for e in state.executors
+        if e.cpu_used is not None and e.cpu_wait > 0 and e.cpu_used + e.cpu_wait > 0
+    }
+    if not share:
+        return state
+    scaled = [
+        replace(kg, load=kg.load * share.get(state.assignment.get(kg.id, ""), 1.0)) for kg in state.key_groups
+    ]
+    return replace(state, key_groups=scaled)
 
 
 def carry_over(policy_config: object | None, rebalance: Rebalance) -> object | None:
@@ -223,16 +289,18 @@ def _scale(
     unmarked: list[str] = []
     load = _plan_loads(state, plan.assignment)
     if decision.delta > 0:
-        draining = sorted(
-            (e for e in executors if e.marked_for_removal), key=lambda e: (-load[e.name], e.name)
-        )
+        draining = sorted(reclaimable(state), key=lambda e: (-load[e.name], e.name))
         for e in draining[: decision.delta]:
             unmarked.append(e.name)
         executors = [replace(e, marked_for_removal=False) if e.name in unmarked else e for e in executors]
         next_index = _next_index(taken, config.executor_prefix)
-        for i in range(decision.delta - len(unmarked)):
+        cpu = config.scaling_config.executor_capacity
+        count = decision.delta - len(unmarked)
+        hosts = place([cpu] * count, state.room)[0] if state.room is not None else [None] * count
+        for i, host in enumerate(h for h in hosts if h is not None or state.room is None):
             name = f"{config.executor_prefix}{next_index + i}"
-            executors.append(ExecutorInfo(name=name, capacity=config.scaling_config.executor_capacity))
+            labels = next((e.labels for e in state.executors if e.host == host and host is not None), {})
+            executors.append(ExecutorInfo(name=name, capacity=cpu, host=host, labels=labels))
             added.append(name)
     elif decision.delta < 0:
         active = sorted(
@@ -255,3 +323,80 @@ def _next_index(names: set[str], prefix: str) -> int:
     pattern = re.compile(re.escape(prefix) + r"(\d+)$")
     numbers = [int(m.group(1)) for n in names if (m := pattern.match(n))]
     return max(numbers, default=len(names) - 1) + 1
+
+
+NOISE_WEIGHT = 0.5
+"""Weight of the newest period in the exponentially averaged balancing noise."""
+COLLOCATION_GAIN = 0.01
+"""A plan that keeps this much more of the traffic inside executors is applied whatever its load gain."""
+
+
+def _utilisations(state: AllocationState, assignment: Mapping[KeyGroupId, str]) -> dict[str, float]:
+    """Active executors' loads in percent of their own capacity under ``assignment``."""
+    load = _plan_loads(state, assignment)
+    return {e.name: load[e.name] / e.capacity for e in state.executors if not e.marked_for_removal}
+
+
+def _allocation(assignment: Mapping[KeyGroupId, str], executors: Mapping[str, float]) -> str:
+    """A digest of an assignment over a set of active executors."""
+    import hashlib
+
+    text = repr((sorted((str(k), v) for k, v in assignment.items()), sorted(executors)))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _predict(after: AllocationState, applied: Rebalance, scaling: ScalingState) -> ScalingState:
+    """Remember the executors' loads the applied allocation should show next period (this period's
+    key-group loads on it), with the allocation they are predicted for."""
+    loads = _utilisations(after, applied.assignment)
+    allocation = _allocation(applied.assignment, loads)
+    return replace(scaling, loads=tuple(sorted(loads.items())), allocation=allocation)
+
+
+def _measure_noise(state: AllocationState, scaling: ScalingState) -> ScalingState:
+    """The noise: how far this period's executor loads are from what the last round predicted for this
+    allocation (root mean square over executors, exponentially averaged); unchanged when the allocation
+    is not the one predicted for (an executor failed, a drill moved a key group)."""
+    loads = _utilisations(state, state.assignment)
+    if not scaling.loads or scaling.allocation != _allocation(state.assignment, loads):
+        return scaling
+    predicted = dict(scaling.loads)
+    errors = [loads[e] - predicted[e] for e in loads if e in predicted]
+    if not errors:
+        return scaling
+    rms = (sum(c * c for c in errors) / len(errors)) ** 0.5
+    noise = rms if scaling.noise is None else NOISE_WEIGHT * rms + (1 - NOISE_WEIGHT) * scaling.noise
+    return replace(scaling, noise=noise)
+
+
+def _within_noise(state: AllocationState, plan: Rebalance, scaling: ScalingState) -> Rebalance | None:
+    """The current allocation, kept, when ``plan``'s expected gain is below the measured noise; None to
+    apply the plan (no noise measured yet, no move, or moves that drain set B or mend a constraint)."""
+    if scaling.noise is None or not plan.migrations:
+        return None
+    if any(e.marked_for_removal for e in state.executors):
+        return None
+    from streamtopo.planner.rebalance.albic.metrics import collocation_factor, load_distance
+    from streamtopo.planner.rebalance.albic.rules import rule_violations
+
+    if rule_violations(state, state.assignment):
+        return None
+    collocated = collocation_factor(state, state.assignment)
+    if plan.collocation_factor > collocated + COLLOCATION_GAIN:
+        return None  # it collocates traffic: a saving the loads measured before it cannot show
+    now = _utilisations(state, state.assignment)
+    planned = _utilisations(state, plan.assignment)
+    distance = load_distance(state, state.assignment)
+    gain = max(distance - plan.load_distance, max(now.values()) - max(planned.values()))
+    if gain > scaling.noise:
+        return None
+    return Rebalance(
+        assignment=dict(state.assignment),
+        migrations=[],
+        load_distance=distance,
+        collocation_factor=collocated,
+        reason=(
+            f"rebalancing skipped: the plan's expected gain {gain:.1f} pp is within the measured noise "
+            f"{scaling.noise:.1f} pp ({len(plan.migrations)} key groups would have moved)"
+        ),
+    )

@@ -34,6 +34,8 @@ class KeyGroupStats:
     """Records per second the key group processed (true rate, for the scaling policy)."""
     backlog: float = 0.0
     """Records waiting in its input streams at the end of the period."""
+    output_rate: float = 0.0
+    """Records per second it emitted (a source's: what the pipeline took in, against ``rate`` due)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,11 @@ class ExecutorInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     marked_for_removal: bool = False
     """ALBIC's set B: the executor drains and receives no key group."""
+    cpu_used: float | None = None
+    """Cores it used over the period (its process tree), when measured."""
+    cpu_wait: float = 0.0
+    """Cores' worth of its threads waiting for a CPU while runnable (run queue, CPU throttling): with
+    ``cpu_used``, how saturated its host was (planner/scaling/policy.py)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,9 @@ class AllocationState:
     traffic: Mapping[tuple[KeyGroupId, KeyGroupId], float] = field(default_factory=dict)
     """out[g_i][g_j]: records per second from g_i to g_j over the period."""
     rules: PlacementRules = field(default_factory=PlacementRules)
+    room: Mapping[str, float] | None = None
+    """Host -> cores free for new executors (planner/capacity.py; negative where the executors there
+    request more than the host has); None: no limit is known."""
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,16 @@ def metis_labels(
     ``adjacency`` may be directed: u->v and v->u weights add up into one undirected edge; self loops
     are dropped. ``target_fractions`` asks for parts of unequal weight (heterogeneous capacities);
     ``ufactor`` is METIS' imbalance tolerance in thousandths.
+
+    METIS is never asked for more parts than vertices (it would print "Cannot bisect a graph with 0
+    vertices" and "You are trying to partition a graph into too many parts" to the console): every
+    vertex then gets a part of its own, the heaviest the part with the largest target.
     """
     n = adjacency.shape[0]
     if parts <= 1 or n <= 1:
         return np.zeros(n, dtype=np.int64)
+    if parts > n:
+        return _one_per_part(n, parts, vertex_weights, target_fractions)
     sym = sp.csr_matrix(adjacency + adjacency.T)
     sym.setdiag(0)
     sym.eliminate_zeros()
@@ -70,3 +76,19 @@ def metis_labels(
         **kwargs,
     )
     return np.asarray(result.vertex_part, dtype=np.int64)
+
+
+def _one_per_part(
+    n: int,
+    parts: int,
+    vertex_weights: Sequence[float] | np.ndarray | None,
+    target_fractions: Sequence[float] | None,
+) -> np.ndarray:
+    """Each of the n < parts vertices alone in a part: by weight, onto the parts by target size."""
+    weights = np.ones(n) if vertex_weights is None else np.asarray(vertex_weights, dtype=float)
+    targets = np.ones(parts) if target_fractions is None else np.asarray(target_fractions, dtype=float)
+    by_target = sorted(range(parts), key=lambda p: (-targets[p], p))
+    labels = np.zeros(n, dtype=np.int64)
+    for rank, vertex in enumerate(sorted(range(n), key=lambda v: (-weights[v], v))):
+        labels[vertex] = by_target[rank]
+    return labels

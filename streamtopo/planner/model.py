@@ -601,6 +601,14 @@ class ScalingRuleSpec(Model):
     """``dstreams``: scale out when processing time / batch interval >= this."""
     dstreams_down_ratio: float = Field(default=0.3, ge=0)
     """``dstreams``: scale in when processing time / batch interval <= this."""
+    saturation_threshold: float = Field(default=0.25, gt=0, lt=1)
+    """A period in which executors' threads waited for a CPU more than this share of their runnable time
+    (a run queue longer than the host's cores, or CPU throttling) measured a saturated host: its rates
+    are not capacity evidence, and an over-provisioned saturated host is scaled down."""
+    scaling_effectiveness_threshold: float = Field(default=0.1, ge=0, le=1)
+    """A scale-up that raised the measured true capacity by less than this share of what it expected is
+    ineffective: no further scale-up until the count changes otherwise (Flink:
+    job.autoscaler.scaling.effectiveness.threshold)."""
 
     @model_validator(mode="after")
     def _rule_bounds(self) -> ScalingRuleSpec:

@@ -17,7 +17,9 @@ from streamtopo.planner.model import Model
 class Condition(Model):
     """A condition as the Kubernetes API conventions define it."""
 
-    type: Literal["Planned", "Ready", "Progressing", "Rebalancing", "Scaling", "Degraded"]
+    type: Literal[
+        "Planned", "Ready", "Progressing", "Rebalancing", "Scaling", "Degraded", "CapacityExhausted"
+    ]
     status: Literal["True", "False", "Unknown"]
     reason: str
     message: str = ""
@@ -54,6 +56,29 @@ class RecommendationSummary(Model):
     load_distance: float
     reason: str
     approved: bool = False
+
+
+class CapacitySummary(Model):
+    """What the load needs against what the hosts' room takes (planner/capacity.py): from the declared
+    rates when planned, from measured rates every period."""
+
+    executors_wanted: int
+    executors_placed: int
+    pending_executors: int
+    """Executors the load needs that no node has room for: never created (they would stay Pending)."""
+    executor_cpu: float
+    """Cores each executor requests."""
+    cores_needed: float
+    """CPU the load needs (cores of work)."""
+    cores_available: float
+    """Cores this topology holds or can still place."""
+    cores_missing: float
+    """Cores a cluster autoscaler would have to add: the pending executors' requests."""
+    records_demanded: float
+    """Records per second arriving at the sources."""
+    records_carried: float
+    """Records per second the pipeline takes in."""
+    measured: bool = False
 
 
 class UpgradeSummary(Model):
@@ -111,6 +136,9 @@ class StreamTopologyStatus(Model):
     pes: list[PESummary] = Field(default_factory=list)
     last_rebalance: RebalanceSummary | None = None
     recommendation: RecommendationSummary | None = None
+    capacity: CapacitySummary | None = None
+    """The load against the room: executors wanted, placed and pending, cores missing, records/s
+    demanded and carried (the CapacityExhausted condition says when something is missing)."""
     routing_version: int | None = None
     routing_config_map: str | None = None
     sharing: SharingStatus | None = None

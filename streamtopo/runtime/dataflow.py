@@ -3,7 +3,8 @@
 1. read the hosted units' input streams (one pipelined XRANGE round trip; C-MR's policies choose which
    when the queues exceed a step's budget, scheduling.py), generate source records that are due (event
    time <= wall time since the topology's start) as a lazy Spark frame: a backlogged source catches up
-   in steps as large as its backlog (up to ``max_source_records`` for all its units);
+   in steps of what the executor carries in a few seconds, and not at all while the topology's queues
+   are full (pacing.py: backpressure through the lag);
 2. run the operators in topological order, each over all its hosted units at once, and route each one's
    output to its downstream units: in memory here, combined before the wire, or as entries (emit.py);
 3. commit everything the step did in one atomic, epoch-fenced script (state_store.py), then write the
@@ -63,6 +64,7 @@ from streamtopo.runtime.operators.sink import SinkOperator
 from streamtopo.runtime.operators.source import SourceOperator
 from streamtopo.runtime.operators.state import frame_to_ipc
 from streamtopo.runtime.operators.windows import closing_windows
+from streamtopo.runtime.pacing import SourceBudget
 from streamtopo.runtime.scheduling import DEFAULT_RECORD_BYTES, Backlog, Scheduler, UnitLoad
 from streamtopo.runtime.state_store import Commit, StateStore
 from streamtopo.runtime.transport import (
@@ -92,6 +94,7 @@ class Dataflow(Emit):
     output_dir: Path | None
     _producers: dict[str, dict[int, list[str]]]
     _closes: dict[str, tuple[tuple[float, float], ...]]
+    pacing: SourceBudget
 
     # ------------------------------------------------------------------------------------- topology
 
@@ -120,6 +123,7 @@ class Dataflow(Emit):
         commit = Commit()
         touched: set[str] = set()
         local: dict[str, list[Delivery]] = defaultdict(list)
+        self.pacing.begin(self.clock())
         inputs, allotted = self._read_inputs()
         now = self.clock()
         by_op: dict[str, list[Hosted]] = defaultdict(list)
@@ -155,6 +159,7 @@ class Dataflow(Emit):
         if outcome.uncounted:
             self._count_uncounted(outcome.uncounted)
         if not touched:
+            self.pacing.end(self.clock())
             return outcome
         outcome.work = True
         for key in sorted(touched):
@@ -168,6 +173,7 @@ class Dataflow(Emit):
             sinks.write_at(path, offset, data)
         for line in outcome.console:
             print(line, flush=True)
+        self.pacing.end(self.clock())
         return outcome
 
     def _read_inputs(self) -> tuple[dict[str, list[tuple[str, Entry]]], dict[str, int]]:
@@ -213,7 +219,9 @@ class Dataflow(Emit):
         probed (first unread entry and length per stream) and the units' loads weighed: an executor
         hosting hundreds of units would otherwise pay a thousand commands every loop, idle or not."""
         internal = [(key, stream) for key, stream in owners if stream.startswith(self.keys.prefix)]
-        counts = {stream: self.config.max_entries for _, stream in owners}
+        # While units wait to be acquired, a released unit pauses until this step ends: read little.
+        limit = self.config.handover_entries if self.waiting else self.config.max_entries
+        counts = {stream: limit for _, stream in owners}
         if self.config.scheduling == "all" or not internal:
             return counts
         queued = [max(0, int(n or 0)) for n in self.client.hmget(self.keys.backlog, [s for _, s in internal])]
@@ -233,7 +241,7 @@ class Dataflow(Emit):
             backlogs[key].append(Backlog(stream, rows, int(length), front))
         hosting = {unit.op for unit in self.hosted.values()}
         loads = [self._load_of(self.hosted[key], hosting) for key in backlogs]
-        counts.update(self.scheduler.entries(loads, backlogs, self.config.max_entries))
+        counts.update(self.scheduler.entries(loads, backlogs, limit))
         if self.scheduler.last_policy is not None:
             self.metrics.scheduling.labels(self.keys.topology, self.name, self.scheduler.last_policy).inc()
         return counts
@@ -301,7 +309,7 @@ class Dataflow(Emit):
         self, units: list[Hosted], paces: dict[int, SourcePace], now: float
     ) -> list[tuple[int, Any, int]]:
         """(kg, state, records) each unfinished generator unit takes this step: what is due, up to the cap."""
-        cap = self._source_cap(units[0].op, len(units))
+        cap = min(self._source_cap(units[0].op, len(units)), self._paced(units[0].op, len(units)))
         return [
             (
                 u.kg,
@@ -357,6 +365,7 @@ class Dataflow(Emit):
             out[unit.key], counts[unit.key] = (n, wm), n
         for unit in units:  # backlog, oldest age and arrivals are read at scrape time (metrics.SourcePace)
             self.metrics.source_progress(unit.op, unit.kg, paces[unit.kg], unit.rec.emitted)
+        self.pacing.generated(sum(counts.values()))
         return Produced(frame, out, counts)
 
     def _shared(self, produced: Produced) -> Produced:
@@ -375,16 +384,29 @@ class Dataflow(Emit):
         return Produced(records, units, produced.work, _pandas=records)
 
     def _source_cap(self, op: str, units: int) -> int:
-        """Records one unit of source ``op`` may generate this step: everything due up to a cap, so the
-        step follows the backlog. The cap is short while units wait to be acquired (a released unit pauses
-        until our next step ends); else a share of ``max_source_records`` while the records stay in the JVM
-        (the step's one job bounds its length), of ``materialized_records`` when they must come out (the
-        heap bounds it)."""
+        """Records one unit of source ``op`` may generate this step at most: everything due up to a cap, so
+        the step follows the backlog. The cap is short while units wait to be acquired (a released unit
+        pauses until our next step ends); else a share of ``max_source_records`` while the records stay
+        in the JVM (the step's one job bounds its length), of ``materialized_records`` when they must come
+        out (the heap bounds it). The pacing (:meth:`_paced`) may allow less."""
         if self.waiting:
             return self.config.handover_source_records
         if not self.eager and self._stays_in_jvm(op):
             return max(1, self.config.max_source_records // units)
         return max(1, self.config.materialized_records // units)
+
+    def _paced(self, op: str, units: int) -> int:
+        """Records one unit of source ``op`` may take by the pacing (pacing.py): a few seconds of what the
+        executor carries (a quarter second while it waits to acquire units), split over its generators
+        by rate; nothing while the topology's queues are full (backpressure through the lag)."""
+        if self.pacing.backpressured(self.client, self.keys.backlog, self.clock()):
+            return 0
+        hosted = {u.op for u in self.hosted.values() if self._generates(u.op)}
+        rates = {o: self.spec.operator(o).source for o in hosted}
+        total = sum(source.rate_per_second for source in rates.values() if source is not None)
+        own = self.spec.operator(op).source
+        share = own.rate_per_second / total if own is not None and total > 0 else 1.0
+        return max(1, int(self.pacing.records(bool(self.waiting)) * share) // units)
 
     def _stays_in_jvm(self, op: str) -> bool:
         """Whether ``op``'s output never reaches Python this step: each consumer folds it into partials in

@@ -42,10 +42,18 @@ from streamtopo.runtime.dataflow import Dataflow
 from streamtopo.runtime.handover import Handover
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
 from streamtopo.runtime.layouts import layouts
-from streamtopo.runtime.metrics import ALL_INTERFACES, LOOPBACK, ExecutorMetrics, Probe, serve
+from streamtopo.runtime.metrics import (
+    ALL_INTERFACES,
+    LOOPBACK,
+    ExecutorMetrics,
+    Probe,
+    serve,
+    thread_waits,
+)
 from streamtopo.runtime.operators import build_operators, sharing_groups
 from streamtopo.runtime.operators.base import KG, TS, LazyFailure
 from streamtopo.runtime.operators.records import clear_scratch, to_pandas, to_spark
+from streamtopo.runtime.pacing import SourceBudget
 from streamtopo.runtime.scheduling import Scheduler
 from streamtopo.runtime.state_store import Fenced, LayoutChanged, StateStore, TransportFull, mark
 from streamtopo.runtime.transport import (
@@ -131,6 +139,8 @@ class Executor(Handover, Dataflow):
         """Whether this step has few records (Dataflow._plan_for)."""
         self.eager = False
         """Set after a lazy step failed: the redo materialises every operator's output (see LazyFailure)."""
+        self.pacing = SourceBudget(self.config.pacing)
+        """How many due records each step's generators take (runtime/pacing.py)."""
 
     # ---------------------------------------------------------------------------------------- start
 
@@ -248,8 +258,8 @@ class Executor(Handover, Dataflow):
         try:
             proc = psutil.Process()
             procs = [proc, *proc.children(recursive=True)]
-            cpu = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
-            self.metrics.set_cpu(cpu)
+            self.metrics.add_cpu({p.pid: p.cpu_times().user + p.cpu_times().system for p in procs})
+            self.metrics.add_cpu_wait(thread_waits([p.pid for p in procs]))
             self.metrics.exec(self.metrics.memory).set(sum(p.memory_info().rss for p in procs))
         except psutil.Error:
             pass

@@ -1,7 +1,8 @@
 """Key-group hand-over: when a receiver may take a unit, and how long the unit paused.
 
 The donor side is simple: on a routing version that no longer gives it a unit, the donor keeps running the
-unit until the receiver is ready (its ``ready`` key, set once its JVM is warm; at most
+unit until the receiver is ready (its ``ready`` key, set once its JVM is warm, and its ``applied`` routing
+version at least the donor's: it is waiting for the unit, so its steps are short; at most
 ``release_timeout``), finishes the micro-batch in progress (every step ends in a commit), then releases
 the unit (``owner = ""``, ``released_at = now``, only if its epoch is still current). A unit moving to an
 executor that is still starting therefore keeps running instead of pausing for the JVM start.
@@ -116,6 +117,7 @@ class Handover:
             return
         self.routing = table
         self.metrics.exec(self.metrics.routing_version).set(table.version)
+        self.client.set(self.keys.applied(self.name), table.version)
         mine = {unit_key(u) for u in table.units_of(self.name)}
         now = self.clock()
         for key in sorted(set(self.hosted) - mine):
@@ -125,11 +127,17 @@ class Handover:
         self.waiting = {k: self.waiting.get(k, now) for k in sorted(mine - set(self.hosted))}
 
     def _release_leaving(self) -> None:
-        """Hand over units the routing moved away once their receiver is ready (its JVM warm), so a unit
-        moving to a starting executor keeps running here meanwhile; the step before has committed."""
+        """Hand over units the routing moved away once their receiver is ready (its JVM warm) and runs
+        this routing version (it waits for the unit, so its steps are short: the unit's pause is one of
+        them, not the rest of a long one), so a unit moving to a starting or busy executor keeps running
+        here meanwhile; the step before has committed."""
         now = self.clock()
+        version = self.routing.version if self.routing is not None else 0
         for key, (receiver, since) in list(self.leaving.items()):
-            ready = receiver is None or self.client.exists(self.keys.ready(receiver))
+            ready = receiver is None or (
+                bool(self.client.exists(self.keys.ready(receiver)))
+                and int(self.client.get(self.keys.applied(receiver)) or -1) >= version
+            )
             if not ready and now - since < self.config.release_timeout:
                 continue
             del self.leaving[key]

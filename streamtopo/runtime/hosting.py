@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamtopo.contracts import unit_key
+from streamtopo.runtime.pacing import Pacing
 from streamtopo.runtime.state_store import UnitRecord
 
 
@@ -16,6 +17,8 @@ class ExecutorConfig:
 
     max_entries: int = 256
     """Entries read per input stream per step."""
+    handover_entries: int = 4
+    """... while units wait to be acquired (the receiver's step is a released unit's pause)."""
     handover_source_records: int = 20_000
     """The per-unit cap while units wait to be acquired, so a hand-over's pause stays short."""
     max_source_records: int = 8_000_000
@@ -51,6 +54,8 @@ class ExecutorConfig:
     release_timeout: float = 90.0
     """Longest a donor keeps a unit for a receiver that is not ready yet (a pod that never starts)."""
     metrics_interval: float = 1.0
+    pacing: Pacing = Pacing()
+    """How many due records a step's generators take (runtime/pacing.py)."""
     share_panes: bool = True
     """Aggregates reading one input share their sub-windows (runtime/operators/shared_panes.py). Off only
     to measure what sharing saves: every executor of a topology must agree (it decides the state layout)."""

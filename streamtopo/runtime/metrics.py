@@ -14,6 +14,7 @@ small threaded HTTP server:
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -134,6 +135,12 @@ class ExecutorMetrics:
         self.cpu = Counter(
             Metric.EXECUTOR_CPU, "CPU seconds of the executor (JVM included)", EXECUTOR, registry=r
         )
+        self.cpu_wait = Counter(
+            Metric.EXECUTOR_CPU_WAIT,
+            "Seconds the executor's threads (JVM included) waited for a CPU while runnable",
+            EXECUTOR,
+            registry=r,
+        )
         self.memory = Gauge(Metric.EXECUTOR_MEMORY, "Resident memory (JVM included)", EXECUTOR, registry=r)
         self.capacity = Gauge(
             Metric.EXECUTOR_CAPACITY, "CPU cores the executor may use", EXECUTOR, registry=r
@@ -166,7 +173,10 @@ class ExecutorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self._cpu_seen = 0.0
+        self._cpu_seen: dict[int, float] = {}
+        """pid -> CPU seconds already counted."""
+        self._wait_seen: dict[tuple[int, int], float] = {}
+        """(pid, thread id) -> run-queue wait already counted, seconds (threads come and go)."""
         self._sources: dict[tuple[str, int], tuple[SourcePace, int, int]] = {}
         """Generator unit -> (pace, records emitted, records due already counted)."""
         self._lock = threading.Lock()
@@ -223,11 +233,41 @@ class ExecutorMetrics:
             except KeyError:
                 pass
 
-    def set_cpu(self, total_seconds: float) -> None:
-        """Advance the CPU counter to a cumulative reading (process tree CPU time)."""
-        if total_seconds > self._cpu_seen:
-            self.exec(self.cpu).inc(total_seconds - self._cpu_seen)
-            self._cpu_seen = total_seconds
+    def add_cpu(self, per_process: dict[int, float]) -> None:
+        """Advance the CPU counter by what each process of the tree (pid -> its CPU seconds) used since the
+        last reading. Per process, so one missing from a reading (it ended, or was not listed) and seen
+        again is not counted twice, as a drop and rise of the tree's sum would be."""
+        added = sum(max(0.0, used - self._cpu_seen.get(pid, 0.0)) for pid, used in per_process.items())
+        self._cpu_seen.update(per_process)
+        if added > 0:
+            self.exec(self.cpu).inc(added)
+
+    def add_cpu_wait(self, per_thread: dict[tuple[int, int], float]) -> None:
+        """Advance the wait counter by what each thread (pid, tid) waited since the last reading; a thread
+        seen for the first time counts its whole wait, one missing from a reading is not counted twice."""
+        added = sum(max(0.0, w - self._wait_seen.get(t, 0.0)) for t, w in per_thread.items())
+        self._wait_seen.update(per_thread)
+        if added > 0:
+            self.exec(self.cpu_wait).inc(added)
+
+
+def thread_waits(pids: list[int]) -> dict[tuple[int, int], float]:
+    """(pid, thread id) -> seconds the thread was runnable but waited for a CPU, from the kernel's
+    ``/proc/<pid>/task/<tid>/schedstat`` (its second field, run-queue delay in nanoseconds). A CPU-throttled
+    cgroup's threads stay queued, so throttling shows here too. Empty where the file is missing."""
+    out: dict[tuple[int, int], float] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+                    out[(pid, int(tid))] = int(stat.read().split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
 
 
 class Probe:

@@ -157,13 +157,16 @@ def test_names_subresource_and_printer_columns() -> None:
     for path in (scale["statusReplicasPath"], scale["labelSelectorPath"]):
         assert path.removeprefix(".status.") in crd_schema()["properties"]["status"]["properties"]
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
-    assert list(columns) == ["Phase", "Executors", "U", "LoadDistance", "Age"]
+    assert list(columns) == ["Phase", "Executors", "Pending", "U", "LoadDistance", "Age"]
     status = crd_schema()["properties"]["status"]["properties"]
     kube_type = {"string": "string", "integer": "integer", "number": "number"}
-    for name in ("Phase", "Executors", "U", "LoadDistance"):
-        field = columns[name]["jsonPath"].removeprefix(".status.")
-        assert field in status, f"printer column {name} points at a missing status field {field}"
-        assert kube_type[status[field]["type"]] == columns[name]["type"]
+    for name in ("Phase", "Executors", "Pending", "U", "LoadDistance"):
+        *parents, field = columns[name]["jsonPath"].removeprefix(".status.").split(".")
+        schema = status
+        for parent in parents:  # a nested field: .status.capacity.pendingExecutors
+            schema = schema[parent]["properties"]
+        assert field in schema, f"printer column {name} points at a missing status field {field}"
+        assert kube_type[schema[field]["type"]] == columns[name]["type"]
     assert columns["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
     conditions = status["conditions"]
     assert conditions["x-kubernetes-list-type"] == "map" and conditions["x-kubernetes-list-map-keys"] == [

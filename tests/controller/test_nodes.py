@@ -61,3 +61,27 @@ def test_only_ready_schedulable_nodes_with_cpu_become_hosts():
     assert b.cpu == pytest.approx(3.9) and b.memory == 15 * 2**30 and b.labels == {"disk": "ssd"}
     with pytest.raises(NoHosts):
         cluster_from_nodes([node("cordoned", "4", unschedulable=True)])
+
+
+def test_an_unschedulable_pod_is_an_executor_that_does_not_run():
+    """A pod the scheduler could not place (the room changed between the plan and the pod) is named with
+    the scheduler's message, like a crash loop: the loop waits for it, then moves its key groups away."""
+    from streamtopo.controller.kubernetes import pod_health
+
+    pending = {
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient cpu.",
+                }
+            ],
+        }
+    }
+    health = pod_health(pending)
+    assert health.problem == "Pending: Unschedulable (0/2 nodes are available: 2 Insufficient cpu.)"
+    starting = {"status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}}
+    assert pod_health(starting).problem is None  # scheduled, pulling its image: starting, not failing

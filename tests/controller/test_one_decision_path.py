@@ -140,3 +140,49 @@ def test_operator_local_run_and_simulator_decide_alike() -> None:
     moved = [d[0] != before[0] for before, d in zip(history["operator"], history["operator"][1:])]
     assert any(moved)
     assert all(e.startswith(f"{t.metadata.name}-e") for d in history["operator"] for e, _, _ in d[1])
+
+
+def test_capacity_and_saturation_decide_alike_on_every_path() -> None:
+    """The capacity inputs travel in the AllocationState every path builds (the hosts' room, each
+    executor's CPU used and waited for), so the operator, a local run and the simulator cap a scale-up
+    at the room and scale an over-provisioned saturated host down alike."""
+    t = topology()
+    local = short_windows(t, INTERVAL)
+    scenario_config = adaptation_config(equivalent_scenario(t))
+    start = [ExecutorInfo(f"{t.metadata.name}-e{i}", capacity=1.0, host="vm") for i in (0, 1)]
+    first = {("agg", k): start[k % 2].name for k in range(8)}
+
+    def observed_on(loads: list[float], executors, assignment, room, used, wait) -> AllocationState:
+        state = observed(loads, executors, assignment)
+        measured = [
+            replace(e, cpu_used=used / len(executors), cpu_wait=wait / len(executors)) for e in executors
+        ]
+        return replace(state, executors=measured, room=room)
+
+    periods = [  # (loads, room on the one host, cores used and waited by our executors)
+        ([40.0] * 8, {"vm": 1.0}, 1.9, 0.05),  # 320 % of work: wants 5, the room takes 1 more
+        ([40.0] * 8, {"vm": 0.0}, 1.95, 0.1),  # stabilised, then: capacity exhausted
+        ([40.0] * 8, {"vm": 0.0}, 1.95, 0.1),
+        ([90.0] * 8, {"vm": -1.0}, 1.0, 3.0),  # saturated: contention, not evidence
+    ]
+    histories = []
+    for path in ("operator", "local", "simulator"):
+        scaling, executors, assignment = ScalingState(), list(start), dict(first)
+        config = scenario_config
+        decisions = []
+        for period, (loads, room, used, wait) in enumerate(periods):
+            state = observed_on(loads, executors, assignment, room, used, wait)
+            now = (period + 1) * INTERVAL
+            if path == "simulator":
+                result = adapt(state, scaling, time=now, window=INTERVAL, config=config, seed=0)
+                config = replace(config, policy_config=result.policy_config)
+            else:
+                spec = t if path == "operator" else local
+                result = IN_PROCESS.adapt(spec, state, scaling, now=now, window=INTERVAL, seed=0)
+            scaling, executors, assignment = result.scaling_state, result.executors, result.assignment
+            decisions.append((result.decision.executors, result.decision.direction, result.capacity.pending))
+        histories.append(decisions)
+    assert histories[0] == histories[1] == histories[2]
+    counts = [d[0] for d in histories[0]]
+    assert counts[0] == 3 and max(counts) == 3  # capped at the room: 2 + 1
+    assert histories[0][0][2] > 0  # the shortfall is reported

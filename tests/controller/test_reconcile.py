@@ -73,7 +73,9 @@ def test_initial_plan_routes_every_unit_once_on_the_planned_hosts():
             assert {u.split("/")[0] for u in routing.units if routing.units[u] == executor} == set(
                 pe.operators
             )
-        assert sum(routing.executors[e].cpu for e in executors) >= pe.size - 1e-9
+        # requests cover the PE, each at most one executor's capacity (an executor runs one Spark core)
+        assert all(routing.executors[e].cpu <= 1.0 for e in executors)
+        assert sum(routing.executors[e].cpu for e in executors) >= min(pe.size, len(executors)) - 1e-9
     heaviest = max(outcome.plan.pes, key=lambda pe: pe.size)
     assert len({routing.units[f"{heaviest.operators[0]}/{kg}"] for kg in range(spec.key_groups)}) == 2
     streams = {f"{i}->{op['name']}" for op in doc["spec"]["operators"] for i in op.get("inputs", [])}
@@ -734,11 +736,12 @@ def test_local_run_and_operator_route_alike(rate):
     for op in doc["spec"]["operators"]:
         if op["kind"] == "source":
             op["source"]["ratePerSecond"] = rate
+    doc["spec"]["executor"] = {"resources": {"cpu": 1}}  # a local executor requests one core
     cluster = Cluster.uniform(3, 1.5)
     platform = MemoryPlatform(cluster)
     reconcile(doc, platform)
     operator_routing = platform.applied[0].routing
-    local_routing, _ = initial_routing(StreamTopology.model_validate(doc), cluster, None)
+    local_routing = initial_routing(StreamTopology.model_validate(doc), cluster, None).routing
     assert local_routing.batch_sizes == operator_routing.batch_sizes
     assert local_routing.units == operator_routing.units
     assert all(n >= 2 for n in local_routing.batch_sizes.values())

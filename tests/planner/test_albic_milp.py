@@ -418,3 +418,14 @@ def test_budget_bound_never_exceeds_the_brute_force_optimum(seed, budget):
     assert 0.0 <= bound <= optimum + 1e-6
     if budget == 0:  # nothing may move: the bound is the current load distance, the optimum
         assert bound == pytest.approx(optimum, abs=1e-6)
+
+
+def test_the_bound_needs_nothing_for_a_need_within_float_noise(recwarn):
+    """A node whose need is float noise above zero (a bisection's d at the mean) and that has no unit to
+    shed needs nothing: 0 / 0 once printed numpy's RuntimeWarning to `streamtopo run`'s console."""
+    from streamtopo.planner.rebalance.albic.bound import _LeastSpend
+
+    spend = _LeastSpend(np.array([[0.0, 0.0], [2.0, 3.0]]), np.ones((2, 2)), integral=True)
+    assert spend.total(np.array([1e-13, 0.0])) == 0.0
+    assert spend.total(np.array([0.0, 4.0])) == 2.0  # 3 then 1 of the 2: two key groups, rounded up
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from greedy_rebalancer import greedy_rebalance
@@ -225,3 +226,45 @@ def test_example_scenarios_run(path: Path) -> None:
 
 def test_examples_cover_the_workload_kinds() -> None:
     assert {p.stem for p in EXAMPLES} >= {"steady", "skewed", "diurnal", "spikes", "rate-steps"}
+
+
+def example(name: str):
+    return load_scenario(yaml.safe_load(next(p for p in EXAMPLES if p.stem == name).read_text()))
+
+
+def test_contention_on_a_host_by_hand() -> None:
+    """Four executors of one core want 4 cores on a host of 2 (contention 0.1 per executor beyond its 2
+    cores): they get 2 x 0.8 = 1.6 cores in proportion and wait for the rest; their busy time, wall time
+    as the runtime measures it, is stretched by 4 / 1.6."""
+    from streamtopo.planner.simulation.simulator import _contention, initial_executors
+
+    sc = load_scenario(scenario(hosts={"count": 1, "cpu": 2, "contention": 0.1}, executors={"initial": 4}))
+    executors = initial_executors(sc)
+    assert {e.host for e in executors} == {"host-1"}
+    got, wait = _contention(sc, executors, np.ones(4))
+    assert got == pytest.approx([0.4] * 4) and wait == pytest.approx([0.6] * 4)
+    calm, none = _contention(sc, executors[:2], np.full(2, 0.9))
+    assert calm == pytest.approx([0.9, 0.9]) and none == pytest.approx([0.0, 0.0])
+
+
+def test_an_overloaded_host_keeps_what_fits_and_reports_the_shortfall() -> None:
+    """7 cores of work on one host of 2: the count never exceeds the host's two one-core executors, every
+    decided period says what is missing, and the round does not thrash (migrations within the noise)."""
+    result = simulate(example("overload"), rebalance=greedy_rebalance)
+    assert result.summary["executors_max"] == 2
+    decided = result.periods[1:]
+    assert all(p.pending >= 8 for p in decided)  # ceil(7 / 0.7) = 10 wanted, 2 fit
+    assert all("capacity exhausted" in p.reason for p in decided), [p.reason for p in decided]
+    assert result.periods[-1].backlog > result.periods[1].backlog > 0  # the lag stays at the source
+
+
+def test_a_crowded_host_scales_down_to_its_cores_and_stops_waiting() -> None:
+    """14 executors on 2 cores (saturated, their measured demand stretched by the wait): scaled down at
+    once, at most halving, to what the cores run; then the waiting ends and no scale-up returns."""
+    result = simulate(example("crowded"), rebalance=greedy_rebalance)
+    first = result.periods[0]
+    assert first.saturation > 0.25 and first.scaling == "down" and "over-provisioned" in first.reason
+    actives = [p.active_executors for p in result.periods]
+    assert actives[:4] == [14, 7, 4, 2] and set(actives[3:]) == {2}
+    assert result.periods[-1].saturation == 0.0
+    assert all(p.scaling != "up" for p in result.periods)

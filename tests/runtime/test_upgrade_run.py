@@ -23,7 +23,8 @@ from rich.console import Console
 from runtime_support import assert_exactly_once, expected_totals, read_lines
 
 from streamtopo.documents import load_topology
-from streamtopo.local.runner import RunOptions, RunSummary, run_topology
+from streamtopo.local.runner import RunOptions, run_topology
+from streamtopo.local.summary import RunSummary
 
 pytestmark = [pytest.mark.slow, pytest.mark.valkey, pytest.mark.spark]
 

@@ -29,6 +29,7 @@ from streamtopo.planner.scaling.policy import (
     check_observation,
     enforce_bounds,
     hold,
+    scale_up_within_room,
 )
 
 EPS = 1e-9
@@ -50,7 +51,8 @@ def decide_dstreams(
     facts = f"processing time / batch interval = {ratio:.2f}"
     if ratio >= config.dstreams_up_ratio - EPS and obs.executors < config.max_executors:
         new = min(obs.executors + max(math.floor(ratio + 0.5), 1), config.max_executors)  # Java's Math.round
-        return change_to(obs, state, new, f"{facts} >= {config.dstreams_up_ratio:g}", ratio, new)
+        reason = f"{facts} >= {config.dstreams_up_ratio:g}"
+        return scale_up_within_room(obs, state, config, new, reason, ratio, obs.demand)
     if ratio <= config.dstreams_down_ratio + EPS and obs.executors > config.min_executors:
         return change_to(
             obs,

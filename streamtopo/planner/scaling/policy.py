@@ -33,6 +33,22 @@ The safeguards users of Flink's autoscaler rely on, each with its own reason in 
   ``max_load_distance``, since removing executors from an unbalanced job overloads the rest;
 - min/max executors, enforced even inside the stabilisation window.
 
+And the ones that make it capacity-aware (design.md section 6), modelled on the Flink autoscaler's
+resource check and ineffective-scaling detection:
+
+- room: the count is capped by what the hosts' room takes (``ScalingObservation.placeable``,
+  planner/capacity.py); beyond it the rule keeps the largest count it can place and reports the
+  :class:`~streamtopo.planner.capacity.Shortfall` (records/s demanded against carried, cores missing);
+- saturation: a period in which an executor's host was saturated (its threads waited for a CPU more
+  than ``saturation_threshold`` of their runnable time: a run queue longer than the cores, or CPU
+  throttling) measured contention, not capacity: its true rates are kept out of the demand and it
+  decides no scale-up. If the saturated host runs more executors than the cores they got justify
+  (over-provisioned), they are scaled down at once (no scale-down delay, grace or backlog mode: more
+  executors on those cores only slow each other down), capped at ``max_scale_down_fraction``;
+- ineffective scale-up (Flink's ``scaling.effectiveness.detection``): when a scale-up raised the
+  measured true capacity by less than ``scaling_effectiveness_threshold`` of what it expected, no
+  further scale-up happens until the count changes otherwise.
+
 Pure: the time is an input and the state the rule carries between rounds (:class:`ScalingState`) is
 passed in and returned. :data:`~streamtopo.planner.scaling.rules.RULES` also holds the DStreams-style
 ratio rule (``dstreams``) and ``off``, all with the same signature.
@@ -48,7 +64,8 @@ from typing import Literal
 from pydantic import Field
 
 from streamtopo.contracts import KeyGroupId
-from streamtopo.planner.allocation import AllocationState, Rebalance
+from streamtopo.planner.allocation import AllocationState, ExecutorInfo, Rebalance
+from streamtopo.planner.capacity import Shortfall, over_occupied, placeable
 from streamtopo.planner.model import AutoscalingSpec, ScalingRuleSpec
 
 Direction = Literal["up", "down", "none"]
@@ -79,6 +96,26 @@ class ScalingConfig(ScalingRuleSpec):
 
 
 @dataclass(frozen=True)
+class HostLoad:
+    """The active executors of one host over a period, as saturation evidence."""
+
+    host: str
+    executors: int
+    """Executors running there (draining ones included)."""
+    used: float
+    """Cores they used."""
+    wait: float
+    """Cores' worth of their threads waiting for a CPU while runnable."""
+    draining: int = 0
+    """Of them, executors marked for removal (leaving already)."""
+
+    @property
+    def saturation(self) -> float:
+        """Share of their runnable time spent waiting for a CPU."""
+        return self.wait / (self.used + self.wait) if self.used + self.wait > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class ScalingObservation:
     """What one statistics period says about capacity, built by :func:`observe`."""
 
@@ -100,6 +137,13 @@ class ScalingObservation:
     """Busy seconds the backlog needs."""
     load_distance: float | None = None
     """Of the rebalancer's plan for these executors (ALBIC's scale-in guard)."""
+    placeable: int | None = None
+    """Executors the hosts' room takes beyond the active ones (draining ones taken back included);
+    None: no limit is known."""
+    carried_rate: float | None = None
+    """Records per second the sources emitted (what the pipeline took in), when measured."""
+    hosts: tuple[HostLoad, ...] = ()
+    """Per host, what its active executors used and waited for (executors with a CPU measurement)."""
 
 
 @dataclass(frozen=True)
@@ -114,10 +158,23 @@ class ScalingState:
     """When the current uninterrupted wish to scale down began."""
     scale_down_floor: int = 0
     """Largest count required while the scale-down has been wanted."""
-    history: tuple[tuple[float, float, float], ...] = ()
-    """(time, window, demand) of the observations since the last change, within the metric window."""
+    history: tuple[tuple[float, ...], ...] = ()
+    """(time, window, demand, saturated 0/1) of the observations since the last change, within the
+    metric window."""
     last_decision: float | None = None
     """Time the DStreams rule last evaluated (its scaling interval)."""
+    scale_up_from: tuple[float, ...] | None = None
+    """(executors, true capacity records/s) before the last scale-up, until a full window after it judged
+    whether it was effective."""
+    ineffective: bool = False
+    """The last scale-up was ineffective: no scale-up until the count changes otherwise."""
+    loads: tuple[tuple[str, float], ...] = ()
+    """Algorithm 1's balancing noise (planner/adaptation.py): each active executor's load (percent of its
+    capacity) the last round predicted for the allocation it applied, ``allocation`` (a digest)."""
+    allocation: str = ""
+    noise: float | None = None
+    """Root mean square distance of the executors' measured loads from those predicted, percentage
+    points (exponentially averaged): what a rebalancing round's expected gain must exceed."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +188,9 @@ class ScalingDecision:
     utilization: float = 0.0
     required: int | None = None
     """The count the rule computed (before delays and caps)."""
+    shortfall: Shortfall | None = None
+    """What the load needs beyond what the hosts' room takes (the rule kept the largest count it could
+    place)."""
 
     @property
     def delta(self) -> int:
@@ -147,6 +207,7 @@ def observe(
     time: float,
     window: float,
     arrivals: Mapping[KeyGroupId, float] | None = None,
+    new_executor_cpu: float = 1.0,
 ) -> ScalingObservation:
     """Summarise a period's statistics for the scaling rules.
 
@@ -156,12 +217,14 @@ def observe(
     The job's input rate counts the key groups that receive no kg-to-kg traffic (the sources; a
     generator's rate is the records that came due, its target rate). A source's backlog costs the whole
     job's work per input record (``demand / input_rate``), which is what catching up on it takes.
+    With ``state.room`` known, ``placeable`` counts the executors of ``new_executor_cpu`` cores the
+    hosts take beyond the active ones (draining ones can be taken back at once).
     """
     fed = {dst for (_, dst), value in state.traffic.items() if value > 0}
     measured = [(kg.rate, kg.load / 100.0) for kg in state.key_groups if kg.load / 100.0 > 0 and kg.rate > 0]
     busy_total = sum(busy for _, busy in measured)
     job_rate = sum(rate for rate, _ in measured) / busy_total if busy_total > 0 else math.inf
-    demand = backlog_work = input_rate = backlog = 0.0
+    demand = backlog_work = input_rate = backlog = carried = 0.0
     source_work = source_backlog = 0.0
     for kg in state.key_groups:
         arrival = kg.rate if arrivals is None else arrivals.get(kg.id, kg.rate)
@@ -177,6 +240,7 @@ def observe(
             backlog_work += work
         else:
             input_rate += arrival
+            carried += kg.output_rate
             source_work += work
             source_backlog += kg.backlog
         backlog += kg.backlog
@@ -184,6 +248,21 @@ def observe(
     # job's work ahead of it, not only the source's: the job's busy seconds per input record.
     backlog_work += source_backlog * demand / input_rate if input_rate > 0 else source_work
     active = [e for e in state.executors if not e.marked_for_removal]
+    extra = None
+    if state.room is not None:
+        extra = len(reclaimable(state)) + placeable(new_executor_cpu, state.room)
+    running = [e for e in state.executors if e.cpu_used is not None]
+    hosts = tuple(
+        HostLoad(
+            h,
+            len(on),
+            sum(e.cpu_used or 0.0 for e in on),
+            sum(e.cpu_wait for e in on),
+            sum(1 for e in on if e.marked_for_removal),
+        )
+        for h in sorted({e.host or "" for e in running})
+        if (on := [e for e in running if (e.host or "") == h])
+    )
     return ScalingObservation(
         time=time,
         window=window,
@@ -194,7 +273,21 @@ def observe(
         backlog=backlog,
         backlog_work=backlog_work,
         load_distance=plan.load_distance if plan is not None else None,
+        placeable=extra,
+        carried_rate=carried if any(kg.output_rate for kg in state.key_groups) else None,
+        hosts=hosts,
     )
+
+
+def reclaimable(state: AllocationState) -> list[ExecutorInfo]:
+    """Draining executors a scale-up may take back: running already, so they need no room, unless their
+    host is over-occupied (taking one back there keeps an executor its cores cannot run)."""
+    room = state.room
+    return [
+        e
+        for e in state.executors
+        if e.marked_for_removal and (room is None or not over_occupied(e.host, room))
+    ]
 
 
 def check_observation(obs: ScalingObservation) -> None:
@@ -215,9 +308,13 @@ def capacity_per_executor(obs: ScalingObservation, config: ScalingConfig) -> flo
 
 
 def hold(
-    obs: ScalingObservation, reason: str, utilization: float = 0.0, required: int | None = None
+    obs: ScalingObservation,
+    reason: str,
+    utilization: float = 0.0,
+    required: int | None = None,
+    shortfall: Shortfall | None = None,
 ) -> ScalingDecision:
-    return ScalingDecision(obs.executors, obs.executors, "none", reason, utilization, required)
+    return ScalingDecision(obs.executors, obs.executors, "none", reason, utilization, required, shortfall)
 
 
 def change_to(
@@ -227,7 +324,10 @@ def change_to(
     reason: str,
     utilization: float,
     required: int | None,
+    shortfall: Shortfall | None = None,
 ) -> tuple[ScalingDecision, ScalingState]:
+    """The decision to go to ``new`` executors, and the state after a change: the windows restart and a
+    scale-up remembers the true capacity it started from (ineffective-scaling detection)."""
     direction: Direction = "up" if new > obs.executors else "down"
     decision = ScalingDecision(
         new,
@@ -236,19 +336,85 @@ def change_to(
         f"scale {direction} {obs.executors} -> {new}: {reason}",
         utilization,
         required,
+        shortfall,
     )
     last_up = obs.time if direction == "up" else state.last_scale_up
-    return decision, ScalingState(last_change=obs.time, last_scale_up=last_up, last_decision=obs.time)
+    before = true_capacity(obs)
+    start = (float(obs.executors), before) if direction == "up" and before is not None else None
+    return decision, replace(
+        state,
+        last_change=obs.time,
+        last_scale_up=last_up,
+        scale_down_since=None,
+        scale_down_floor=0,
+        history=(),
+        last_decision=obs.time,
+        scale_up_from=start,
+        ineffective=False,
+    )
+
+
+def true_capacity(obs: ScalingObservation) -> float | None:
+    """Records per second the active executors carry at full utilisation (their true processing rate):
+    the input's records per core-second of demand times their cores; None without a measurement."""
+    if obs.demand <= 0 or obs.input_rate <= 0:
+        return None
+    return obs.input_rate / obs.demand * obs.capacity
+
+
+def room_cap(obs: ScalingObservation, config: ScalingConfig) -> int | None:
+    """The most executors the hosts' room lets the job have (None: no limit known)."""
+    return None if obs.placeable is None else obs.executors + obs.placeable
+
+
+def shortfall_of(
+    obs: ScalingObservation, config: ScalingConfig, wanted: int, demand: float
+) -> Shortfall | None:
+    """The measured shortfall when ``wanted`` executors exceed what the room takes, else None."""
+    cap = room_cap(obs, config)
+    if cap is None or wanted <= cap:
+        return None
+    return Shortfall(
+        executors_wanted=wanted,
+        executors_placed=cap,
+        executor_cpu=config.executor_capacity,
+        demand=demand,
+        available=obs.capacity + (obs.placeable or 0) * config.executor_capacity,
+        rate_demanded=obs.input_rate,
+        rate_carried=obs.input_rate if obs.carried_rate is None else obs.carried_rate,
+        measured=True,
+    )
+
+
+def scale_up_within_room(
+    obs: ScalingObservation,
+    state: ScalingState,
+    config: ScalingConfig,
+    wanted: int,
+    reason: str,
+    utilization: float,
+    demand: float,
+) -> tuple[ScalingDecision, ScalingState]:
+    """Scale up to ``wanted``, or to the largest count the hosts' room takes, reporting the shortfall;
+    a hold when there is no room at all. Every rule's scale-ups go through here."""
+    shortfall = shortfall_of(obs, config, wanted, demand)
+    cap = room_cap(obs, config)
+    new = wanted if cap is None else min(wanted, cap)
+    if new <= obs.executors:
+        why = f"capacity exhausted: {reason}; {shortfall.message() if shortfall else 'no room'}"
+        return hold(obs, why, utilization, wanted, shortfall), state
+    if shortfall is not None:
+        reason = f"{reason}; capped at {new}, the most the hosts have room for ({shortfall.message()})"
+    return change_to(obs, state, new, reason, utilization, wanted, shortfall)
 
 
 def enforce_bounds(
     obs: ScalingObservation, state: ScalingState, config: ScalingConfig
 ) -> tuple[ScalingDecision, ScalingState] | None:
-    """minExecutors/maxExecutors hold whatever the other safeguards say."""
+    """minExecutors/maxExecutors hold whatever the other safeguards say (minExecutors within room)."""
     if obs.executors < config.min_executors:
-        return change_to(
-            obs, state, config.min_executors, f"below minExecutors {config.min_executors}", 0.0, None
-        )
+        reason = f"below minExecutors {config.min_executors}"
+        return scale_up_within_room(obs, state, config, config.min_executors, reason, 0.0, obs.demand)
     if obs.executors > config.max_executors:
         return change_to(
             obs, state, config.max_executors, f"above maxExecutors {config.max_executors}", 0.0, None
@@ -262,6 +428,47 @@ def target_count(demand: float, per_executor: float, config: ScalingConfig) -> i
     return min(max(count, config.min_executors), config.max_executors)
 
 
+def saturated_hosts(obs: ScalingObservation, config: ScalingConfig) -> list[HostLoad]:
+    return [h for h in obs.hosts if h.saturation > config.saturation_threshold + EPS]
+
+
+def overprovisioned(hosts: list[HostLoad], per_executor: float) -> int:
+    """Active executors beyond one per ``per_executor`` cores the saturated ``hosts`` actually gave their
+    executors (at least one per host), once the draining ones have left: more processes on those cores
+    only wait for each other."""
+    return sum(
+        max(0, h.executors - max(1, math.ceil(h.used / per_executor - EPS)) - h.draining) for h in hosts
+    )
+
+
+def _saturated(
+    obs: ScalingObservation, state: ScalingState, config: ScalingConfig, hosts: list[HostLoad]
+) -> tuple[ScalingDecision, ScalingState]:
+    """A period on saturated hosts: scale an over-provisioned host down, else decide nothing on it."""
+    worst = max(hosts, key=lambda h: h.saturation)
+    facts = (
+        f"host {worst.host or '(unnamed)'} saturated: its {worst.executors} executors used "
+        f"{worst.used:.2f} cores and waited {100 * worst.saturation:.0f} % of their runnable time for a CPU"
+    )
+    excess = min(overprovisioned(hosts, capacity_per_executor(obs, config)), obs.executors - 1)
+    if excess > 0:
+        capped = math.ceil(obs.executors * (1 - config.max_scale_down_fraction) - EPS)
+        new = max(obs.executors - excess, capped, config.min_executors)
+        if new < obs.executors:
+            note = (
+                f" (capped: at most {config.max_scale_down_fraction:g} per step)"
+                if capped > obs.executors - excess
+                else ""
+            )
+            return change_to(
+                obs, state, new, f"{facts}: over-provisioned by {excess}{note}", 0.0, obs.executors - excess
+            )
+    return hold(
+        obs,
+        f"{facts}: rates measured under contention are not capacity evidence; no scaling on this period",
+    ), _no_scale_down(state)
+
+
 def decide_target(
     obs: ScalingObservation, state: ScalingState, config: ScalingConfig
 ) -> tuple[ScalingDecision, ScalingState]:
@@ -269,8 +476,9 @@ def decide_target(
     check_observation(obs)
     if (forced := enforce_bounds(obs, state, config)) is not None:
         return forced
+    saturated = saturated_hosts(obs, config)
     history = tuple(h for h in state.history if h[0] - h[1] >= obs.time - config.metric_window - EPS)
-    history += ((obs.time, obs.window, obs.demand),)
+    history += ((obs.time, obs.window, obs.demand, 1.0 if saturated else 0.0),)
     state = replace(state, history=history)
     if state.last_change is not None and obs.time - state.last_change < config.stabilization - EPS:
         return hold(
@@ -281,8 +489,11 @@ def decide_target(
     covered = sum(h[1] for h in history)
     if covered < config.metric_window - EPS:
         return hold(obs, f"collecting metrics: {covered:.0f} of {config.metric_window:.0f} s"), state
+    if saturated:
+        return _saturated(obs, state, config, saturated)
 
-    demand = sum(h[1] * h[2] for h in history) / covered
+    evidence = [h for h in history if not (len(h) > 3 and h[3])]  # saturated periods are not evidence
+    demand = sum(h[1] * h[2] for h in evidence) / sum(h[1] for h in evidence)
     per_exec = capacity_per_executor(obs, config)
     target = config.target_utilization
     steady = target_count(demand, per_exec, config)
@@ -296,16 +507,30 @@ def decide_target(
     )
     in_band = abs(utilization - target) <= config.utilization_band + EPS
     backlog_mode = obs.backlog > config.backlog_seconds * obs.input_rate and obs.backlog > 0
+    state = _judge_scale_up(obs, state, config)
 
     if required > obs.executors:
         if in_band and catch_up <= obs.executors:
             return hold(obs, f"within band: {facts}", utilization, required), _no_scale_down(state)
+        if state.ineffective:
+            return hold(
+                obs,
+                f"ineffective scaling: the last scale-up raised the true capacity by less than "
+                f"{config.scaling_effectiveness_threshold:g} of what it expected; no further scale-up "
+                f"until the count changes otherwise: {facts}",
+                utilization,
+                required,
+                shortfall_of(obs, config, required, demand),
+            ), _no_scale_down(state)
         why = (
             f"backlog {obs.backlog:.0f} records to catch up within {config.catch_up:.0f} s"
             if catch_up > steady
             else f"target {target:g} needs {required}"
         )
-        return change_to(obs, state, required, f"{facts}; {why}", utilization, required)
+        decision, after = scale_up_within_room(
+            obs, state, config, required, f"{facts}; {why}", utilization, demand
+        )
+        return decision, (after if decision.direction == "up" else _no_scale_down(after))
     if required == obs.executors:
         return hold(obs, f"at target: {facts}", utilization, required), _no_scale_down(state)
     if backlog_mode:
@@ -366,6 +591,21 @@ def decide_target(
 
 def _no_scale_down(state: ScalingState) -> ScalingState:
     return replace(state, scale_down_since=None, scale_down_floor=0)
+
+
+def _judge_scale_up(obs: ScalingObservation, state: ScalingState, config: ScalingConfig) -> ScalingState:
+    """Once a full unsaturated window follows a scale-up: was it effective? The share of the expected
+    gain in true capacity that arrived (Flink's scaling effectiveness) below the threshold marks it
+    ineffective, which blocks scale-ups until the count changes."""
+    if state.scale_up_from is None:
+        return state
+    before_executors, before = state.scale_up_from
+    now = true_capacity(obs)
+    if now is None or before_executors <= 0:
+        return replace(state, scale_up_from=None)
+    expected = before * obs.executors / before_executors
+    gained = (now - before) / (expected - before) if expected > before else 1.0
+    return replace(state, scale_up_from=None, ineffective=gained < config.scaling_effectiveness_threshold)
 
 
 def decide_off(

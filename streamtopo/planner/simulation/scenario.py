@@ -124,6 +124,18 @@ class MigrationSpec(Model):
     """State transfer speed: the pause grows by state_bytes / bytes_per_second."""
 
 
+class HostsSpec(Model):
+    """The hosts executors run on (the platform's cluster): room for new executors, and contention when
+    more executors run on a host than its cores carry."""
+
+    count: int = Field(default=1, ge=1, le=1000)
+    cpu: float = Field(gt=0, allow_inf_nan=False)
+    """Cores per host (hosts are named host-1 .. host-N)."""
+    contention: float = Field(default=0.05, ge=0, lt=1)
+    """Share of a host's cores lost to switching for every executor beyond its cores (processes and
+    their JVMs' threads fighting over the same cores)."""
+
+
 class FaultSpec(Model):
     """A statistics gap injected at one period, to see the safe decision at work."""
 
@@ -151,6 +163,8 @@ class Scenario(Model):
     albic: AlbicSpec = Field(default_factory=AlbicSpec)
     """ALBIC's Algorithm 2 parameters (``--policy albic``); maxLoadDistance also guards scale-down."""
     faults: list[FaultSpec] = Field(default_factory=list)
+    hosts: HostsSpec | None = None
+    """Without hosts, executors run on hosts of unlimited room and never contend."""
 
     def by_name(self) -> dict[str, OperatorSpec]:
         return {op.name: op for op in self.operators}

@@ -22,6 +22,15 @@ Each period of ``interval`` seconds (one SPL):
 The statistics are the steady-state view a true-rate measurement reconstructs (DS2): load and rate at
 the arrival rate, so an overloaded executor's key groups do not look lighter than they are.
 
+With the scenario's ``hosts``, executors run on hosts of that many cores, and the model measures what
+the runtime measures (runtime/metrics.py, planner/capacity.py): each executor wants the CPU its pending
+work needs (at most its capacity); a host whose executors want more than its cores (less ``contention``
+of a core for every executor beyond them) shares them in proportion, so each executor gets its share,
+waits for the rest (its ``cpu_wait``, the saturation evidence), and its units' busy time, wall time as
+the runtime measures it, is stretched by the wait. The hosts' room (cores no executor holds) goes to
+Algorithm 1 as ``AllocationState.room``, so new executors are placed, and the scaling rule capped, by
+the same code as on a cluster: one decision path.
+
 Reported per period, measured on the allocation that ran in it: load distance (max |load - mean| over
 active executors, percentage points), load index (total load per input record relative to period 0;
 ALBIC's "current average load / load after initialisation", normalised by the input so a changing
@@ -41,6 +50,8 @@ import numpy as np
 from streamtopo.contracts import KeyGroupId, executor_name, executor_prefix
 from streamtopo.planner.adaptation import AdaptationConfig, Rebalancer, adapt
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
+from streamtopo.planner.capacity import free_cores
+from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.rebalance.albic.collocation import AlbicConfig
 from streamtopo.planner.scaling.policy import ScalingConfig, ScalingState
 from streamtopo.planner.simulation.scenario import Scenario
@@ -71,6 +82,10 @@ class PeriodReport:
     reason: str
     safe: bool = False
     """The round kept the current allocation because the statistics were unusable."""
+    saturation: float = 0.0
+    """Share of the executors' runnable time spent waiting for a CPU (hosts' contention)."""
+    pending: int = 0
+    """Executors the load needs beyond what the hosts' room takes (the round's shortfall)."""
 
 
 @dataclass(frozen=True)
@@ -198,9 +213,51 @@ def _zipf(n: int, exponent: float) -> np.ndarray:
 
 
 def initial_executors(scenario: Scenario) -> list[ExecutorInfo]:
+    """The executors of period 0, round-robin over the scenario's hosts (when it has hosts)."""
     spec = scenario.executors
     caps = spec.capacities or [spec.capacity] * spec.initial
-    return [ExecutorInfo(name=executor_name(scenario.name, i), capacity=float(c)) for i, c in enumerate(caps)]
+    hosts = host_names(scenario)
+    return [
+        ExecutorInfo(
+            name=executor_name(scenario.name, i),
+            capacity=float(c),
+            host=hosts[i % len(hosts)] if hosts else None,
+        )
+        for i, c in enumerate(caps)
+    ]
+
+
+def host_names(scenario: Scenario) -> list[str]:
+    return [f"host-{i + 1}" for i in range(scenario.hosts.count)] if scenario.hosts is not None else []
+
+
+def _contention(
+    scenario: Scenario, executors: list[ExecutorInfo], want: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Cores each executor gets and waits for this period (module docstring): on its host, the
+    executors share the cores (less the contention of every executor beyond them) in proportion to what
+    they want. Without hosts, each gets what it wants."""
+    if scenario.hosts is None:
+        return want, np.zeros_like(want)
+    got = want.copy()
+    for host in host_names(scenario):
+        on = np.array([e.host == host for e in executors])
+        if not on.any():
+            continue
+        extra = max(0, int(on.sum()) - math.floor(scenario.hosts.cpu))
+        cores = scenario.hosts.cpu * max(0.1, 1.0 - scenario.hosts.contention * extra)
+        wanted = float(want[on].sum())
+        if wanted > cores:
+            got[on] = want[on] * cores / wanted
+    return got, want - got
+
+
+def _room(scenario: Scenario, executors: list[ExecutorInfo]) -> dict[str, float] | None:
+    """Host -> cores no executor holds (planner/capacity.py), None without hosts."""
+    if scenario.hosts is None:
+        return None
+    cluster = Cluster.uniform(scenario.hosts.count, scenario.hosts.cpu)
+    return free_cores(cluster, [(e.host, e.capacity) for e in executors], clamp=False)
 
 
 def initial_assignment(
@@ -292,12 +349,19 @@ def simulate(
         work = job.work(arrival, share)
         merge = merge_overhead * work * ((share > 0).sum(axis=1) > 1)
         executor_work = share.T @ work + np.bincount(owner, weights=merge, minlength=len(names))
-        backlog = _process(arrival, work, share, merge, owner, capacity, backlog, pause, T, job.cost)
+        pending_work = share.T @ (work + backlog * job.cost / T)
+        got, wait = _contention(scenario, executors, np.minimum(capacity, pending_work))
+        effective = np.where(got < np.minimum(capacity, pending_work) - 1e-12, got, capacity)
+        backlog = _process(arrival, work, share, merge, owner, effective, backlog, pause, T, job.cost)
+        # A unit's busy time is wall time: on an executor that got only part of the CPU it wanted, its
+        # work took that much longer (what the runtime measures, and the saturation evidence explains).
+        stretch = np.where(got > 0, (got + wait) / np.where(got > 0, got, 1.0), 1.0)
+        measured = work * stretch[owner]
 
         stats = [
             KeyGroupStats(
                 id=u,
-                load=100.0 * work[k],
+                load=100.0 * measured[k],
                 memory=float(job.state_bytes[k]),
                 migration_cost=float(job.state_bytes[k]),
                 rate=float(arrival[k]),
@@ -306,10 +370,14 @@ def simulate(
             for k, u in enumerate(job.units)
         ]
         state = AllocationState(
-            executors=list(executors),
+            executors=[
+                replace(e, cpu_used=float(got[i]), cpu_wait=float(wait[i])) if scenario.hosts else e
+                for i, e in enumerate(executors)
+            ],
             key_groups=stats,
             assignment=dict(assignment),
             traffic=job.traffic(arrival),
+            room=_room(scenario, executors),
         )
         input_rate = job.input_rate(arrival)
         per_record = float(executor_work.sum()) / input_rate if input_rate > 0 else 0.0
@@ -339,6 +407,8 @@ def simulate(
                 migrations=len(result.migrations),
                 backlog=float(backlog.sum()),
                 utilization=float(executor_work.sum()) / float(capacity.sum()),
+                saturation=float(wait.sum() / (got.sum() + wait.sum())) if wait.sum() > 0 else 0.0,
+                pending=result.capacity.pending if result.capacity is not None else 0,
                 scaling=result.decision.direction,
                 executors_next=len(result.executors),
                 reason=result.reason,
@@ -450,6 +520,8 @@ def summarise(reports: list[PeriodReport]) -> dict[str, float | int]:
         "executor_changes": int(sum(1 for r in reports if r.scaling != "none")),
         "executors_final": reports[-1].executors_next,
         "executors_max": max(max(r.executors, r.executors_next) for r in reports),
+        "saturation_max": max(r.saturation for r in reports),
+        "pending_max": max(r.pending for r in reports),
         "backlog_final": reports[-1].backlog,
         "backlog_max": float(max(r.backlog for r in reports)),
         "safe_decisions": int(sum(1 for r in reports if r.safe)),

@@ -41,9 +41,10 @@ class _LeastSpend:
         self.integral = integral
 
     def total(self, need: np.ndarray) -> float:
-        """The least spend summed over the nodes with a positive need."""
+        """The least spend summed over the nodes with a positive need (one within float noise of zero, which
+        no unit's load could meet, needs nothing: 0 / 0 would print numpy's RuntimeWarning to the console)."""
         spent = 0.0
-        for row in np.flatnonzero(need > 0):
+        for row in np.flatnonzero(need > MIN_GAIN):
             k = int(np.searchsorted(self.cum_gain[row], need[row] - 1e-12))
             if k >= self.gain.shape[1]:
                 return np.inf
