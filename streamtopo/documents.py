@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from streamtopo.planner.cluster import Cluster, parse_cluster
+from streamtopo.planner.graph import plan_size_problems
 from streamtopo.planner.model import (
     MAX_DOCUMENT_BYTES,
     StreamTopology,
@@ -22,6 +23,7 @@ from streamtopo.planner.model import (
 )
 from streamtopo.planner.policy import PlatformPolicy
 from streamtopo.planner.scaling.aeolus import open_key_groups
+from streamtopo.planner.schema import schema_problems
 
 Source = str | Path | Mapping[str, Any]
 """A path (``Path``, or a string naming an existing file), YAML text, or parsed data."""
@@ -57,13 +59,17 @@ def load_topology(
     groups the spec leaves open sized by Aeolus (:func:`~streamtopo.planner.scaling.aeolus.open_key_groups`).
 
     Every reader goes through here (``streamtopo run``/``plan``, the webhook, the reconcile, the
-    executors), so all of them see the same key groups; a topology written back out names them.
+    executors), so all of them see the same key groups; a topology written back out names them, and all
+    of them refuse what the typed view refuses (:func:`~streamtopo.planner.schema.schema_problems`:
+    missing columns, key types, reserved column names) before anything runs.
     ``running``: the spec deployed now, when this one is to replace it: an operator both have whose key
     groups this one leaves open keeps the running count (key groups partition state, so they are fixed
     for a deployment's life, as Flink keeps a job's max parallelism; a new rate re-sizes nothing).
     """
     data, origin = _text(source)
     topology = parse_topology(data, origin=origin, policy=policy)
+    if problems := schema_problems(topology.spec):
+        raise TopologyError(problems)
     sized = open_key_groups(topology.spec, policy.max_key_groups if policy else None)
     if running is not None and "key_groups" not in topology.spec.model_fields_set:
         deployed = running.by_name()
@@ -75,13 +81,16 @@ def load_topology(
                 if op.key_groups is None and op.name in deployed
             },
         }
-    if not sized:
-        return topology
-    operators = [
-        op.model_copy(update={"key_groups": sized[op.name]}) if op.name in sized else op
-        for op in topology.spec.operators
-    ]
-    return topology.model_copy(update={"spec": topology.spec.model_copy(update={"operators": operators})})
+    if sized:
+        operators = [
+            op.model_copy(update={"key_groups": sized[op.name]}) if op.name in sized else op
+            for op in topology.spec.operators
+        ]
+        spec = topology.spec.model_copy(update={"operators": operators})
+        topology = topology.model_copy(update={"spec": spec})
+    if problems := plan_size_problems(topology.spec, sized=sized):
+        raise TopologyError(problems)
+    return topology
 
 
 def object_document(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,11 +26,24 @@ def register(app: typer.Typer) -> None:
         ] = None,
         output_format: Annotated[str, typer.Option("--format", "-o", help="table | json | yaml.")] = "table",
         seed: Annotated[int, typer.Option(help="Seed of the randomised planners.")] = 0,
+        plan_timeout: Annotated[
+            float, typer.Option(help="Seconds planning may run (in a process of its own); 0: no limit.")
+        ] = 120.0,
+        plan_memory: Annotated[
+            str, typer.Option(help="Address space planning may use (4GiB, 512Mi, bytes); 0: no limit.")
+        ] = "4GiB",
     ) -> None:
         """Fuse operators into PEs and place them on hosts; exit 0 feasible, 2 bad input, 3 no plan."""
         from rich.console import Console
 
+        from streamtopo.controller.bounded import Limits, parse_bytes
         from streamtopo.controller.plan_output import PlanRequest, run_plan
 
-        request = PlanRequest(file, cluster, hosts, host_cpu, algorithm, graph, output_format, seed)
+        try:
+            memory = parse_bytes(plan_memory)
+        except ValueError as error:
+            Console(stderr=True).print(f"--plan-memory: {error}", markup=False, highlight=False)
+            raise typer.Exit(2) from None
+        limits = Limits(seconds=plan_timeout or None, memory=memory or None)
+        request = PlanRequest(file, cluster, hosts, host_cpu, algorithm, graph, output_format, seed, limits)
         raise typer.Exit(run_plan(request, Console(), Console(stderr=True)))

@@ -313,19 +313,25 @@ class KubernetesPlatform:
             memory=data.get("state.json"),
         )
 
-    def ensure_transport_user(self, topology: StreamTopology) -> None:
+    def ensure_transport_user(self, topology: StreamTopology) -> str | None:
         """(Re)create the topology's Valkey user when it has one: with every apply, and on every operator
         tick, since Valkey forgets run-time ACL users when it restarts and executors must not stay
-        locked out until the next period."""
-        if self.settings.own_user(topology):
+        locked out until the next period. A topology past the platform's transport limits is suspended
+        instead, and the reason returned (:func:`.transport_acl.enforce_quota`)."""
+        if not self.settings.own_user(topology):
+            return None
+        return cast(
+            str | None,
             self._with_admin(
                 lambda admin: transport_acl.ensure_user(
                     admin,
                     owner_keys(self.owner),
                     transport_password(self.owner, self.settings),
                     transport_acl.shared_reads(topology),
+                    self.settings.transport_limits,
                 )
-            )
+            ),
+        )
 
     def state_client(self, topology: StreamTopology) -> Any | None:
         """The platform Valkey's admin connection when ``topology`` runs on it with its own user (the only
@@ -345,7 +351,8 @@ class KubernetesPlatform:
         if not self.settings.own_user(topology):
             return 0
         keys = owner_keys(self.owner)
-        return self._with_admin(lambda admin: transport_acl.remove_topology(admin, keys, streams))
+        limits = self.settings.transport_limits
+        return self._with_admin(lambda admin: transport_acl.remove_topology(admin, keys, streams, limits))
 
     def trim_streams(self, readers: Mapping[str, Sequence[str]]) -> int:
         """Trim each named stream (key -> the unit keys that read it) past every reader's committed
@@ -356,7 +363,10 @@ class KubernetesPlatform:
             return 0
         return int(
             self._with_admin(
-                lambda admin: sum(transport_acl.trim(admin, key, units) for key, units in readers.items())
+                lambda admin: sum(
+                    transport_acl.trim(admin, key, units, self.settings.transport_limits)
+                    for key, units in readers.items()
+                )
             )
         )
 

@@ -18,7 +18,8 @@ Planning (COLA + Aeolus, and ALBIC's Algorithm 1 every SPL) runs in one worker p
 (:mod:`streamtopo.controller.planner_worker`): this process only talks to the API and applies what the
 worker computed, so it never imports the solvers (OR-Tools) and stays small with many topologies.
 ``STREAMTOPO_PLANNER_TASKS_PER_CHILD`` sets after how many calls the worker is replaced,
-``STREAMTOPO_PLAN_TIMEOUT`` how long one planning call may take (then it is refused: NoValidPlan).
+``STREAMTOPO_PLAN_TIMEOUT`` how long one planning call may run and ``STREAMTOPO_PLAN_MEMORY`` how much
+address space it may use (then it is refused: NoValidPlan).
 
 Prometheus basic auth comes from ``spec.metrics.prometheus.basicAuthSecret``: one key of one Secret in
 the topology's namespace, read every period (rotation needs no restart), never logged nor written to
@@ -50,6 +51,7 @@ import kopf
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from streamtopo.controller.adaptation_loop import AdaptationLoop
+from streamtopo.controller.bounded import parse_bytes
 from streamtopo.controller.kubernetes import (
     KubernetesPlatform,
     NoHosts,
@@ -60,7 +62,12 @@ from streamtopo.controller.kubernetes import (
     read_topology,
     write_shared,
 )
-from streamtopo.controller.planner_worker import DEFAULT_TASKS_PER_CHILD, DEFAULT_TIMEOUT, WorkerPlanner
+from streamtopo.controller.planner_worker import (
+    DEFAULT_MEMORY,
+    DEFAULT_TASKS_PER_CHILD,
+    DEFAULT_TIMEOUT,
+    WorkerPlanner,
+)
 from streamtopo.controller.platform import DesiredState, MetricsSource, MetricsUnavailable
 from streamtopo.controller.prometheus import PrometheusMetricsSource
 from streamtopo.controller.reconcile import (
@@ -115,6 +122,7 @@ def planner_from_env() -> WorkerPlanner:
     return WorkerPlanner(
         int(os.environ.get("STREAMTOPO_PLANNER_TASKS_PER_CHILD", DEFAULT_TASKS_PER_CHILD)),
         timeout=float(os.environ.get("STREAMTOPO_PLAN_TIMEOUT", DEFAULT_TIMEOUT)),
+        memory=parse_bytes(os.environ.get("STREAMTOPO_PLAN_MEMORY") or str(DEFAULT_MEMORY)),
     )
 
 
@@ -693,7 +701,10 @@ def _keep_transport_user(
         with _lock(memo):
             if stopped:
                 return
-            _platform(body).ensure_transport_user(topology)
+            suspended = _platform(body).ensure_transport_user(topology)
+        if suspended and not getattr(memo, "transport_suspended", False):
+            logger.warning(suspended)  # an Event on the topology, once per suspension
+        memo.transport_suspended = bool(suspended)
     except TransportAdminError as error:
         if not getattr(memo, "transport_down", False):
             logger.warning(str(error))

@@ -18,6 +18,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from streamtopo.contracts import RoutingTable, parse_unit
+from streamtopo.controller import bounded
 from streamtopo.documents import load_cluster, load_topology
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import TopologyError
@@ -43,6 +44,8 @@ class PlanRequest:
     graph: str | None = None
     output_format: str = "table"
     seed: int = 0
+    limits: bounded.Limits = bounded.Limits()
+    """Time and memory one planning call may take (``--plan-timeout``, ``--plan-memory``)."""
 
 
 def resolve_cluster(request: PlanRequest) -> Cluster:
@@ -92,7 +95,18 @@ def run_plan(request: PlanRequest, out: Console, err: Console) -> int:
         return EXIT_INVALID
 
     try:
-        plan = plan_topology(topology.spec, cluster, request.algorithm, request.graph, request.seed)
+        plan = bounded.call(
+            plan_topology,
+            topology.spec,
+            cluster,
+            request.algorithm,
+            request.graph,
+            request.seed,
+            limits=request.limits,
+        )
+    except bounded.OverLimit as error:
+        _error(err, f"no plan: {error} (--plan-timeout, --plan-memory)")
+        return EXIT_NO_PLAN
     except _no_valid_plan() as error:
         message = str(error)
         _error(err, message if message.startswith("no valid plan") else f"no valid plan: {message}")

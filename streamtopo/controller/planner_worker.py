@@ -14,9 +14,13 @@ worker process and only applies the results itself:
   that option deadlocks when calls are queued as the worker reaches its limit (CPython gh-115634), and
   the operator's threads do queue calls;
 - a worker that died (OOM-killed, say) is replaced and the call retried once;
-- a planning call that runs longer than ``timeout`` seconds is refused and its worker killed, so one tenant's huge
-  graph holds the queue for at most that long (issue 14: bounded work per tenant). The size of a request
-  is bounded before it gets here, by the model's limits (docs/security.md).
+- a planning call (``plan``) runs in a process of its own under a time and a memory limit
+  (controller/bounded.py: ``timeout`` seconds counted from when it starts, ``memory`` bytes of address
+  space), at most ``slots`` at once; past a limit it is refused (NoValidPlan, the message says which)
+  and its process killed, so one tenant's huge graph costs the others neither the queue nor the node's
+  memory. The size of a request is bounded before it gets here, by the model's limits and the planning
+  size check (planner/graph.py ``plan_size_problems``; docs/security.md). ALBIC's periodic solves
+  (``adapt``) stay on the shared worker: they are bounded by deterministic time.
 
 Arguments and results cross the process boundary by pickling (pydantic models and dataclasses). A refused
 plan comes back as data (:class:`Refused`) because ``TopologyError`` carries its problems in an attribute
@@ -30,12 +34,12 @@ import multiprocessing
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from streamtopo.contracts import RoutingTable
+from streamtopo.controller import bounded
 from streamtopo.controller.platform import DesiredState
 from streamtopo.controller.reconcile import IN_PROCESS, Collocations, Planner
 from streamtopo.planner.allocation import AllocationState
@@ -48,7 +52,11 @@ if TYPE_CHECKING:
 
 DEFAULT_TASKS_PER_CHILD = 50
 DEFAULT_TIMEOUT = 120.0
-"""Seconds one planning call may take (``STREAMTOPO_PLAN_TIMEOUT``), queueing included."""
+"""Seconds one planning call may run (``STREAMTOPO_PLAN_TIMEOUT``), waiting for a slot not included."""
+DEFAULT_MEMORY = 4 * 2**30
+"""Bytes of address space one planning call may use (``STREAMTOPO_PLAN_MEMORY``)."""
+DEFAULT_SLOTS = 2
+"""Planning calls running at once (each in its own process)."""
 
 
 @dataclass(frozen=True)
@@ -112,11 +120,15 @@ class WorkerPlanner(Planner):
         tasks_per_child: int = DEFAULT_TASKS_PER_CHILD,
         start_method: str = "spawn",
         timeout: float | None = DEFAULT_TIMEOUT,
+        memory: int | None = DEFAULT_MEMORY,
+        slots: int = DEFAULT_SLOTS,
     ):
         if tasks_per_child < 1:
             raise ValueError(f"tasks_per_child must be at least 1, got {tasks_per_child}")
         self.tasks_per_child = tasks_per_child
         self.timeout = timeout
+        self.memory = memory
+        self._slots = threading.Semaphore(slots)
         self.start_method = start_method
         self._pool: ProcessPoolExecutor | None = None
         self._calls = 0
@@ -132,10 +144,15 @@ class WorkerPlanner(Planner):
         profile: Profile | None = None,
         room: Mapping[str, float] | None = None,
     ) -> tuple[DesiredState, Plan]:
-        result = self._call(_plan, topology, cluster, previous, seed, profile, room)
+        limits = bounded.Limits(seconds=self.timeout, memory=self.memory)
+        with self._slots:  # waiting here is not the call's time
+            try:
+                result = bounded.call(_plan, topology, cluster, previous, seed, profile, room, limits=limits)
+            except bounded.OverLimit as error:
+                result = Refused(None, str(error))
         if isinstance(result, Refused):
             raise result.exception()
-        return result
+        return cast(tuple[DesiredState, Plan], result)
 
     def adapt(
         self,
@@ -176,21 +193,7 @@ class WorkerPlanner(Planner):
         return self._result(pool, future, function)
 
     def _result(self, pool: ProcessPoolExecutor, future: Future[Any], function: Callable[..., Any]) -> Any:
-        timeout = (
-            self.timeout if function is _plan else None
-        )  # ALBIC's solves are bounded by deterministic time
-        try:
-            return future.result(timeout=timeout)
-        except FutureTimeout:
-            for process in list(getattr(pool, "_processes", {}).values()):  # stop the solver mid-call
-                process.kill()
-            self._discard(pool)
-            return Refused(
-                None,
-                f"planning did not finish within {timeout:g}s (the platform's limit per "
-                "request, STREAMTOPO_PLAN_TIMEOUT): a smaller graph, fewer key groups or a "
-                "simpler fusion algorithm plans faster",
-            )
+        return future.result()  # ALBIC's solves are bounded by deterministic time
 
     def _discard(self, pool: ProcessPoolExecutor) -> None:
         with self._lock:

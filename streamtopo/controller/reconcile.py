@@ -19,6 +19,8 @@ time changes only when the status does.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -135,8 +137,44 @@ def admit(
     """The StreamTopology a Kubernetes object declares, validated as the platform's ``policy`` says;
     TopologyError naming each field otherwise. The one gate: the admission webhook refuses with it what
     the reconcile would refuse, and `streamtopo plan`/`run` run the same validator (load_topology).
-    ``running``: the deployed spec it would replace (open key groups keep their running count)."""
-    return load_topology(object_document(obj), policy=policy, running=running)
+
+    ``running``: the deployed spec it would replace (open key groups keep their running count).
+
+    Validated once per generation: the operator reads every topology on each tick, and the spec of a
+    stored object changes only with its ``metadata.generation`` (the verdict is kept per uid, generation,
+    policy and the running key groups, the last :data:`ADMITTED_KEPT` of them)."""
+    meta = obj.get("metadata") or {}
+    key: tuple[Any, ...] | None = None
+    if meta.get("uid") and meta.get("generation"):
+        sizes = (
+            None
+            if running is None
+            else tuple((op.name, running.key_groups_of(op.name)) for op in running.operators)
+        )
+        key = (meta["uid"], meta["generation"], policy, sizes)
+    verdict = None
+    with _ADMITTED_LOCK:
+        if key is not None and key in _ADMITTED:
+            verdict = _ADMITTED[key]
+            _ADMITTED.move_to_end(key)
+    if verdict is None:
+        try:
+            verdict = load_topology(object_document(obj), policy=policy, running=running)
+        except TopologyError as error:
+            verdict = error
+        if key is not None:
+            with _ADMITTED_LOCK:
+                _ADMITTED[key] = verdict
+                while len(_ADMITTED) > ADMITTED_KEPT:
+                    _ADMITTED.popitem(last=False)
+    if isinstance(verdict, TopologyError):
+        raise TopologyError(verdict.problems)
+    return verdict
+
+
+ADMITTED_KEPT = 1024
+_ADMITTED: OrderedDict[tuple[Any, ...], StreamTopology | TopologyError] = OrderedDict()
+_ADMITTED_LOCK = threading.Lock()
 
 
 def problems_message(problems: Sequence[tuple[str, str]]) -> str:

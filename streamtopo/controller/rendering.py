@@ -54,6 +54,7 @@ from streamtopo.planner.model import (
     TransportSpec,
 )
 from streamtopo.planner.policy import PlatformPolicy
+from streamtopo.valkey_library import Limits
 
 GROUP = "streamtopo.dev"
 VERSION = "v1alpha1"
@@ -92,6 +93,9 @@ class RenderSettings:
     """``{"ingress": [...], "egress": [...]}`` NetworkPolicy rules for every topology's executors (the
     chart's networkPolicy values); None renders no NetworkPolicy."""
     executor_memory: str = "512Mi"
+    transport_limits: Limits = field(default_factory=Limits)
+    """What one topology (and one namespace's named streams) may hold in the platform's Valkey, and the
+    largest entry or record (the chart's transport.limits): written into the function library."""
     service_labels: Mapping[str, str] = field(default_factory=dict)
     policy: PlatformPolicy = field(default_factory=PlatformPolicy)
     """What tenants may choose: UDF modules (the chart's executor.udfModules) and image prefixes
@@ -107,6 +111,11 @@ class RenderSettings:
             transport_url=env.get("STREAMTOPO_TRANSPORT_URL") or None,
             transport_admin_password=env.get("STREAMTOPO_TRANSPORT_ADMIN_PASSWORD") or None,
             executor_network_policy=json.loads(rules) if rules else None,
+            transport_limits=Limits(
+                account_bytes=int(env.get("STREAMTOPO_TRANSPORT_ACCOUNT_BYTES") or 0),
+                entry_bytes=int(env.get("STREAMTOPO_TRANSPORT_ENTRY_BYTES") or 0),
+                stream_entries=int(env.get("STREAMTOPO_TRANSPORT_STREAM_ENTRIES") or 0),
+            ),
             policy=PlatformPolicy(
                 udf_modules=_listed(env.get("STREAMTOPO_UDF_MODULES", "")),
                 images=_listed(env.get("STREAMTOPO_ALLOWED_IMAGES", "")),

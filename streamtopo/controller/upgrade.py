@@ -45,6 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from streamtopo import valkey_library
 from streamtopo.contracts import Keys, UnitRecord, unit_key
 from streamtopo.controller.platform import DesiredState, Platform
 from streamtopo.planner.graph import unit_edges
@@ -154,14 +155,14 @@ class _Reset:
             k_old = self.old.key_groups_of(name)
             k_new = self.new.key_groups_of(name) if name in self.new.by_name() else 0
             self.deleted_units |= {unit_key((name, kg)) for kg in range(k_new, k_old)}
+        valkey_library.ensure_loaded(self.client)
         with self.client.pipeline(transaction=True) as pipe:
             for key, rec in self.writes.items():
                 pipe.hset(self.keys.unit(key), "rec", rec.encode())
                 pipe.hdel(self.keys.unit(key), "layout")
-            for key in self.deleted_units:
-                pipe.delete(self.keys.unit(key))
-            for stream in self.deleted_streams:
-                pipe.delete(stream)
+            gone = [self.keys.unit(key) for key in sorted(self.deleted_units)] + sorted(self.deleted_streams)
+            for i in range(0, len(gone), 1000):  # through the library, so the topology's account follows
+                pipe.fcall("streamtopo_drop", len(gone[i : i + 1000]), *gone[i : i + 1000])
             if self.deleted_streams:
                 pipe.hdel(self.keys.backlog, *self.deleted_streams)
             pipe.set(self.keys.upgrade, marker)

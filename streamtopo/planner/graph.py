@@ -15,6 +15,7 @@ SIZE(S) = w(S) + w(delta(S)) compares directly with a host's capacity.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -214,6 +215,69 @@ def unit_edges(spec: StreamTopologySpec, u: str, v: str) -> list[tuple[int, int,
     if key_v is None:
         return [(i, i % kv, 1.0 / ku) for i in range(ku)]
     return [(i, j, 1.0 / (ku * kv)) for i in range(ku) for j in range(kv)]
+
+
+def unit_arcs(spec: StreamTopologySpec, u: str, v: str) -> int:
+    """How many pairs :func:`unit_edges` gives, without listing them."""
+    ku, kv = spec.key_groups_of(u), spec.key_groups_of(v)
+    key_u, key_v = partition_key(spec, u), partition_key(spec, v)
+    if key_v is None or (key_u == key_v and ku == kv):
+        return ku
+    return ku * kv
+
+
+MAX_UNITS = 65_536
+"""Units (operator, key group) one topology may have: each is a routing-table entry, a state record
+and a vertex of every plan."""
+MAX_UNIT_ARCS = 1_000_000
+"""Unit-graph arcs COLA partitions within the default planning time limit (120 s; about 35 CPU-seconds
+per million arcs on the reference machine, docs/security.md)."""
+
+
+def plan_size_problems(
+    spec: StreamTopologySpec, prefix: str = "spec", sized: Collection[str] = ()
+) -> list[tuple[str, str]]:
+    """Sizes that cannot plan in time, refused before any planning starts: more units than
+    :data:`MAX_UNITS`, or (unless ``spec.fusion.graph`` is ``logical``) a unit graph of more than
+    :data:`MAX_UNIT_ARCS` arcs. The field named is the key groups of the operator that weighs most
+    (``spec.keyGroups`` for the operators in ``sized``, whose key groups Aeolus chose)."""
+    index = {op.name: i for i, op in enumerate(spec.operators)}
+    replicas = _replicas(spec)
+
+    def where(name: str) -> str:
+        if spec.operator(name).key_groups is not None and name not in sized:
+            return f"{prefix}.operators[{index[name]}].keyGroups"
+        return f"{prefix}.keyGroups"
+
+    units = {op.name: spec.key_groups_of(op.name) * replicas.get(op.name, 1) for op in spec.operators}
+    if sum(units.values()) > MAX_UNITS:
+        heaviest = max(units, key=lambda n: units[n])
+        return [
+            (
+                where(heaviest),
+                f"{sum(units.values())} units (operators x key groups), more than the {MAX_UNITS} a "
+                f"topology may have ({heaviest!r} alone has {units[heaviest]}): fewer key groups",
+            )
+        ]
+    if spec.fusion.graph == "logical":
+        return []
+    arcs = {
+        (u, op.name): unit_arcs(spec, u, op.name) * max(replicas.get(u, 1), replicas.get(op.name, 1))
+        for op in spec.operators
+        for u in op.inputs
+    }
+    if sum(arcs.values()) <= MAX_UNIT_ARCS:
+        return []
+    u, v = max(arcs, key=lambda e: arcs[e])
+    return [
+        (
+            where(v),
+            f"the unit graph would have {sum(arcs.values())} arcs, more than the {MAX_UNIT_ARCS} that plan "
+            f"within the time limit ({u!r} -> {v!r} alone has {arcs[(u, v)]}: every key group of one to "
+            "every key group of the other): fewer key groups, the same keyBy and key groups on both ends "
+            "(one to one), or spec.fusion.graph: logical",
+        )
+    ]
 
 
 def unit_graph(

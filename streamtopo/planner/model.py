@@ -34,14 +34,17 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from streamtopo.planner.expressions import expression_problem
+from streamtopo.planner.expressions import Role, expression_problem
 from streamtopo.planner.policy import (
     POLICY,
     PlatformPolicy,
+    env_problem,
     image_problem,
+    mount_problem,
     node_key_problem,
     shared_stream_problem,
     udf_problem,
+    url_problem,
 )
 
 API_VERSION: Final = "streamtopo.dev/v1alpha1"
@@ -115,6 +118,9 @@ Name = Annotated[str, Field(pattern=_NAME.pattern, min_length=1, max_length=52)]
 OpName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", min_length=1, max_length=63)]
 """An operator name: a letter, then letters, digits, '_' or '-'."""
 MAX_EXPRESSION = 4096
+MAX_EXPRESSION_TEXT = 128 * 1024
+"""Characters of all a topology's expressions together: reading them is linear, and this keeps one
+document's validation within about a second (docs/security.md)."""
 MAX_OPERATORS = 512
 MAX_EXECUTORS = 1024
 MAX_RECORD_BYTES = 64 * 2**20
@@ -142,7 +148,7 @@ SourceStreamName = Annotated[
 namespace, which a platform must share (:func:`shared_stream_problem`)."""
 """A named Valkey stream: letters, digits and ``._:-``, ``{}`` for a cluster hash tag."""
 Expression = Annotated[str, Field(min_length=1, max_length=MAX_EXPRESSION)]
-"""A Spark SQL expression; the functions it calls are checked against planner/expressions.py."""
+"""A Spark SQL expression, read by grammar and checked against the allow-list of planner/expressions.py."""
 
 
 class Model(BaseModel):
@@ -410,15 +416,16 @@ class Operator(Model):
         return self
 
     @model_validator(mode="after")
-    def _allowed_functions(self) -> Operator:
-        """Tenant expressions call only allowed Spark functions (planner/expressions.py)."""
-        texts = [("expr", self.expr)] if self.expr is not None else []
-        texts += [(f"select[{i}]", t) for i, t in enumerate(self.select or [])]
-        texts += [(f"aggregations[{i}]", t) for i, t in enumerate(self.aggregations or [])]
-        for where, text in texts:
-            problem = expression_problem(text)
-            if problem:
-                raise field_error(where.split("[")[0], f"{where}: {text!r} {problem}")
+    def _allowed_expressions(self) -> Operator:
+        """Tenant expressions read by grammar (planner/expressions.py): one expression each, of allowed
+        node types and functions, no subquery, relation or reflective call; the columns they define
+        never shadow the runtime's own (``_kg``, ``_input``, ``__*``; a map may set ``_ts``)."""
+        texts: list[tuple[str, str, Role]] = [("expr", self.expr, "expr")] if self.expr is not None else []
+        texts += [(f"select[{i}]", t, "select") for i, t in enumerate(self.select or [])]
+        texts += [(f"aggregations[{i}]", t, "aggregation") for i, t in enumerate(self.aggregations or [])]
+        for where, text, role in texts:
+            if problem := expression_problem(text, role):
+                raise field_error(where, f"{text!r} {problem}")
         return self
 
 
@@ -653,19 +660,17 @@ class AutoscalingSpec(ScalingRuleSpec):
 
 class PrometheusSpec(Model):
     url: str = Field(pattern=r"^https?://[^\s/?#]+[^\s]*$", max_length=2048)
-    """http or https only (no file:// or other schemes reach the operator's HTTP client); on a platform
-    only under a prefix it allows (the operator queries the URL from inside the cluster)."""
+    """http or https only (no file:// or other schemes reach the operator's HTTP client), no userinfo; on
+    a platform only one of its URLs by scheme, host and port (the operator queries the URL from inside the
+    cluster)."""
     basic_auth_secret: SecretKeyRef | None = None
     """Secret holding ``user:password`` for basic auth."""
 
     @model_validator(mode="after")
     def _allowed_url(self, info: ValidationInfo) -> PrometheusSpec:
         policy = (info.context or {}).get(POLICY)
-        if policy is not None and not any(self.url.startswith(prefix) for prefix in policy.prometheus_urls):
-            allowed = ", ".join(policy.prometheus_urls) or "none"
-            raise field_error(
-                "url", f"{self.url!r} is not among the platform's Prometheus URLs (prefixes: {allowed})"
-            )
+        if problem := url_problem(self.url, policy.prometheus_urls if policy else None):
+            raise field_error("url", problem)
         return self
 
 
@@ -678,8 +683,17 @@ class MetricsSpec(Model):
 class TransportSpec(Model):
     """The Valkey/Redis server of the streams between executors."""
 
-    url: str = Field(default="redis://valkey:6379", pattern=r"^(redis|rediss|valkey|valkeys)://")
+    url: str = Field(
+        default="redis://valkey:6379", pattern=r"^(redis|rediss|valkey|valkeys)://", max_length=2048
+    )
+    """No userinfo: the password comes from ``passwordSecret``, never from the spec in clear."""
     password_secret: SecretKeyRef | None = None
+
+    @model_validator(mode="after")
+    def _no_credentials(self) -> TransportSpec:
+        if "@" in self.url.split("://", 1)[1].split("/", 1)[0]:
+            raise field_error("url", "a transport URL with userinfo is not allowed; use passwordSecret")
+        return self
 
 
 class BatchingSpec(Model):
@@ -708,8 +722,6 @@ RESERVED_LABEL_PREFIXES = (
 """Label prefixes the operator sets on executor pods (selection, exlocation): a template cannot set them."""
 EXECUTOR_CONFIG_DIR = "/etc/streamtopo"
 """Where executor pods mount their routing ConfigMap (topology.yaml, routing.json)."""
-EXECUTOR_PATHS = (EXECUTOR_CONFIG_DIR, "/tmp")
-"""The executor container's own mounts (routing ConfigMap, scratch space): a template cannot use them."""
 
 
 class ExecutorResources(Model):
@@ -749,8 +761,8 @@ class EnvVar(Model):
 
     @model_validator(mode="after")
     def _one_source(self) -> EnvVar:
-        if self.name.startswith("STREAMTOPO_"):
-            raise field_error("name", f"{self.name}: STREAMTOPO_* variables are the operator's")
+        if problem := env_problem(self.name):
+            raise field_error("name", problem)
         if self.value is not None and self.value_from is not None:
             raise field_error("valueFrom", "set value or valueFrom, not both")
         return self
@@ -764,14 +776,11 @@ class VolumeMount(Model):
 
     @model_validator(mode="after")
     def _not_the_executors(self) -> VolumeMount:
-        if any(
-            self.mount_path.rstrip("/") == p or self.mount_path.startswith(p + "/") for p in EXECUTOR_PATHS
-        ):
-            raise field_error(
-                "mountPath", f"{self.mount_path} is the executor's own ({', '.join(EXECUTOR_PATHS)})"
-            )
-        if ".." in self.mount_path.split("/") or (self.sub_path and ".." in self.sub_path.split("/")):
-            raise field_error("mountPath", "no '..' in mount paths")
+        """A tenant volume never shadows the runtime's code, configuration or scratch space."""
+        if problem := mount_problem(self.mount_path):
+            raise field_error("mountPath", problem)
+        if self.sub_path and ".." in self.sub_path.split("/"):
+            raise field_error("subPath", "no '..' in sub paths")
         return self
 
 
@@ -998,6 +1007,27 @@ class StreamTopologySpec(Model):
         if problem:
             raise field_error("image", problem)
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expression_text(cls, data: Any) -> Any:
+        """All the expressions together stay within :data:`MAX_EXPRESSION_TEXT`, checked before any is
+        read (each is at most MAX_EXPRESSION long, but 512 operators could hold 1 MiB of them)."""
+        operators = data.get("operators") if isinstance(data, Mapping) else None
+        if not isinstance(operators, list):
+            return data
+        total = 0
+        for op in operators:
+            if isinstance(op, Mapping):
+                texts = [op.get("expr"), *(op.get("select") or []), *(op.get("aggregations") or [])]
+                total += sum(len(t) for t in texts if isinstance(t, str))
+        if total > MAX_EXPRESSION_TEXT:
+            raise field_error(
+                "operators",
+                f"{total} characters of expressions (expr, select, aggregations), more than the "
+                f"{MAX_EXPRESSION_TEXT} one topology may have",
+            )
+        return data
 
     @model_validator(mode="before")
     @classmethod

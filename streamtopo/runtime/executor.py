@@ -55,7 +55,7 @@ from streamtopo.runtime.operators.base import KG, TS, LazyFailure
 from streamtopo.runtime.operators.records import clear_scratch, to_pandas, to_spark
 from streamtopo.runtime.pacing import SourceBudget
 from streamtopo.runtime.scheduling import Scheduler
-from streamtopo.runtime.state_store import Fenced, LayoutChanged, StateStore
+from streamtopo.runtime.state_store import Fenced, LayoutChanged, StateStore, TransportFull, mark
 from streamtopo.runtime.transport import (
     CONNECTION_ERRORS,
     TransportUnavailable,
@@ -150,7 +150,7 @@ class Executor(Handover, Dataflow):
 
         self.client = connect(self.transport_url, log=log.warning, **transport_credentials())
         self.store = StateStore(self.client, self.keys)
-        self.client.set(self.keys.clock, repr(self.clock()), nx=True)
+        mark(self.client, self.keys.clock, repr(self.clock()).encode(), once=True)
         self.t0 = float(self.client.get(self.keys.clock))
         self._connected = True
         self.server = serve(self.metrics, Probe(self._healthy, self._ready), self.metrics_port, self.bind)
@@ -174,10 +174,10 @@ class Executor(Handover, Dataflow):
         while not self._closed.is_set():
             try:
                 client = client or connect(self.transport_url, attempts=1, **transport_credentials())
-                ttl = int(self.config.heartbeat_ttl * 1000)
-                client.set(self.keys.heartbeat(self.instance), b"1", px=ttl)
+                ttl = self.config.heartbeat_ttl
+                mark(client, self.keys.heartbeat(self.instance), b"1", ttl=ttl)
                 if self._warm:
-                    client.set(self.keys.ready(self.name), self.instance.encode(), px=ttl)
+                    mark(client, self.keys.ready(self.name), self.instance.encode(), ttl=ttl)
             except (TransportUnavailable, *CONNECTION_ERRORS):
                 client = None
             self._closed.wait(self.config.heartbeat_ttl / 4)
@@ -200,6 +200,14 @@ class Executor(Handover, Dataflow):
             except Fenced as error:
                 log.warning("%s: commit refused, reloading: %s", self.name, error)
                 self._recover()
+            except TransportFull as error:
+                # Nothing of the step was written: wait for consumers to drain the account, then redo it.
+                log.warning(
+                    "%s: the transport refused the step (%s); retrying in %.2gs", self.name, error, delay
+                )
+                self._recover()
+                stop.wait(delay)
+                delay = min(5.0, delay * 2)
             except LazyFailure as error:
                 log.warning(
                     "%s: a lazy step failed (%s); redoing it eagerly to isolate the records", self.name, error

@@ -35,7 +35,7 @@ from streamtopo.runtime import sinks
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
 from streamtopo.runtime.metrics import ExecutorMetrics
 from streamtopo.runtime.operators.base import UnitOperator
-from streamtopo.runtime.state_store import Fenced, Ownership, StateStore, UnitRecord
+from streamtopo.runtime.state_store import Fenced, Ownership, StateStore, UnitRecord, log_record
 
 
 def acquisition_kind(
@@ -183,7 +183,7 @@ class Handover:
                     len(unit.rec.state),
                     at=now,
                 )
-                self.client.rpush(self.keys.pauses, pause.to_json())
+                log_record(self.client, self.keys.pauses, pause.to_json())
                 self.metrics.exec(self.metrics.pause).observe(pause.seconds)
                 self.metrics.migrations.labels(self.keys.topology, self.name, "receiver").inc()
 

@@ -11,72 +11,26 @@ Each unit ``(operator, kg)`` has one Valkey hash ``st:{topology}:u:<op>/<kg>``:
                   ``fingerprint``), set by the acquisition: an executor whose spec gives the operator
                   another layout is refused the unit (:class:`LayoutChanged`) instead of misreading it
 
-A commit (:class:`Commit`) is one Lua script, so Valkey runs it atomically: it first checks that every
-unit it writes still carries the epoch the executor acquired it with, and refuses the whole commit
-(:class:`Fenced`) otherwise; then it writes the unit records, appends the produced entries (downstream
-streams, sink streams, dead letters), trims the consumed input streams and adjusts the backlog counters.
-Either all of a micro-batch's effects exist or none do. The protocol is in docs/exactly-once.md.
+A commit (:class:`Commit`) is one call of the Valkey function ``streamtopo_commit`` (streamtopo/
+valkey_library.py, loaded by the operator; tenants may call it and no script of their own), so Valkey runs
+it atomically: it first checks that every unit it writes still carries the epoch the executor acquired it
+with, and refuses the whole commit (:class:`Fenced`) otherwise; then, before writing anything, that the
+topology's account has room for what the commit adds (:class:`TransportFull` otherwise: the executor
+waits and redoes the step, nothing is lost); then it writes the unit records, appends the produced entries
+(downstream streams, sink streams, dead letters), trims the consumed input streams and adjusts the backlog
+counters. Either all of a micro-batch's effects exist or none do. The protocol is in docs/exactly-once.md.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import redis
 
+from streamtopo import valkey_library
 from streamtopo.contracts import Keys, UnitRecord
-
-_COMMIT = """
-local nu, na, nt, ni = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local now = ARGV[5]
-local a = 6
-for i = 1, nu do
-  local epoch = redis.call('HGET', KEYS[i], 'epoch')
-  if epoch ~= ARGV[a] then return {0, KEYS[i], epoch or ''} end
-  a = a + 2
-end
-local k = 1
-a = 6
-for i = 1, nu do
-  redis.call('HSET', KEYS[k], 'rec', ARGV[a + 1], 'committed_at', now)
-  k = k + 1; a = a + 2
-end
-for i = 1, na do
-  local nf = tonumber(ARGV[a])
-  local args = {}
-  for f = 1, nf do args[f] = ARGV[a + f] end
-  redis.call('XADD', KEYS[k], '*', unpack(args))
-  k = k + 1; a = a + 1 + nf
-end
-for i = 1, nt do
-  redis.call('XTRIM', KEYS[k], 'MINID', ARGV[a])
-  k = k + 1; a = a + 1
-end
-for i = 1, ni do
-  redis.call('HINCRBY', KEYS[k], ARGV[a], ARGV[a + 1])
-  k = k + 1; a = a + 2
-end
-return {1}
-"""
-
-_ACQUIRE = """
-local layout = redis.call('HGET', KEYS[1], 'layout')
-if ARGV[3] ~= '' and layout and layout ~= ARGV[3] and redis.call('HEXISTS', KEYS[1], 'rec') == 1 then
-  return {-1, layout}
-end
-local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'acquired_at', ARGV[2])
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'layout', ARGV[3]) end
-return {epoch, redis.call('HGET', KEYS[1], 'rec') or false}
-"""
-
-_RELEASE = """
-if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'owner', '', 'released_at', ARGV[2])
-return 1
-"""
 
 
 class Fenced(RuntimeError):
@@ -87,6 +41,17 @@ class Fenced(RuntimeError):
         super().__init__(
             f"{unit}: fenced (committing with epoch {expected}, current epoch {actual or 'none'})"
         )
+
+
+class TransportFull(RuntimeError):
+    """The platform's Valkey refused a write: the topology's account would pass its limit, an entry or
+    record is larger than allowed, or the server is at ``maxmemory`` (it refuses writes rather than
+    evicting). Nothing of the commit was written; the executor waits and tries the step again."""
+
+
+class TransportUnprepared(RuntimeError):
+    """The Valkey has no streamtopo function library and this connection may not load one (a tenant's
+    user): the operator loads it (controller/transport_acl.py)."""
 
 
 class LayoutChanged(RuntimeError):
@@ -131,14 +96,18 @@ class Ownership:
 
 
 class StateStore:
-    """Unit records, ownership and heartbeats of one topology in Valkey."""
+    """Unit records, ownership and heartbeats of one topology in Valkey, through the function library."""
 
     def __init__(self, client: redis.Redis, keys: Keys):
         self.client = client
         self.keys = keys
-        self._commit = client.register_script(_COMMIT)
-        self._acquire = client.register_script(_ACQUIRE)
-        self._release = client.register_script(_RELEASE)
+        prepare(client)
+
+    def _call(self, function: str, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return self.client.fcall(function, len(keys), *keys, *args)
+        except redis.exceptions.OutOfMemoryError as error:
+            raise TransportFull(f"the transport is at its memory limit: {error}") from None
 
     # -------------------------------------------------------------------------------------- ownership
 
@@ -147,14 +116,19 @@ class StateStore:
 
         ``layout``: the digest of the state layout this executor reads the unit's state with; a record
         written under another one raises :class:`LayoutChanged` and the unit is not taken."""
-        epoch, rec = self._acquire(keys=[self.keys.unit(unit)], args=[instance, repr(time.time()), layout])
-        if int(epoch) == -1:
+        result = self._call(
+            "streamtopo_acquire", [self.keys.unit(unit)], [instance, repr(time.time()), layout]
+        )
+        if int(result[0]) == valkey_library.FULL and len(result) == 4:
+            raise TransportFull(_full(result))
+        epoch, rec = result
+        if int(epoch) == valkey_library.LAYOUT_CHANGED:
             raise LayoutChanged(unit, rec.decode(), layout)
         return int(epoch), UnitRecord.decode(rec) if rec else None
 
     def release(self, unit: str, epoch: int) -> None:
         """Give the unit up after the last commit; raises :class:`Fenced` if it was taken meanwhile."""
-        if not self._release(keys=[self.keys.unit(unit)], args=[str(epoch), repr(time.time())]):
+        if not self._call("streamtopo_release", [self.keys.unit(unit)], [str(epoch), repr(time.time())]):
             raise Fenced(unit, epoch, self.ownership(unit).epoch)
 
     def ownership(self, unit: str) -> Ownership:
@@ -167,7 +141,7 @@ class StateStore:
         return int(epoch or 0), UnitRecord.decode(rec) if rec else None
 
     def heartbeat(self, instance: str, ttl: float) -> None:
-        self.client.set(self.keys.heartbeat(instance), b"1", px=int(ttl * 1000))
+        mark(self.client, self.keys.heartbeat(instance), b"1", ttl=ttl)
 
     def alive(self, instance: str) -> bool:
         return bool(instance) and bool(self.client.exists(self.keys.heartbeat(instance)))
@@ -175,7 +149,8 @@ class StateStore:
     # ----------------------------------------------------------------------------------------- commit
 
     def commit(self, commit: Commit) -> None:
-        """Apply ``commit`` atomically, or raise :class:`Fenced` and change nothing."""
+        """Apply ``commit`` atomically, or raise :class:`Fenced` or :class:`TransportFull` and change
+        nothing."""
         if not commit:
             return
         keys: list[str] = []
@@ -198,8 +173,48 @@ class StateStore:
         for (key, hash_field), amount in commit.incrs.items():
             keys.append(key)
             args += [hash_field, amount]
-        result = self._commit(keys=keys, args=args)
-        if int(result[0]) != 1:
+        result = self._call("streamtopo_commit", keys, args)
+        code = int(result[0])
+        if code == 1:
+            return
+        if code == 0:
             unit_key = result[1].decode().split(":u:", 1)[-1]
             expected = next(e for u, e, _ in commit.units if u == unit_key)
             raise Fenced(unit_key, expected, result[2].decode())
+        if code == valkey_library.TOO_LARGE:
+            raise TransportFull(
+                f"{result[1].decode()}: {int(result[2])} bytes, more than the platform's "
+                f"{int(result[3])} per entry or record (batching.maxBytes, or smaller state per key group)"
+            )
+        raise TransportFull(_full(result))
+
+
+def _full(result: list[Any]) -> str:
+    account, used, needed = result[1].decode(), int(result[2]), int(result[3])
+    return f"{account} holds {used} bytes and this write needs {needed} more than the platform allows"
+
+
+def prepare(client: redis.Redis) -> None:
+    """Make sure the function library is there: loaded by the operator on a platform; on a Valkey of our
+    own (``streamtopo run``, tests) loaded here, without limits."""
+    try:
+        valkey_library.ensure_loaded(client)
+    except redis.exceptions.NoPermissionError:
+        raise TransportUnprepared(
+            "the transport has no streamtopo function library and this user may not load it "
+            "(the operator loads it when it manages the topology's Valkey user)"
+        ) from None
+
+
+def mark(
+    client: redis.Redis, key: str, value: bytes, *, ttl: float | None = None, once: bool = False
+) -> bool:
+    """A heartbeat or readiness key that expires after ``ttl`` seconds, or (``once``) a value set only if
+    absent and never expiring (the topology's start time): ``streamtopo_mark``."""
+    args: list[Any] = [value, str(int(ttl * 1000)) if ttl is not None else "", "nx" if once else ""]
+    return bool(client.fcall("streamtopo_mark", 1, key, *args))
+
+
+def log_record(client: redis.Redis, key: str, record: str | bytes) -> None:
+    """Append a hand-over record to the topology's ``pauses`` list (capped at its last 1,000)."""
+    client.fcall("streamtopo_log", 1, key, record)

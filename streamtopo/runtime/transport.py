@@ -28,7 +28,7 @@ import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -38,8 +38,10 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from streamtopo.contracts import redis_url
-from streamtopo.runtime.operators.records import TS, from_arrow, is_internal
+from streamtopo.planner.expressions import output_name_problem
+from streamtopo.runtime.operators.records import TS, from_arrow
 from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame, ipc_to_table
+from streamtopo.runtime.state_store import prepare
 
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionError, OSError)
 """What a lost or unreachable Valkey raises; the executor retries these with backoff."""
@@ -208,7 +210,7 @@ def json_records(raw: bytes, arrival: float) -> pd.DataFrame:
     rows = value if isinstance(value, list) else [value]
     if not rows or not all(isinstance(r, dict) for r in rows):
         raise MalformedEntry("field json must hold an object or a list of objects")
-    reserved = sorted({k for r in rows for k in r if k != TS and (is_internal(k) or k.startswith("__"))})
+    reserved = sorted({k for r in rows for k in r if output_name_problem(k, event_time=True)})
     if reserved:
         raise MalformedEntry(f"field json: {', '.join(reserved)} is a name of the executor's own")
     times = [r.get(TS) for r in rows]
@@ -259,6 +261,13 @@ def read_entries(client: redis.Redis, requests: Iterable[tuple[str, str, int]]) 
 
 
 def append(client: redis.Redis, stream: str, fields: list[bytes]) -> str:
-    """XADD one entry outside a commit (tests, calibration, external producers)."""
-    pairs: dict[Any, Any] = dict(zip(fields[::2], fields[1::2]))
-    return cast(bytes, client.xadd(stream, pairs)).decode()
+    """Append one entry outside a commit (tests, calibration, external producers) through the function
+    library (``streamtopo_append``, within the stream's account limits): tenants have no raw XADD."""
+    try:
+        entry_id = client.fcall("streamtopo_append", 1, stream, *fields)
+    except redis.exceptions.ResponseError as error:
+        if "function not found" not in str(error).lower():
+            raise
+        prepare(client)  # a Valkey of our own that no executor has used yet
+        entry_id = client.fcall("streamtopo_append", 1, stream, *fields)
+    return cast(bytes, entry_id).decode()

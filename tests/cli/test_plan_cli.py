@@ -149,3 +149,19 @@ def test_malformed_topology_exits_2_naming_the_field(path: Path):
     assert result.exit_code == 2, result.output
     assert result.stdout == ""
     assert expected in result.stderr, result.stderr
+
+
+def test_planning_past_its_time_limit_exits_3_naming_the_limit():
+    """`streamtopo plan` runs the planner in a process of its own under --plan-timeout (issue 32)."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from streamtopo.cli import app
+
+    vwap = Path(__file__).resolve().parents[2] / "examples" / "vwap.yaml"
+    result = CliRunner().invoke(app, ["plan", str(vwap), "--plan-timeout", "0.001"])
+    assert result.exit_code == 3 and "did not finish within 0.001s" in result.output
+    assert "Traceback" not in result.output
+    refused = CliRunner().invoke(app, ["plan", str(vwap), "--plan-memory", "lots"])
+    assert refused.exit_code == 2 and "--plan-memory" in refused.output

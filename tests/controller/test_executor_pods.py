@@ -217,6 +217,37 @@ def test_no_node_matching_the_affinity_is_refused_naming_the_field():
         ),
         ({"resources": {"memory": "lots"}}, "spec.executor.resources.memory", ""),
         ({"resources": {"cpu": 0}}, "spec.executor.resources.cpu", ""),
+        # Variables that make the linker, Python, PySpark, the JVM or Spark load code (issue 32).
+        *(
+            ({"env": [{"name": name, "value": "/mnt/x"}]}, "spec.executor.env[0].name", "load code")
+            for name in (
+                "LD_PRELOAD",
+                "LD_AUDIT",
+                "JAVA_TOOL_OPTIONS",
+                "_JAVA_OPTIONS",
+                "JDK_JAVA_OPTIONS",
+                "PYTHONPATH",
+                "PYTHONSTARTUP",
+                "PYSPARK_SUBMIT_ARGS",
+                "SPARK_CONF_DIR",
+                "SPARK_SUBMIT_OPTS",
+                "CLASSPATH",
+                "HOME",
+                "GCONV_PATH",
+            )
+        ),
+        # Mounts over the runtime's code and configuration (site-packages, the JVM, ld.so.preload).
+        *(
+            (
+                {
+                    "volumeMounts": [{"name": "v", "mountPath": path}],
+                    "podTemplate": {"spec": {"volumes": [{"name": "v", "configMap": {"name": "c"}}]}},
+                },
+                "spec.executor.volumeMounts[0].mountPath",
+                "executor's own",
+            )
+            for path in ("/", "/usr/local/lib/python3.11/site-packages", "/etc", "/opt/java", "/usr//lib")
+        ),
     ],
 )
 def test_what_a_tenant_may_not_set_is_refused_by_field(executor: dict, field: str, words: str):

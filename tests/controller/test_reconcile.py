@@ -805,3 +805,25 @@ def test_the_failure_grace_period_survives_an_operator_restart():
     restarted.restore(written.memory)
     assert restarted.step(1700.0).applied  # 700 s after the first sighting, not after the restart
     assert not restarted.routing.units_of("hot-e1")
+
+
+def test_a_stored_topology_is_validated_once_per_generation(monkeypatch):
+    """The operator reads every topology on each tick: its spec is validated once per uid and generation
+    (issue 32: validation cost), and a new generation is validated again."""
+    from streamtopo.controller import reconcile as module
+    from streamtopo.planner.model import TopologyError
+
+    calls = []
+    real = module.load_topology
+    monkeypatch.setattr(module, "load_topology", lambda *a, **k: calls.append(1) or real(*a, **k))
+    doc = wordcount()
+    doc["metadata"].update(uid="u-1", generation=1)
+    for _ in range(3):
+        assert module.admit(doc, None).metadata.name == doc["metadata"]["name"]
+    assert len(calls) == 1
+    doc["metadata"]["generation"] = 2
+    doc["spec"]["operators"][0]["name"] = "Bad Name!"
+    for _ in range(2):
+        with pytest.raises(TopologyError):
+            module.admit(doc, None)
+    assert len(calls) == 2

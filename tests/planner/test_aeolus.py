@@ -40,7 +40,7 @@ def chain(
                     "name": "m",
                     "kind": "map",
                     "inputs": ["src"],
-                    "select": ["x"],
+                    "select": ["value"],
                     "recordBytes": T,
                     "selectivity": 1.0,
                     **extra,

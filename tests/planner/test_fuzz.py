@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from streamtopo.cli import app
 from streamtopo.documents import load_topology
-from streamtopo.planner.expressions import called_functions, expression_problem
+from streamtopo.planner.expressions import expression_problem
 from streamtopo.planner.model import TopologyError, to_camel
 
 ROOT = Path(__file__).parents[2]
@@ -268,7 +268,155 @@ HAND_WRITTEN: list[tuple[str, Any, str]] = [
         "spec.operators",
     ),
 ]
+
+
+def issue_32(name: str, op: dict, field: str) -> tuple[str, dict, str]:
+    """One attack of issue 32 (as found against the lexical check), in a minimal topology."""
+    return (name, with_operator(op), field)
+
+
+def mapped(name: str, *select: str) -> tuple[str, dict, str]:
+    return issue_32(
+        name, {"name": "m", "kind": "map", "inputs": ["s"], "select": list(select)}, "spec.operators[1]"
+    )
+
+
+def filtered(name: str, expr: str) -> tuple[str, dict, str]:
+    return issue_32(
+        name, {"name": "f", "kind": "filter", "inputs": ["s"], "expr": expr}, "spec.operators[1].expr"
+    )
+
+
+HAND_WRITTEN += [
+    filtered(
+        "comment before the parenthesis", "reflect /* hidden */ ('java.lang.Runtime', 'getRuntime') IS NULL"
+    ),
+    filtered("line comment before the parenthesis", "java_method --\n('java.lang.System', 'getenv') IS NULL"),
+    filtered("raw string confusing the tokenizer", "r'\\' || reflect('a', 'b') || '' = 'x'"),
+    filtered("niladic current_user", "current_user = 'root'"),
+    filtered("niladic user", "user = 'root'"),
+    filtered("niladic session_user", "session_user IS NOT NULL"),
+    mapped(
+        "subquery over a file in a select list", "key", "(SELECT max(value) FROM text.`/etc/passwd`) AS p"
+    ),
+    filtered("subquery over a file in a filter", "exists(SELECT value FROM text.`/proc/self/environ`)"),
+    issue_32(
+        "subquery over a file in an aggregation",
+        {
+            "name": "a",
+            "kind": "aggregate",
+            "inputs": ["s"],
+            "keyBy": ["key"],
+            "aggregations": ["count((SELECT max(value) FROM text.`/var/run/secrets/token`)) AS n"],
+        },
+        "spec.operators[1].aggregations",
+    ),
+    filtered("IN subquery", "key IN (SELECT 1)"),
+    filtered("array(...)[i] hiding a call from the parser", "array(reflect('a', 'b'))[0] IS NULL"),
+    filtered("missing column", "valeu > 0"),
+    issue_32(
+        "keyBy on a missing column",
+        {
+            "name": "a",
+            "kind": "aggregate",
+            "inputs": ["s"],
+            "keyBy": ["kee"],
+            "aggregations": ["count(*) AS n"],
+        },
+        "spec.operators[1].keyBy",
+    ),
+    mapped("a reserved output column", "key", "1 AS _kg"),
+    (
+        "join keys of different types",
+        {
+            "metadata": {"name": "t"},
+            "spec": {
+                "operators": [
+                    {"name": "l", "kind": "source", "source": {"generator": "sequence"}},
+                    {"name": "r", "kind": "source", "source": {"generator": "words"}},
+                    {"name": "w", "kind": "map", "inputs": ["r"], "select": ["word AS key"]},
+                    {
+                        "name": "j",
+                        "kind": "join",
+                        "inputs": ["l", "w"],
+                        "keyBy": ["key"],
+                        "window": {"size": 1},
+                    },
+                    {"name": "out", "kind": "sink", "inputs": ["j"], "sink": {"file": {}}},
+                ]
+            },
+        },
+        "spec.operators[3].keyBy",
+    ),
+    ("image reference", set_at(MINIMAL, "spec.image", "Bad Image!!:latest"), "spec.image"),
+    *(
+        (
+            f"env {name}",
+            set_at(MINIMAL, "spec.executor", {"env": [{"name": name, "value": "/x"}]}),
+            "spec.executor.env[0].name",
+        )
+        for name in ("LD_PRELOAD", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "PYTHONPATH", "PYTHONSTARTUP")
+        + ("PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
+    ),
+    *(
+        (
+            f"prometheus {url}",
+            set_at(MINIMAL, "spec.metrics", {"prometheus": {"url": url}}),
+            "spec.metrics.prometheus.url",
+        )
+        for url in ("http://allowed:9090@other/", "http://prometheus:90900", "http://u:p@prometheus:9090")
+    ),
+    (
+        "4096 key groups at a huge rate",
+        set_at(
+            set_at(MINIMAL, "spec.keyGroups", 4096),
+            "spec.operators",
+            [
+                {"name": "s", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": 1e8}},
+                {
+                    "name": "a",
+                    "kind": "aggregate",
+                    "inputs": ["s"],
+                    "keyBy": ["key"],
+                    "aggregations": ["count(*) AS n"],
+                },
+                {
+                    "name": "b",
+                    "kind": "aggregate",
+                    "inputs": ["a"],
+                    "keyBy": ["n"],
+                    "aggregations": ["count(*) AS m"],
+                },
+                {"name": "out", "kind": "sink", "inputs": ["b"], "sink": {"file": {}}},
+            ],
+        ),
+        "spec.keyGroups",
+    ),
+]
+UNCLOSED = "\n".join(f'    - "\'{"a" * 3900}"' for _ in range(250))
+LONG_VALID = "\n".join(f'    - "concat({", ".join(["value"] * 440)}) AS c{i}"' for i in range(33))
 TEXTS: list[tuple[str, bytes, str]] = [
+    (
+        "1 MB of unclosed quotes (issue 32: 24 s of CPU under a quadratic regular expression)",
+        (
+            "metadata: {name: t}\nspec:\n  operators:\n"
+            "  - {name: s, kind: source, source: {generator: sequence}}\n"
+            "  - name: m\n    kind: map\n    inputs: [s]\n    select:\n" + UNCLOSED + "\n"
+            "  - {name: out, kind: sink, inputs: [m], sink: {file: {}}}\n"
+        ).encode(),
+        "characters of expressions",
+    ),
+    (
+        "the most expression text a topology may have, the last expression unclosed: every one is read",
+        (
+            "metadata: {name: t}\nspec:\n  operators:\n"
+            "  - {name: s, kind: source, source: {generator: sequence}}\n"
+            "  - name: m\n    kind: map\n    inputs: [s]\n    select:\n" + LONG_VALID + "\n"
+            '    - "\'unclosed"\n'
+            "  - {name: out, kind: sink, inputs: [m], sink: {file: {}}}\n"
+        ).encode(),
+        "cannot be read",
+    ),
     (
         "duplicate key",
         b"metadata: {name: t}\nspec:\n  keyGroups: 4\n  keyGroups: 8\n  operators: []\n",
@@ -339,9 +487,10 @@ def test_the_cli_exits_2_naming_the_field(tmp_path: Path, case: str, document: d
     assert field.split("[")[0] in result.output.replace("\n", "")
 
 
-def test_expressions_are_read_for_calls_outside_strings_and_comments() -> None:
-    assert called_functions("upper(name) || 'reflect(' -- java_method(\n") == ["upper"]
-    assert called_functions("`Java_Method` (1) + db . fn(2) /* reflect(3) */") == ["java_method", "db.fn"]
+def test_expressions_are_read_by_grammar_not_characters() -> None:
+    assert expression_problem("upper(name) || 'reflect(' -- java_method(\n") is None
+    assert "java_method" in (expression_problem("`Java_Method` (1) + 1") or "")
+    assert "reflect" in (expression_problem("1 + reflect /* a comment */ ('a', 'b')") or "")
     assert expression_problem("CASE WHEN (a > 1) THEN sum(x) ELSE NULL END") is None
     assert expression_problem("transform(xs, x -> x + 1)") is None
     assert "reflect" in (expression_problem("REFLECT('a', 'b')") or "")

@@ -91,7 +91,7 @@ def test_stream_overrides_win_and_propagate():
 
 
 def unit_spec(k_src: int, k_a: int, k_b: int, key_b: list[str] | None):
-    b = {"name": "b", "kind": "map", "inputs": ["a"], "select": ["symbol"], "keyGroups": k_b}
+    b = {"name": "b", "kind": "map", "inputs": ["a"], "select": ["symbol", "n"], "keyGroups": k_b}
     if key_b is not None:
         b["keyBy"] = key_b
     return spec_of(
@@ -129,7 +129,7 @@ def test_unit_edges_one_to_one_forward_and_all_to_all():
     # b without keyBy inherits a's key (single keyed input): still one-to-one
     assert edges_between(forward, "a", "b") == {(i, i) for i in range(4)}
 
-    different_key = unit_graph(unit_spec(k_src=4, k_a=4, k_b=4, key_b=["venue"]), COMM, OPS)
+    different_key = unit_graph(unit_spec(k_src=4, k_a=4, k_b=4, key_b=["n"]), COMM, OPS)
     assert edges_between(different_key, "a", "b") == {(i, j) for i in range(4) for j in range(4)}
 
 

@@ -112,7 +112,7 @@ COMPATIBLE = {
     "a stream sink's stream": setter("matched", "sink", value={"stream": "matched-v2"}),
     "a stateless operator's key groups": setter("enrich", "keyGroups", value=8),
     "a keyed map's key": chain(
-        setter("keyed", "keyBy", value=["venue"]), setter("highs", "keyBy", value=["symbol"])
+        setter("keyed", "keyBy", value=["price"]), setter("highs", "keyBy", value=["symbol"])
     ),
     "an added operator": lambda doc: doc["operators"].append(
         {"name": "audit", "kind": "sink", "inputs": ["valid"], "sink": {"file": {}}}
@@ -149,16 +149,24 @@ INCOMPATIBLE = {
         "spec.operators[4].window",
         True,
     ),
-    "an aggregate's key": (setter("vwap", "keyBy", value=["venue"]), "vwap", "spec.operators[4].keyBy", True),
+    "an aggregate's key": (
+        chain(
+            setter("notional", "select", value=["symbol", "volume", "price * volume AS pv"]),
+            setter("vwap", "keyBy", value=["volume"]),
+        ),
+        "vwap",
+        "spec.operators[4].keyBy",
+        True,
+    ),
     "an aggregate's key groups": (
         setter("vwap", "keyGroups", value=8),
         "vwap",
         "spec.operators[4].keyGroups",
         True,
     ),
-    "an inherited key": (setter("keyed", "keyBy", value=["venue"]), "highs", "spec.operators[5].keyBy", True),
+    "an inherited key": (setter("keyed", "keyBy", value=["price"]), "highs", "spec.operators[5].keyBy", True),
     "an aggregate's inputs": (
-        setter("highs", "inputs", value=["notional"]),
+        setter("highs", "inputs", value=["valid"]),
         "highs",
         "spec.operators[6].keyBy",
         True,

@@ -104,7 +104,7 @@ def spark_select(spark, frame: pd.DataFrame, exprs: list[str]) -> pd.DataFrame:
 @pytest.mark.parametrize("expr", FILTERS)
 def test_a_filter_keeps_the_rows_spark_keeps(spark, expr):
     frame = batch()
-    out = Evaluator(lambda f: f.filter(expr))(spark, frame)
+    out = Evaluator(lambda f: f.filter(expr), "op", "expr")(spark, frame)
     assert out is not None, "the expression should be evaluated without Spark"
     assert same_rows(out, spark_filter(spark, frame, expr), ordered=True)
 
@@ -112,7 +112,7 @@ def test_a_filter_keeps_the_rows_spark_keeps(spark, expr):
 @pytest.mark.parametrize("exprs", SELECTS)
 def test_a_projection_computes_what_spark_computes(spark, exprs):
     frame = batch()
-    out = Evaluator(lambda f: f.selectExpr(*exprs))(spark, frame)
+    out = Evaluator(lambda f: f.selectExpr(*exprs), "op", "expr")(spark, frame)
     assert out is not None, "the projection should be evaluated without Spark"
     assert same_rows(out, spark_select(spark, frame, exprs), ordered=True)
 
@@ -128,11 +128,11 @@ def test_a_projection_computes_what_spark_computes(spark, exprs):
     ],
 )
 def test_what_numpy_must_not_evaluate_goes_to_spark(spark, build):
-    assert Evaluator(build)(spark, batch()) is None
+    assert Evaluator(build, "op", "expr")(spark, batch()) is None
 
 
 def test_each_schema_is_resolved_once(spark):
-    evaluate = Evaluator(lambda f: f.filter("volume > 10"))
+    evaluate = Evaluator(lambda f: f.filter("volume > 10"), "op", "expr")
     frame = batch()
     evaluate(spark, frame)
     evaluate(spark, frame.iloc[:10])
@@ -174,7 +174,9 @@ def test_partials_in_numpy_are_the_partials_spark_computes(spark, window, panes,
     keys = ["symbol", "zero"]
     w = None if window is None else Windowing.of(WindowSpec(size=window[0], slide=window[1]))
     carried = ["_kg", "_ts", *keys, *(["__src"] if combining else [])]
-    evaluate = Evaluator(lambda f: f.selectExpr(*carried, *[f"{a.arg} AS __v{a.index}" for a in aggs]))
+    evaluate = Evaluator(
+        lambda f: f.selectExpr(*carried, *[f"{a.arg} AS __v{a.index}" for a in aggs]), "op", "expr"
+    )
     arguments = evaluate(spark, frame)
     assert arguments is not None
     ours = numpy_partials(arguments, keys, w, panes, aggs)

@@ -58,8 +58,9 @@ def assert_short_and_quiet(output: str, lines: int = 30) -> None:
 
 @pytest.mark.spark
 def test_a_filter_naming_a_missing_column_is_refused_before_any_executor_starts(tmp_path):
-    """The real command in its own process: exit 2 naming operator and field, and nothing from the
-    JVM on the console (its start-up line, log4j's banner, PySpark's JSON error record)."""
+    """The real command in its own process: exit 2 naming the field (the typed view at the door,
+    planner/schema.py), and nothing from the JVM on the console (its start-up line, log4j's banner,
+    PySpark's JSON error record)."""
     path = write(
         tmp_path,
         "ff-filter",
@@ -68,7 +69,7 @@ def test_a_filter_naming_a_missing_column_is_refused_before_any_executor_starts(
     result = streamtopo_run(str(path), "--duration", "60", cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output
-    assert "operator 'valid', expr: [UNRESOLVED_COLUMN" in output and "`valeu`" in output
+    assert "spec.operators[1].expr: 'valeu > 0' reads column 'valeu', which 'numbers' does not have" in output
     assert "summary" not in output and "executors" not in output  # refused before anything ran
     assert_short_and_quiet(output)
     assert "jdk.incubator" not in output
@@ -77,7 +78,7 @@ def test_a_filter_naming_a_missing_column_is_refused_before_any_executor_starts(
 BAD_PIPELINES = {
     "map select syntax": (
         [numbers(), op("scaled", "map", ["numbers"], select=["key", "value *"]), console("scaled")],
-        "operator 'scaled', select[1]: [PARSE_SYNTAX_ERROR]",
+        "spec.operators[1].select[1]: 'value *' cannot be parsed: an operand or argument is missing",
     ),
     "aggregate keyed by a missing column": (
         [
@@ -92,7 +93,8 @@ BAD_PIPELINES = {
             ),
             console("totals"),
         ],
-        "operator 'totals', keyBy: input 'numbers' has no column 'kee' (its columns: seq, key, value)",
+        # refused at the door, by the grammar-level typed view (planner/schema.py), as the webhook does
+        "spec.operators[1].keyBy: input 'numbers' has no column 'kee' (its columns: seq, key, value)",
     ),
     "aggregation naming a missing column": (
         [
@@ -106,7 +108,8 @@ BAD_PIPELINES = {
             ),
             console("totals"),
         ],
-        "operator 'totals', aggregations[1]: [UNRESOLVED_COLUMN",
+        "spec.operators[1].aggregations[1]: 'sum(valu) AS total' reads column 'valu', which 'numbers' does "
+        "not have (columns: seq, key, value)",
     ),
     "key dropped under an inherited keyBy": (
         [
@@ -115,7 +118,7 @@ BAD_PIPELINES = {
             op("only", "map", ["totals"], select=["n"]),
             console("only"),
         ],
-        "operator 'out', keyBy (inherited from 'totals'): input 'only' has no column 'key'",
+        "spec.operators[3].keyBy (inherited from 'totals'): input 'only' has no column 'key'",
     ),
     "join keys of different types": (
         [
@@ -125,7 +128,7 @@ BAD_PIPELINES = {
             op("pairs", "join", ["left", "text"], keyBy=["key"], window={"size": 1}),
             console("pairs"),
         ],
-        "operator 'pairs', keyBy: key 'key' is bigint in 'left' but string in 'text'",
+        "spec.operators[3].keyBy: key 'key' is bigint in 'left' but string in 'text'",
     ),
     "column a udf does not return": (
         [

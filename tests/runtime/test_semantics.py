@@ -160,7 +160,7 @@ def test_a_filter_in_numpy_keeps_the_rows_spark_keeps(spark, table, expr):
     note(f"records: {table.to_pylist()}")
     frame = from_arrow(table)
     build = lambda f: f.filter(expr)  # noqa: E731
-    ours = Evaluator(build)(spark, frame)
+    ours = Evaluator(build, "op", "expr")(spark, frame)
     if ours is not None:  # else left to Spark: whatever Spark says is the answer
         one_of_sparks(ours, spark_answers(spark, build, frame))
 
@@ -176,7 +176,7 @@ def test_a_projection_in_numpy_computes_what_spark_computes(spark, table, exprs,
     frame = from_arrow(table)
     select = (["*"] if star else []) + [f"{e} AS c{i}" for i, e in enumerate(exprs)]
     build = lambda f: f.selectExpr(*select)  # noqa: E731
-    ours = Evaluator(build)(spark, frame)
+    ours = Evaluator(build, "op", "expr")(spark, frame)
     if ours is not None:
         one_of_sparks(ours, spark_answers(spark, build, frame))
 

@@ -219,7 +219,7 @@ class AggregateOperator(UnitOperator):
             )
         else:
             self.combine = combine
-        self.arguments = Evaluator(self._arguments)
+        self.arguments = Evaluator(self._arguments, op.name, "aggregations")
 
     # ------------------------------------------------------------------------------------------ Spark
 
@@ -243,7 +243,7 @@ class AggregateOperator(UnitOperator):
         """The output's columns and types over a lazy input, without running a job (runtime/analysis.py):
         the partials' Spark expressions, then the final values as :func:`finalize` gives them (an average
         is a double, any other aggregation keeps its partial's type)."""
-        partials = lazily(self.name, "aggregations", lambda: self._partials(frame))
+        partials = lazily(self.name, "aggregations", lambda: self._partials(frame), frame)
         types = argument_types(frame, self.aggs)
         values = []
         for agg in self.aggs:
@@ -266,7 +266,7 @@ class AggregateOperator(UnitOperator):
         what folding the records there would: partials merge associatively (aggregations.py)."""
         if not is_spark(frame):
             return guarded(self.name, "aggregations", lambda b: self._batch_partials(get_spark(), b), frame)
-        partials = lazily(self.name, "aggregations", lambda: self._partials(frame))
+        partials = lazily(self.name, "aggregations", lambda: self._partials(frame), frame)
         return computed(lambda: to_pandas(partials))
 
     # ---------------------------------------------------------------------------------------- process
@@ -284,7 +284,7 @@ class AggregateOperator(UnitOperator):
         fresh, counts = None, None
         if is_spark(batch):
             # Records still in the JVM: only the partials (a few rows per key and bucket) reach Python.
-            lazy = lazily(self.name, "aggregations", lambda: self._partials(batch))
+            lazy = lazily(self.name, "aggregations", lambda: self._partials(batch), batch)
             fresh = computed(lambda: to_pandas(lazy))
             if SRC in fresh.columns:
                 sized = fresh.dropna(subset=[SRC]).groupby([SRC, KG])[COUNT].sum()

@@ -29,13 +29,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from streamtopo.planner.expressions import AGGREGATION_FORM
 from streamtopo.runtime.operators import folds
 from streamtopo.runtime.operators.records import column, values
 
-_AGG = re.compile(
-    r"^\s*(?P<fn>[A-Za-z_]+)\s*\((?P<arg>.*)\)\s+(?:AS\s+)?(?P<alias>[A-Za-z_]\w*)\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
+_AGG = AGGREGATION_FORM  # the door reads an aggregation as this splits it (planner/expressions.py)
 _PARTIALS = {
     "sum": ("s",),
     "count": ("c",),

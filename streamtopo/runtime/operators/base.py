@@ -31,6 +31,7 @@ from pyspark.sql import SparkSession
 from typing_extensions import TypeIs
 
 from streamtopo.planner.model import Operator, StreamTopologySpec
+from streamtopo.runtime import plan_guard
 from streamtopo.runtime.operators.records import INPUT, KG, TS, canonical, to_pandas
 
 RESERVED = (TS, KG)
@@ -169,12 +170,17 @@ def guarded(
     raise RecordError(operator, field, _first_line(first), bad)
 
 
-def lazily(operator: str, field: str, build: Callable[[], SparkFrame]) -> SparkFrame:
-    """Build a lazy frame; an analysis error (bad expression, unknown column) is the operator's fault."""
+def lazily(operator: str, field: str, build: Callable[[], SparkFrame], *inputs: SparkFrame) -> SparkFrame:
+    """Build a lazy frame over ``inputs``; an analysis error (bad expression, unknown column), or a plan
+    the guard refuses (runtime/plan_guard.py: checked once per input schema), is the operator's fault."""
     try:
-        return build()
+        frame = build()
+        plan_guard.check(frame, operator, field, inputs)
+        return frame
     except AnalysisException as error:
         raise OperatorError(operator, field, _first_line(error)) from None
+    except plan_guard.PlanRefused as error:
+        raise OperatorError(operator, field, str(error)) from None
 
 
 def computed(work: Callable[[], Any]) -> Any:

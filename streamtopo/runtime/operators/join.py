@@ -249,7 +249,7 @@ class JoinOperator(UnitOperator):
         """The output's columns and types over lazy inputs, without running a job (runtime/analysis.py):
         the Spark join :meth:`_fire` runs, laid out as it lays the output out."""
         bounds = left.sparkSession.createDataFrame([], f"{KG} int, __lo double, __hi double")
-        joined = lazily(self.name, "keyBy", lambda: self._joined(left, right, bounds))
+        joined = lazily(self.name, "keyBy", lambda: self._joined(left, right, bounds), left, right)
         others = [c for c in joined.columns if c not in (*self.keys, KG, WINDOW)]
         window = [F.lit(0.0).alias(WINDOW_START), F.lit(0.0).alias(WINDOW_END)]
         return joined.select(*window, *self.keys, *others, F.lit(0.0).alias(TS), KG)

@@ -36,6 +36,8 @@ from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
+from streamtopo.runtime import plan_guard
+from streamtopo.runtime.operators.base import OperatorError
 from streamtopo.runtime.operators.records import column, is_internal, spark_schema, to_pandas, to_spark
 from streamtopo.runtime.operators.records import values as column_values
 
@@ -452,10 +454,12 @@ def _scala_list(seq: Any) -> list[Any]:
 
 class Evaluator:
     """One operator's numpy evaluators, compiled once per input schema (``build`` makes the Spark query
-    over a frame of that schema); None where Spark must run."""
+    over a frame of that schema, whose plan runtime/plan_guard.py checks first: ``operator``'s
+    ``field``); None where Spark must run."""
 
-    def __init__(self, build: Callable[[SparkFrame], SparkFrame]):
+    def __init__(self, build: Callable[[SparkFrame], SparkFrame], operator: str, field: str):
         self.build = build
+        self.operator, self.field = operator, field
         self.plans: dict[tuple[tuple[str, str], ...], Compiled | None] = {}
 
     def __call__(self, spark: SparkSession, batch: pd.DataFrame) -> pd.DataFrame | None:
@@ -463,7 +467,12 @@ class Evaluator:
         schema = spark_schema(batch)
         key = tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
         if key not in self.plans:
-            self.plans[key] = compile_plan(self.build(empty_frame(spark, schema)))
+            query = self.build(empty_frame(spark, schema))
+            try:
+                plan_guard.check(query, self.operator, self.field)
+            except plan_guard.PlanRefused as error:
+                raise OperatorError(self.operator, self.field, str(error)) from None
+            self.plans[key] = compile_plan(query)
         compiled = self.plans[key]
         if compiled is None:
             return None

@@ -46,14 +46,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
+from streamtopo.planner.expressions import INPUT, KG, TS
 from streamtopo.runtime.spark import temp_dir
 
-KG = "_kg"
-"""The key group of a record: the consuming unit on input, the producing one on output (int32)."""
-TS = "_ts"
-"""Event time in seconds (float64)."""
-INPUT = "_input"
-"""Which input of a join a record came from."""
+# The record fields the runtime adds, one definition with the door that keeps tenants' columns off them
+# (planner/expressions.py): ``_kg`` the key group (int32: the consuming unit on input, the producing one
+# on output), ``_ts`` event time in seconds (float64), ``_input`` which input of a join a record came
+# from. Every other column of the executor's own starts with ``__`` (expressions.INTERNAL_PREFIX).
 SRC = "__src"
 """The producing unit of a record or partial row, where a consumer counts what each unit sent."""
 DST = "__dst"

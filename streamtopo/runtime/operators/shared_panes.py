@@ -81,6 +81,7 @@ class SharedPanes:
             name,
             "aggregations",
             lambda: bucket_partials(frame, list(self.keys), w, True, list(self.partials)),
+            frame,
         )
         return computed(lambda: to_pandas(lazy))
 

@@ -42,13 +42,13 @@ class MapOperator(UnitOperator):
         super().__init__(op, spec)
         assert op.select is not None  # a map has its select list (the model's validator)
         self.select = op.select
-        self.evaluate = Evaluator(self._select)
+        self.evaluate = Evaluator(self._select, op.name, "select")
 
     def process(
         self, spark: SparkSession, batch: Batch, states: dict[int, Any], watermarks: dict[int, float]
     ) -> OperatorResult:
         if is_spark(batch):
-            return OperatorResult(lazily(self.name, "select", lambda: self._select(batch)))
+            return OperatorResult(lazily(self.name, "select", lambda: self._select(batch), batch))
         if not len(batch):  # only a punctuation came: nothing to select from (and maybe no columns)
             return OperatorResult(batch)
         batch = ensure_reserved(batch, self.name)
@@ -76,13 +76,13 @@ class FilterOperator(UnitOperator):
         super().__init__(op, spec)
         assert op.expr is not None  # a filter has its expression (the model's validator)
         self.expr = op.expr
-        self.evaluate = Evaluator(lambda frame: frame.filter(self.expr))
+        self.evaluate = Evaluator(lambda frame: frame.filter(self.expr), op.name, "expr")
 
     def process(
         self, spark: SparkSession, batch: Batch, states: dict[int, Any], watermarks: dict[int, float]
     ) -> OperatorResult:
         if is_spark(batch):
-            return OperatorResult(lazily(self.name, "expr", lambda: batch.filter(self.expr)))
+            return OperatorResult(lazily(self.name, "expr", lambda: batch.filter(self.expr), batch))
         if not len(batch):
             return OperatorResult(batch)
         batch = ensure_reserved(batch, self.name)
