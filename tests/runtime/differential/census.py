@@ -2,7 +2,7 @@
 difference kinds, each with its smallest case (what the bounded test shows one at a time).
 
     .venv/bin/python tests/runtime/differential/census.py PATH [PATH ...] [--examples N] [--seed S]
-        [--minimize]
+        [--minimize] [--columns both|all|numpy]
 
 PATH is a name of test_differential_pipelines.PATHS. ``--minimize`` then shrinks the smallest case of
 each kind with hypothesis (``find``: the smallest case whose most telling difference is that kind),
@@ -23,10 +23,12 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from harness import describe, differences, expected_of, plan, reference_session, run_in_process  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
-from strategies import Case, cases  # noqa: E402
+from strategies import ALL_COLUMNS, NUMPY_COLUMNS, Case, cases  # noqa: E402
 
 from streamtopo.runtime.embedded import EmbeddedValkey  # noqa: E402
 from streamtopo.runtime.spark import get_spark  # noqa: E402
+
+COLUMN_SETS = {"both": (ALL_COLUMNS, NUMPY_COLUMNS), "all": (ALL_COLUMNS,), "numpy": (NUMPY_COLUMNS,)}
 
 
 def size(case: Case) -> tuple[int, int]:
@@ -47,7 +49,7 @@ def minimize(run, kind: str, rate: float, args) -> tuple:
         report_multiple_bugs=False,
     )
     @hypothesis_seed(args.seed)
-    @given(cases(max_records=args.max_records, rates=(rate,)))
+    @given(cases(max_records=args.max_records, rates=(rate,), column_sets=COLUMN_SETS[args.columns]))
     def shows(case: Case) -> None:
         p, found = run(case)
         hits = [d for d in found if d.category == kind]
@@ -93,7 +95,7 @@ def survey(path, args, spark, valkey, work: Path) -> None:
         suppress_health_check=list(HealthCheck),
     )
     @hypothesis_seed(args.seed)
-    @given(cases(max_records=args.max_records, rates=(path.rate,)))
+    @given(cases(max_records=args.max_records, rates=(path.rate,), column_sets=COLUMN_SETS[args.columns]))
     def each(case: Case) -> None:
         p, found = run(case)
         for kind in {d.category for d in found}:
@@ -129,6 +131,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-records", type=int, default=24)
     parser.add_argument("--minimize", action="store_true")
+    parser.add_argument("--columns", choices=COLUMN_SETS, default="both")
     args = parser.parse_args()
     spark = get_spark()
     work = Path(tempfile.mkdtemp(prefix="census-"))

@@ -34,12 +34,13 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import yaml
-from reference import ERROR_CLASS, Expected, Line, Reference, parse_line
+from reference import ERROR_CLASS, Expected, Line, Reference, parse_line, spark_lines
 from runtime_support import round_robin, streamtopo_run, write_routing
 from strategies import Case, Join, Records, Stage
 
@@ -182,7 +183,7 @@ def expected_of(spark, p: Plan) -> Expected:
         else:
             result = chain(branch.stages, f"b{j}s")
         if result is not None:
-            out.lines[sink.sink], out.types[sink.sink] = ref.lines(result)
+            out.lines[sink.sink], out.types[sink.sink] = spark_lines(spark, result)
     return out
 
 
@@ -405,6 +406,7 @@ PRIORITY = (
     "value",
     "left out",
     "null written",
+    "notation",
     "not in Spark's output",
     "field order",
 )
@@ -429,11 +431,27 @@ NAMES_AND_NUMBERS = re.compile(r"'[^']*'|\d+")
 def error_kind(error: str) -> str:
     """An executor's error as a category: its type and Spark's error class, or its message without
     names and numbers (so the same bug in two cases is one category)."""
+    error = re.sub(r"^ex-\d+: ", "", error)
     kind, _, message = error.partition(": ")
     found = ERROR_CLASS.search(message)
     if found:
         return f"{kind} [{found.group(1)}]"
     return f"{kind}: {re.sub(NAMES_AND_NUMBERS, '_', message)[:80]}"
+
+
+def same_number(want: Any, got: Any) -> bool:
+    """Whether two JSON values are one number spelt differently (``1.0E-7`` and ``1e-07``, ``Infinity``
+    and ``inf``, ``1`` and ``1.0``): a difference of notation, not of value."""
+
+    def number(value: Any) -> Decimal | None:
+        text = value[1] if isinstance(value, tuple) else value
+        try:
+            return Decimal(text) if isinstance(text, str) and text.lower() != "nan" else None
+        except InvalidOperation:
+            return None
+
+    a, b = number(want), number(got)
+    return a is not None and b is not None and a == b
 
 
 def line_differences(
@@ -460,7 +478,8 @@ def line_differences(
                 what = "null written" if g[column] is None else "field not in Spark's output"
                 found.append((f"{kind} {what}", f"{column}: got {g[column]!r}"))
             elif w[column] != g[column]:
-                found.append((f"{kind} value", f"{column}: want {w[column]!r}, got {g[column]!r}"))
+                what = "notation" if same_number(w[column], g[column]) else "value"
+                found.append((f"{kind} {what}", f"{column}: want {w[column]!r}, got {g[column]!r}"))
         if not found:
             found.append(("field order", f"want {list(w)}, got {list(g)}"))
         for category, detail in found:

@@ -205,14 +205,14 @@ class Reference:
         others += [f"{names[1]}_{c}" if c in clash else c for c in rcols if c != key]
         return joined.select(*self.bounds(join.window), key, *others).toArrow()
 
-    # ---------------------------------------------------------------------------------------- lines
 
-    def lines(self, table: pa.Table) -> tuple[Counter[Line], dict[str, str]]:
-        """What Spark's JSON writer makes of the sink's input: ``to_json(struct(<user columns>))``."""
-        df = self.frame(table)
-        columns = [c for c in df.columns if c not in RESERVED]
-        types = {f.name: f.dataType.simpleString() for f in df.schema.fields if f.name in columns}
-        if not columns:
-            return Counter({(): len(table)}), types
-        text = F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns]), {"timestampFormat": TIMESTAMP_FORMAT})
-        return Counter(parse_line(row[0]) for row in df.select(text).collect()), types
+def spark_lines(spark: SparkSession, table: pa.Table) -> tuple[Counter[Line], dict[str, str]]:
+    """What Spark's JSON writer makes of a sink's input: ``to_json(struct(<user columns>))`` with the
+    product's timestamp format, parsed (:func:`parse_line`); and each user column's Spark type."""
+    df = spark.createDataFrame(table)
+    columns = [c for c in df.columns if c not in RESERVED]
+    types = {f.name: f.dataType.simpleString() for f in df.schema.fields if f.name in columns}
+    if not columns:
+        return Counter({(): len(table)}), types
+    text = F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns]), {"timestampFormat": TIMESTAMP_FORMAT})
+    return Counter(parse_line(row[0]) for row in df.select(text).collect()), types

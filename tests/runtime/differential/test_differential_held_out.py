@@ -1,0 +1,100 @@
+"""Hand-written cases (held_out.py) through the paths and as a user runs them (``streamtopo run``), held to
+Spark batch evaluation: the issue's reports (decimals, dates and timestamps in a file sink, a nullable
+bigint above 2**53, NaN in sums and maxima, a user column named ``ts``, a timestamp batch crossing through
+Parquet) and a sum that overflows, which must fail the run naming the operator and Spark's error class.
+"""
+
+from __future__ import annotations
+
+import pytest
+from harness import compare, expected_of, plan, reference_session, run_cli, run_in_process
+from held_out import EVERY_EDGE, MANY, OVERFLOW
+from profiles import PROFILE
+from strategies import cases
+from test_differential_pipelines import LARGE_STEPS, SMALL_STEPS
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.valkey]
+
+IN_PROCESS = {
+    "1-small-steps": (1, SMALL_STEPS),
+    "1-large-steps": (1, LARGE_STEPS),
+    "2-small-steps": (2, SMALL_STEPS),
+    "3-large-steps": (3, LARGE_STEPS),
+}
+
+
+def check(spark, case, outcome_of, path: str) -> None:
+    p = plan(case)
+    with reference_session(spark):
+        expected = expected_of(spark, p)
+    compare(p, expected, outcome_of(p), path)
+
+
+@pytest.mark.parametrize("path", IN_PROCESS)
+def test_every_edge_value_in_process(path, spark, valkey, tmp_path):
+    executors, config = IN_PROCESS[path]
+    check(
+        spark,
+        EVERY_EDGE,
+        lambda p: run_in_process(p, valkey.url, tmp_path, executors=executors, config=config),
+        path,
+    )
+
+
+@pytest.mark.parametrize("executors", [1, 2])
+def test_every_edge_value_with_streamtopo_run(executors, spark, tmp_path):
+    check(
+        spark,
+        EVERY_EDGE,
+        lambda p: run_cli(p, tmp_path, executors),
+        f"streamtopo run --executors {executors}",
+    )
+
+
+@pytest.mark.parametrize("path", ["1-small-steps", "2-small-steps"])
+def test_a_large_batch_crossing_executors(path, spark, valkey, tmp_path):
+    executors, config = IN_PROCESS[path]
+    check(
+        spark,
+        MANY,
+        lambda p: run_in_process(p, valkey.url, tmp_path, executors=executors, config=config),
+        path,
+    )
+
+
+@pytest.mark.parametrize("path", ["1-small-steps", "1-large-steps", "2-small-steps"])
+def test_an_overflowing_sum_fails_the_run_naming_the_operator(path, spark, valkey, tmp_path):
+    """Spark raises ARITHMETIC_OVERFLOW for the sum: the run must fail naming the aggregate and the error
+    class (in-process: an executor's loop ends with that error; nothing past the failing step commits)."""
+    executors, config = IN_PROCESS[path]
+    check(
+        spark,
+        OVERFLOW,
+        lambda p: run_in_process(p, valkey.url, tmp_path, executors=executors, config=config),
+        path,
+    )
+
+
+def test_an_overflowing_sum_fails_streamtopo_run(spark, tmp_path):
+    """``streamtopo run`` exits non-zero, naming the aggregate and ARITHMETIC_OVERFLOW."""
+    check(spark, OVERFLOW, lambda p: run_cli(p, tmp_path, 2), "streamtopo run --executors 2")
+
+
+@pytest.mark.parametrize("executors", [1, 2])
+def test_generated_cases_with_streamtopo_run(executors, spark, tmp_path_factory):
+    """Generated cases as a user runs them: executors as processes, the run's own Valkey."""
+    from hypothesis import given, seed
+
+    @PROFILE.settings(PROFILE.cli_examples)
+    @given(case=cases(max_records=PROFILE.max_records, branches=(3, 4)))
+    def run(case):
+        check(
+            spark,
+            case,
+            lambda p: run_cli(p, tmp_path_factory.mktemp("cli"), executors),
+            f"streamtopo run --executors {executors}",
+        )
+
+    if PROFILE.seed is not None:
+        run = seed(PROFILE.seed)(run)
+    run()
