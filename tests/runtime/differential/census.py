@@ -4,7 +4,7 @@ difference kinds, each with its smallest case (what the bounded test shows one a
     .venv/bin/python tests/runtime/differential/census.py PATH [PATH ...] [--examples N] [--seed S]
         [--minimize] [--columns both|all|numpy]
 
-PATH is a name of test_differential_pipelines.PATHS. ``--minimize`` then shrinks the smallest case of
+PATH is a name of paths.PATHS. ``--minimize`` then shrinks the smallest case of
 each kind with hypothesis (``find``: the smallest case whose most telling difference is that kind),
 a run per step, up to five minutes per kind.
 """
@@ -23,6 +23,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from harness import describe, differences, expected_of, plan, reference_session, run_in_process  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
+from paths import PATHS  # noqa: E402
 from strategies import ALL_COLUMNS, NUMPY_COLUMNS, Case, cases  # noqa: E402
 
 from streamtopo.runtime.embedded import EmbeddedValkey  # noqa: E402
@@ -123,8 +124,6 @@ def survey(path, args, spark, valkey, work: Path) -> None:
 
 
 def main() -> None:
-    from test_differential_pipelines import PATHS
-
     parser = argparse.ArgumentParser()
     parser.add_argument("paths", nargs="+", choices=[p.name for p in PATHS])
     parser.add_argument("--examples", type=int, default=20)

@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -439,19 +439,14 @@ def error_kind(error: str) -> str:
     return f"{kind}: {re.sub(NAMES_AND_NUMBERS, '_', message)[:80]}"
 
 
-def same_number(want: Any, got: Any) -> bool:
+def same_number(want: Any, got: Any, double: bool = False) -> bool:
     """Whether two JSON values are one number spelt differently (``1.0E-7`` and ``1e-07``, ``Infinity``
-    and ``inf``, ``1`` and ``1.0``): a difference of notation, not of value."""
-
-    def number(value: Any) -> Decimal | None:
-        text = value[1] if isinstance(value, tuple) else value
-        try:
-            return Decimal(text) if isinstance(text, str) and text.lower() != "nan" else None
-        except InvalidOperation:
-            return None
-
-    a, b = number(want), number(got)
-    return a is not None and b is not None and a == b
+    and ``inf``, ``1`` and ``1.0``; for a ``double`` column also ``4.9E-324`` and ``5e-324``, which
+    name the same double): a difference of notation, not of value."""
+    a, b = _number(want), _number(got)
+    if not (isinstance(a, Decimal) and isinstance(b, Decimal)):
+        return False
+    return a == b or (double and float(a) == float(b))
 
 
 def line_differences(
@@ -478,7 +473,7 @@ def line_differences(
                 what = "null written" if g[column] is None else "field not in Spark's output"
                 found.append((f"{kind} {what}", f"{column}: got {g[column]!r}"))
             elif w[column] != g[column]:
-                what = "notation" if same_number(w[column], g[column]) else "value"
+                what = "notation" if same_number(w[column], g[column], kind == "double") else "value"
                 found.append((f"{kind} {what}", f"{column}: want {w[column]!r}, got {g[column]!r}"))
         if not found:
             found.append(("field order", f"want {list(w)}, got {list(g)}"))
@@ -519,7 +514,9 @@ def differences(p: Plan, expected: Expected, outcome: Outcome) -> list[Differenc
             want, got_dead = expected.dead.get(op, Counter()), outcome.dead.get(op, Counter())
             if want != got_dead:
                 stage = stage_of(p, op)
-                kind = "join" if isinstance(stage, Join) else stage.kind if stage is not None else "?"
+                kind = (
+                    "join" if isinstance(stage, Join) else stage.kind if stage is not None else "records' map"
+                )
                 detail = f"want seq {sorted(want.elements())}, got {sorted(got_dead.elements())}"
                 out.append(Difference(f"{kind}: dead letters", op, detail))
     return sorted(out, key=lambda d: d.rank)
@@ -553,8 +550,24 @@ def describe(p: Plan, sink: SinkPlan) -> str:
 
 
 def _identity(line: Line, columns: tuple[str, ...]) -> tuple:
+    """The values that pair a line with its twin, numbers by value (``1.0E7`` is ``10000000.0``) so a
+    difference of notation in a key still pairs the lines."""
     values = dict(line)
-    return tuple(values.get(c) for c in columns)
+    return tuple(_number(values.get(c)) for c in columns)
+
+
+SPELLINGS = {"NaN": "NaN", "Infinity": Decimal("Infinity"), "-Infinity": Decimal("-Infinity")}
+SPELLINGS |= {"nan": "NaN", "inf": Decimal("Infinity"), "-inf": Decimal("-Infinity")}
+"""Strings that stand for doubles: Spark's spellings, and Python's (what a writer using repr puts)."""
+
+
+def _number(value: Any) -> Any:
+    """A number token's value (a Decimal), a double spelt as a string likewise; anything else as it is."""
+    if isinstance(value, tuple) and value[0] in ("number", "constant"):
+        return SPELLINGS.get(value[1]) or Decimal(value[1])
+    if isinstance(value, str) and value in SPELLINGS:
+        return SPELLINGS[value]
+    return value
 
 
 def stage_of(p: Plan, op: str) -> Stage | Join | None:

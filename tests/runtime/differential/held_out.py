@@ -208,3 +208,94 @@ MANY = Case(
 """50,000 records with timestamps, nullable bigints above 2**53, NaN and decimals: a keyed map's input
 crosses whole (about 25,000 records reach the other executor in one batch, which enters Spark through a
 Parquet file, base.PARQUET_ROWS), and a windowed aggregate over all of them."""
+
+
+def _records(**columns: tuple[str, list]) -> Records:
+    return Records(tuple(column(name, t, values) for name, (t, values) in columns.items()), rate=1024.0)
+
+
+def _filter(expr: str) -> Branch:
+    return Branch((Stage("filter", expr=expr),))
+
+
+def _aggregate(keys: tuple[str, ...], *aggregations: str) -> Branch:
+    return Branch((Stage("aggregate", key_by=keys, window=(1, 1), aggregations=aggregations),))
+
+
+NAN = _records(d=("double", [math.nan, 1.0, None]), f=("boolean", [True, True, True]))
+MINIMAL: dict[str, Case] = {
+    "nan-compares-equal-and-greatest": Case(
+        NAN, (_filter("d = d"), _filter("d > 0"), _filter("NOT (d < 2)"))
+    ),
+    "nan-in-aggregates": Case(
+        NAN,
+        (_aggregate(("f",), "count(d) AS n", "sum(d) AS s", "max(d) AS x", "min(d) AS m"), _filter("true")),
+    ),
+    "nan-and-null-keys": Case(NAN, (_aggregate(("d",), "count(*) AS n"), _filter("true"))),
+    "nullable-bigint-above-2^53": Case(
+        _records(b=("bigint", [9007199254741025, None]), i=("int", [1, None])),
+        (_filter("true"), Branch((Stage("map", select=("seq", "b + 1 AS c", "i AS j")),))),
+    ),
+    "decimal-in-a-file-sink": Case(
+        _records(m=("decimal(10,2)", [Decimal("1.10"), Decimal("-0.01")])),
+        (_filter("true"), _filter("m > 0")),
+    ),
+    "decimal-average": Case(
+        _records(m=("decimal(10,2)", [Decimal("1.10"), Decimal("2.05")]), f=("boolean", [True, True])),
+        (_aggregate(("f",), "avg(m) AS a", "sum(m) AS s"), _filter("false")),
+    ),
+    "date-and-timestamp-in-a-file-sink": Case(
+        _records(t=("timestamp", [ts(2024, 2, 29, 12, 34, 56, 789012)]), dt=("date", [dt.date(2024, 1, 2)])),
+        (_filter("true"), _filter("dt IS NOT NULL")),
+    ),
+    "timestamp-outside-pandas-range": Case(
+        _records(t=("timestamp", [ts(2262, 4, 12), ts(1000, 1, 1)]), s=("string", ["a", "b"])),
+        (Branch((Stage("map", select=("seq", "CAST(t AS STRING) AS c")),)), _filter("t IS NOT NULL")),
+    ),
+    "user-column-named-ts": Case(
+        _records(s=("string", ["a", "b"])),
+        (Branch((Stage("map", select=("seq", "seq + 7 AS ts")),)), _filter("true")),
+    ),
+    "double-notation": Case(
+        _records(e=("double", [1e-7, 1e301, math.inf, 5e-324, 1e7])), (_filter("true"), _filter("e > 0"))
+    ),
+    "null-fields": Case(
+        _records(s=("string", [None, "a"]), i=("int", [None, 2])), (_filter("true"), _filter("i IS NULL"))
+    ),
+    "all-null-boolean-column": Case(
+        _records(f=("boolean", [None, None]), s=("string", ["a", "b"])),
+        (_filter("f IS NULL"), _filter("f")),
+    ),
+    "nan-and-signed-zero-join-keys": Case(
+        _records(d=("double", [math.nan, -0.0, 0.0, None, 1.0])),
+        (Join((_filter("true").stages[0],), (Stage("map", select=("d", "seq")),), "d", (1, 1)),),
+    ),
+    "join-side-with-an-all-null-column": Case(
+        _records(f=("boolean", [True, False]), s=("string", [None, None])),
+        (
+            Join(
+                (Stage("map", select=("f", "seq", "s AS c")),),
+                (Stage("map", select=("f", "seq", "'x' AS c")),),
+                "f",
+                (1, 1),
+            ),
+        ),
+    ),
+    "keyed-map-key-not-in-output": Case(
+        _records(i=("int", [1, 2]), s=("string", ["a", "b"])),
+        (Branch((Stage("map", select=("seq", "s"), key_by=("i",)),)), _filter("true")),
+    ),
+    "division-by-zero-dead-letters": Case(
+        _records(i=("int", [0, 1, 2]), f=("boolean", [True, True, True])),
+        (Branch((Stage("map", select=("seq", "10 / i AS q")),)), _aggregate(("f",), "sum(10 % i) AS r")),
+    ),
+}
+"""One case per failure the harness found on main (2026-11-27), each as small as it shows: the report's
+list, kept so each fix can be checked on its own (``test_minimal_cases``)."""
+
+MINIMAL_PATHS = {
+    "nan-in-aggregates": ("lazy-jvm", "driver-batch"),
+    "nan-and-signed-zero-join-keys": ("driver-batch", "crossing-2-small-steps"),
+    "division-by-zero-dead-letters": ("driver-batch", "crossing-2-small-steps"),
+}
+"""Where a minimal case shows on more paths than the driver batch (every other one runs there)."""

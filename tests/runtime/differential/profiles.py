@@ -2,7 +2,7 @@
 
     STREAMTOPO_DIFFERENTIAL=long [STREAMTOPO_DIFFERENTIAL_SEED=N] [STREAMTOPO_DIFFERENTIAL_EXAMPLES=N]
 
-The bounded profile is derandomized (the same examples every run, so CI is stable) and does not shrink
+The bounded profile has a fixed seed per test (the same examples every run, so CI is stable) and does not shrink
 (a failure prints the whole case and the branch that differs). The long profile draws ``examples``
 cases per path from a seed (printed, random unless given) and shrinks each distinct failure to a minimal
 case (hypothesis gives up shrinking after five minutes per failure).
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import zlib
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, Phase, settings
@@ -34,6 +35,11 @@ class Profile:
     max_records: int
     seed: int | None
 
+    def seed_for(self, test: str) -> int:
+        """The long profile's seed; in the bounded one a fixed seed per test (the same cases every run,
+        different cases on each path)."""
+        return self.seed if self.seed is not None else zlib.crc32(test.encode())
+
     def settings(self, examples: int) -> settings:
         phases = [Phase.explicit, Phase.reuse, Phase.generate] + (
             [Phase.shrink] if self.name == "long" else []
@@ -41,7 +47,6 @@ class Profile:
         return settings(
             max_examples=examples,
             deadline=None,
-            derandomize=self.seed is None,
             phases=phases,
             suppress_health_check=[
                 HealthCheck.too_slow,

@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from harness import plan
-from hypothesis import given
+from hypothesis import given, seed
 from hypothesis import strategies as st
 from profiles import PROFILE
 from reference import Expected, Reference, parse_line, spark_lines
@@ -76,6 +76,7 @@ def operators_of(case: Case):
 
 
 @SETTINGS
+@seed(PROFILE.seed_for("test_a_file_sink_writes_what_sparks_json_writer_writes"))
 @given(records(max_records=12))
 def test_a_file_sink_writes_what_sparks_json_writer_writes(spark, recs: Records):
     """The sink's lines for records in the driver are Spark's ``to_json`` lines (reference.py: null fields
@@ -89,6 +90,7 @@ def test_a_file_sink_writes_what_sparks_json_writer_writes(spark, recs: Records)
 
 
 @SETTINGS
+@seed(PROFILE.seed_for("test_records_cross_the_wire_with_their_types_and_values"))
 @given(records(max_records=12))
 def test_records_cross_the_wire_with_their_types_and_values(spark, recs: Records):
     """An Arrow entry (what a producer on another executor, or a program writing a named stream, appends)
@@ -116,6 +118,7 @@ def stage_cases(draw: st.DrawFn, kind: str) -> tuple[Records, object]:
 
 
 @SETTINGS
+@seed(PROFILE.seed_for("test_a_driver_batch_is_filtered_and_mapped_as_spark_does"))
 @given(data=st.one_of(stage_cases("filter"), stage_cases("map")))
 def test_a_driver_batch_is_filtered_and_mapped_as_spark_does(spark, data):
     """A map or filter over records in the driver (numpy_eval.py where it can, Spark from pandas
@@ -135,6 +138,7 @@ def test_a_driver_batch_is_filtered_and_mapped_as_spark_does(spark, data):
 
 
 @SETTINGS
+@seed(PROFILE.seed_for("test_partials_merged_through_restored_state_give_sparks_aggregate"))
 @given(data=stage_cases("aggregate"), cut=st.floats(0, 1), lazy=st.booleans())
 def test_partials_merged_through_restored_state_give_sparks_aggregate(spark, data, cut, lazy):
     """An aggregate fed the records in two batches (lazy Spark frames, or batches in the driver: numpy
@@ -171,6 +175,7 @@ def test_partials_merged_through_restored_state_give_sparks_aggregate(spark, dat
 
 
 @PROFILE.settings(max(4, PROFILE.component_examples // 4))
+@seed(PROFILE.seed_for("test_the_reference_blames_the_records_bisection_blames"))
 @given(data=st.one_of(stage_cases("filter"), stage_cases("map")))
 def test_the_reference_blames_the_records_bisection_blames(spark, data):
     """The reference finds the records an operator raises on in one Spark job (TryEval); bisection, which
