@@ -70,7 +70,7 @@ def survey(path, args, spark, valkey, work: Path) -> None:
     counter = iter(range(10**9))
 
     def run(case: Case):
-        stream = f"census-{next(counter)}" if path.stream else None
+        stream = f"census-{path.name}-{next(counter)}" if path.stream else None
         p = plan(case, stream=stream)
         with reference_session(spark):
             expected = expected_of(spark, p)
