@@ -20,10 +20,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from harness import describe, differences, expected_of, plan, reference_session, run_in_process  # noqa: E402
+from harness import describe, differences  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
-from paths import PATHS  # noqa: E402
+from paths import PATHS, run_on  # noqa: E402
 from strategies import ALL_COLUMNS, NUMPY_COLUMNS, Case, cases  # noqa: E402
 
 from streamtopo.runtime.embedded import EmbeddedValkey  # noqa: E402
@@ -70,19 +70,7 @@ def survey(path, args, spark, valkey, work: Path) -> None:
     counter = iter(range(10**9))
 
     def run(case: Case):
-        stream = f"census-{path.name}-{next(counter)}" if path.stream else None
-        p = plan(case, stream=stream)
-        with reference_session(spark):
-            expected = expected_of(spark, p)
-        outcome = run_in_process(
-            p,
-            valkey.url,
-            work / f"{path.name}-{next(counter)}",
-            executors=path.executors,
-            config=path.config,
-            drill=path.drill,
-            stream=stream,
-        )
+        p, expected, outcome = run_on(path, spark, valkey.url, case, work / f"{path.name}-{next(counter)}")
         return p, differences(p, expected, outcome)
 
     kinds: dict[str, list] = {}

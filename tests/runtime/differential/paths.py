@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 from dataclasses import dataclass, field
+from pathlib import Path as FilePath
 
-from harness import Drill
+from harness import Drill, Outcome, Plan, compare, expected_of, plan, reference_session, run_in_process
+from reference import Expected
+from strategies import Case
 
 from streamtopo.runtime.hosting import ExecutorConfig
 
@@ -41,3 +46,34 @@ PATHS = [
     Path("hand-over", executors=2, drill=Drill(moves=6, every=0.25), rate=16.0),
     Path("kill-and-restart", executors=2, config=DRILLS, drill=Drill(kill=True, every=0.4), rate=16.0),
 ]
+
+HELD_OUT = {
+    p.name: p
+    for p in (
+        Path("1-small-steps", config=SMALL_STEPS),
+        Path("1-large-steps", config=LARGE_STEPS),
+        Path("2-small-steps", executors=2, config=SMALL_STEPS),
+        Path("3-large-steps", executors=3, config=LARGE_STEPS),
+    )
+}
+"""Paths the hand-written cases take in-process (held_out.py)."""
+BY_NAME = {p.name: p for p in (*PATHS, *HELD_OUT.values())}
+_streams = itertools.count()
+
+
+def run_on(path: Path, spark, valkey_url: str, case: Case, work: FilePath) -> tuple[Plan, Expected, Outcome]:
+    """``case`` through ``path`` and through the reference: the plan, what Spark batch evaluation gives,
+    what the run left."""
+    stream = f"diff-in-{path.name}-{os.getpid()}-{next(_streams)}" if path.stream else None
+    p = plan(case, stream=stream)
+    with reference_session(spark):
+        expected = expected_of(spark, p)
+    outcome = run_in_process(
+        p, valkey_url, work, executors=path.executors, config=path.config, drill=path.drill, stream=stream
+    )
+    return p, expected, outcome
+
+
+def check_on(path: Path, spark, valkey_url: str, case: Case, work: FilePath) -> None:
+    """Raise harness.mismatch unless ``case`` through ``path`` gives Spark batch evaluation's answers."""
+    compare(*run_on(path, spark, valkey_url, case, work), path.name)

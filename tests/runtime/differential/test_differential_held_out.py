@@ -6,121 +6,68 @@ Parquet) and a sum that overflows, which must fail the run naming the operator a
 
 from __future__ import annotations
 
-import zlib
-
 import pytest
-from harness import compare, expected_of, plan, reference_session, run_cli, run_in_process
+from harness import compare, expected_of, plan, reference_session, run_cli
 from held_out import EVERY_EDGE, MANY, MINIMAL, MINIMAL_PATHS, OVERFLOW
-from paths import LARGE_STEPS, PATHS, SMALL_STEPS
+from hypothesis import given, seed
+from paths import BY_NAME, check_on
 from profiles import PROFILE
-from strategies import cases
+from strategies import Case, cases
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.valkey]
-
-IN_PROCESS = {
-    "1-small-steps": (1, SMALL_STEPS),
-    "1-large-steps": (1, LARGE_STEPS),
-    "2-small-steps": (2, SMALL_STEPS),
-    "3-large-steps": (3, LARGE_STEPS),
-}
-
-
-@pytest.mark.skipif(
-    PROFILE.name != "long", reason="the minimal cases run in the long profile (docs/differential.md)"
-)
-@pytest.mark.parametrize(
-    ("name", "path"), [(n, p) for n in MINIMAL for p in MINIMAL_PATHS.get(n, ("driver-batch",))]
-)
-def test_minimal_cases(name, path, spark, valkey, tmp_path):
-    """Each failure the harness found on main (2026-11-27), as small as it shows, on a path that shows it."""
-    where = next(p for p in PATHS if p.name == path)
-    stream = f"minimal-{zlib.crc32(name.encode())}" if where.stream else None
-    p = plan(MINIMAL[name], stream=stream)
-    with reference_session(spark):
-        expected = expected_of(spark, p)
-    outcome = run_in_process(
-        p,
-        valkey.url,
-        tmp_path,
-        executors=where.executors,
-        config=where.config,
-        drill=where.drill,
-        stream=stream,
-    )
-    compare(p, expected, outcome, path)
-
-
-def check(spark, case, outcome_of, path: str) -> None:
-    p = plan(case)
-    with reference_session(spark):
-        expected = expected_of(spark, p)
-    compare(p, expected, outcome_of(p), path)
 
 
 @pytest.mark.parametrize("path", ["1-large-steps", "3-large-steps"])
 def test_every_edge_value_in_process(path, spark, valkey, tmp_path):
-    executors, config = IN_PROCESS[path]
-    check(
-        spark,
-        EVERY_EDGE,
-        lambda p: run_in_process(p, valkey.url, tmp_path, executors=executors, config=config),
-        path,
-    )
-
-
-@pytest.mark.parametrize("executors", [1, 2])
-def test_every_edge_value_with_streamtopo_run(executors, spark, tmp_path):
-    check(
-        spark,
-        EVERY_EDGE,
-        lambda p: run_cli(p, tmp_path, executors),
-        f"streamtopo run --executors {executors}",
-    )
+    check_on(BY_NAME[path], spark, valkey.url, EVERY_EDGE, tmp_path)
 
 
 @pytest.mark.parametrize("path", ["2-small-steps"])
 def test_a_large_batch_crossing_executors(path, spark, valkey, tmp_path):
-    executors, config = IN_PROCESS[path]
-    check(
-        spark,
-        MANY,
-        lambda p: run_in_process(p, valkey.url, tmp_path, executors=executors, config=config),
-        path,
-    )
+    check_on(BY_NAME[path], spark, valkey.url, MANY, tmp_path)
 
 
 @pytest.mark.parametrize("path", ["1-small-steps", "1-large-steps", "2-small-steps"])
 def test_an_overflowing_sum_fails_the_run_naming_the_operator(path, spark, valkey, tmp_path):
     """Spark raises ARITHMETIC_OVERFLOW for the sum: the run must fail naming the aggregate and the error
-    class (in-process: an executor's loop ends with that error; nothing past the failing step commits)."""
-    executors, config = IN_PROCESS[path]
-    check(
-        spark,
-        OVERFLOW,
-        lambda p: run_in_process(p, valkey.url, tmp_path, executors=executors, config=config),
-        path,
-    )
+    class (in-process: an executor's loop ends with an exception saying both)."""
+    check_on(BY_NAME[path], spark, valkey.url, OVERFLOW, tmp_path)
+
+
+def through_cli(spark, case: Case, work, executors: int) -> None:
+    p = plan(case)
+    with reference_session(spark):
+        expected = expected_of(spark, p)
+    compare(p, expected, run_cli(p, work, executors), f"streamtopo run --executors {executors}")
+
+
+@pytest.mark.parametrize("executors", [1, 2])
+def test_every_edge_value_with_streamtopo_run(executors, spark, tmp_path):
+    through_cli(spark, EVERY_EDGE, tmp_path, executors)
 
 
 def test_an_overflowing_sum_fails_streamtopo_run(spark, tmp_path):
     """``streamtopo run`` exits non-zero, naming the aggregate and ARITHMETIC_OVERFLOW."""
-    check(spark, OVERFLOW, lambda p: run_cli(p, tmp_path, 2), "streamtopo run --executors 2")
+    through_cli(spark, OVERFLOW, tmp_path, 2)
 
 
 @pytest.mark.skipif(PROFILE.cli_examples == 0, reason="generated cases through streamtopo run: long profile")
 @pytest.mark.parametrize("executors", [1, 2])
 def test_generated_cases_with_streamtopo_run(executors, spark, tmp_path_factory):
     """Generated cases as a user runs them: executors as processes, the run's own Valkey."""
-    from hypothesis import given, seed
 
     @PROFILE.settings(PROFILE.cli_examples)
     @given(case=cases(max_records=PROFILE.max_records, branches=(3, 4)))
     def run(case):
-        check(
-            spark,
-            case,
-            lambda p: run_cli(p, tmp_path_factory.mktemp("cli"), executors),
-            f"streamtopo run --executors {executors}",
-        )
+        through_cli(spark, case, tmp_path_factory.mktemp("cli"), executors)
 
     seed(PROFILE.seed_for(f"cli-{executors}"))(run)()
+
+
+@pytest.mark.skipif(PROFILE.name != "long", reason="the minimal cases run in the long profile")
+@pytest.mark.parametrize(
+    ("name", "path"), [(n, p) for n in MINIMAL for p in MINIMAL_PATHS.get(n, ("driver-batch",))]
+)
+def test_minimal_cases(name, path, spark, valkey, tmp_path):
+    """Each failure the harness found on main (2026-11-27), as small as it shows, on a path showing it."""
+    check_on(BY_NAME[path], spark, valkey.url, MINIMAL[name], tmp_path)

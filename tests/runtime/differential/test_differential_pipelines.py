@@ -9,9 +9,8 @@ harness.py says how each path is forced. The profile (profiles.py) sets how many
 from __future__ import annotations
 
 import pytest
-from harness import compare, expected_of, plan, reference_session, run_in_process
 from hypothesis import given, seed
-from paths import PATHS, Path
+from paths import PATHS, Path, check_on
 from profiles import PROFILE
 from strategies import cases
 
@@ -20,24 +19,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.valkey]
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.name for p in PATHS])
 def test_every_path_gives_spark_batch_answers(path: Path, spark, valkey, tmp_path_factory):
-    runs = iter(range(10**6))
-
     @PROFILE.settings(PROFILE.pipeline_examples)
     @given(case=cases(max_records=PROFILE.max_records, rates=(path.rate,)))
     def check(case):
-        stream = f"diff-in-{path.name}-{next(runs)}" if path.stream else None
-        p = plan(case, stream=stream)
-        with reference_session(spark):
-            expected = expected_of(spark, p)
-        outcome = run_in_process(
-            p,
-            valkey.url,
-            tmp_path_factory.mktemp(path.name),
-            executors=path.executors,
-            config=path.config,
-            drill=path.drill,
-            stream=stream,
-        )
-        compare(p, expected, outcome, path.name)
+        check_on(path, spark, valkey.url, case, tmp_path_factory.mktemp(path.name))
 
     seed(PROFILE.seed_for(path.name))(check)()
