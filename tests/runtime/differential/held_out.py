@@ -248,6 +248,10 @@ MINIMAL: dict[str, Case] = {
         _records(t=("timestamp", [ts(2024, 2, 29, 12, 34, 56, 789012)]), dt=("date", [dt.date(2024, 1, 2)])),
         (_filter("true"), _filter("dt IS NOT NULL")),
     ),
+    "timestamp-notation": Case(
+        _records(t=("timestamp", [ts(2024, 2, 29, 12, 34, 56, 789012), ts(1970, 1, 1), None])),
+        (_filter("true"), Branch((Stage("map", select=("seq", "t", "CAST(t AS STRING) AS text")),))),
+    ),
     "timestamp-outside-pandas-range": Case(
         _records(t=("timestamp", [ts(2262, 4, 12), ts(1000, 1, 1)]), s=("string", ["a", "b"])),
         (Branch((Stage("map", select=("seq", "CAST(t AS STRING) AS c")),)), _filter("t IS NOT NULL")),

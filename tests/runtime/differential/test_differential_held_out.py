@@ -17,7 +17,7 @@ from strategies import Case, cases
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.valkey]
 
 
-@pytest.mark.parametrize("path", ["1-large-steps", "3-large-steps"])
+@pytest.mark.parametrize("path", ["3-large-steps"])
 def test_every_edge_value_in_process(path, spark, valkey, tmp_path):
     check_on(BY_NAME[path], spark, valkey.url, EVERY_EDGE, tmp_path)
 
