@@ -199,6 +199,8 @@ class Outcome:
     """None where the dead-letter stream cannot be read (a CLI run's embedded Valkey is gone)."""
     error: str | None = None
     """Why the run failed (an executor's exception, or a CLI run's non-zero exit and output); None if not."""
+    drills: list[str] = field(default_factory=list)
+    """What the drill did, in order (hand-overs, the kill)."""
 
 
 class Threaded:
@@ -229,13 +231,26 @@ class Threaded:
 
 @dataclass(frozen=True)
 class Drill:
-    """What happens while a case runs on two executors: ``moves`` hand-overs of stateful units (one every
-    ``every`` seconds, alternating between the executors), then ``kill``: ex-1 stops without releasing
-    its units and starts again."""
+    """What happens while a case runs on two executors, as the source makes progress: ``moves`` hand-overs
+    of stateful units (each to the other executor, spread over the records' emission, so windows are open),
+    then, with ``kill``, ex-1 stops without releasing its units (a crash) once half the records are out,
+    and starts again."""
 
     moves: int = 0
     kill: bool = False
-    every: float = 0.3
+
+
+def emitted(store, topology: StreamTopology) -> int:
+    """Records the topology's generator units have committed as emitted."""
+    from streamtopo.contracts import unit_key
+
+    total = 0
+    for op in topology.spec.operators:
+        if op.source is not None and op.source.generator is not None:
+            for kg in range(topology.spec.key_groups_of(op.name)):
+                rec = store.load(unit_key((op.name, kg)))[1]
+                total += rec.emitted if rec is not None else 0
+    return total
 
 
 def stateful_units(topology: StreamTopology) -> list[tuple[str, int]]:
@@ -302,12 +317,9 @@ def run_in_process(
 
     runs = {name: start(name) for name in names}
     outcome = Outcome()
+    moves = stateful_units(topology) if drill else []
+    deadline = time.time() + timeout
     try:
-        moves = list(stateful_units(topology)) if drill else []
-        moved = 0
-        killed = False
-        deadline = time.time() + timeout
-        next_drill = time.time() + (drill.every if drill else 0)
         while not finished(store, topology):
             failed = [(n, r.error) for n, r in runs.items() if r.error is not None]
             if failed:
@@ -316,20 +328,21 @@ def run_in_process(
             if time.time() > deadline:
                 outcome.error = f"timeout: no end of stream within {timeout:.0f} s"
                 break
-            if drill and time.time() >= next_drill:
-                next_drill = time.time() + drill.every
-                if moved < drill.moves and moves:
+            if drill is not None:
+                done = emitted(store, topology) / max(1, p.case.records.n)
+                moved = sum(1 for d in outcome.drills if d.startswith("moved"))
+                if moves and moved < drill.moves and done >= (moved + 1) / (drill.moves + 2):
                     unit = moves[moved % len(moves)]
                     assignment = table.assignment()
                     assignment[unit] = "ex-1" if assignment[unit] == "ex-0" else "ex-0"
                     table = table.moved(assignment)
                     write_routing(routing_path, table)
-                    moved += 1
-                elif drill.kill and not killed:
+                    outcome.drills.append(f"moved {unit} to {assignment[unit]} at {done:.0%} emitted")
+                elif drill.kill and done >= 0.5 and not any(d.startswith("killed") for d in outcome.drills):
                     runs["ex-1"].stop(release=False)
                     runs["ex-1"] = start("ex-1")
-                    killed = True
-            time.sleep(0.05)
+                    outcome.drills.append(f"killed ex-1 at {done:.0%} emitted, restarted it")
+            time.sleep(0.02)
     finally:
         for run in runs.values():
             run.stop()
@@ -531,6 +544,8 @@ def compare(p: Plan, expected: Expected, outcome: Outcome, path: str) -> None:
     by_sink = {s.sink: s for s in p.sinks}
     by_op = {name: s for s in p.sinks for name, _ in s.operators}
     lines = [f"path {path}: {len(found)} difference(s) from Spark batch evaluation"]
+    if outcome.drills:
+        lines.append(f"  drills: {'; '.join(outcome.drills)}")
     shown: set[str] = set()
     for diff in found[:30]:
         lines.append(f"  [{diff.category}] {diff.where}: {diff.detail}")
