@@ -40,7 +40,7 @@ from typing import Any
 
 import pyarrow as pa
 import yaml
-from reference import ERROR_CLASS, Expected, Line, Reference, parse_line, spark_lines
+from reference import ERROR_CLASS, Expected, Line, Reference, event_time_last, parse_line, spark_lines
 from runtime_support import round_robin, streamtopo_run, write_routing
 from strategies import Case, Join, Records, Stage
 
@@ -422,6 +422,7 @@ PRIORITY = (
     "notation",
     "not in Spark's output",
     "field order",
+    "event time",
 )
 """Which difference names a failure when a case shows several: the first kind in this order, so a
 difference every line shows (an extra field) does not hide a rarer one from hypothesis."""
@@ -518,7 +519,12 @@ def differences(p: Plan, expected: Expected, outcome: Outcome) -> list[Differenc
             )
         ]
     for sink in p.sinks:
-        got = Counter(parse_line(line) for line in outcome.lines.get(sink.sink, []))
+        lines = outcome.lines.get(sink.sink, [])
+        untimed = [line for line in lines if not event_time_last(line)]
+        if untimed:
+            detail = f"{len(untimed)} of {len(lines)} line(s), e.g. {untimed[0][:300]}"
+            out.append(Difference(f"{sink.kind}: event time not the last field _ts", sink.sink, detail))
+        got = Counter(parse_line(line) for line in lines)
         out += line_differences(
             sink, expected.types.get(sink.sink, {}), expected.lines.get(sink.sink, Counter()), got
         )

@@ -61,6 +61,12 @@ def parse_line(text: str) -> Line:
     return tuple((k, v) for k, v in value if k != "_ts")
 
 
+def event_time_last(text: str) -> bool:
+    """Whether a sink line ends with the event time under its reserved name ``_ts``, a number."""
+    pairs = json.loads(text, object_pairs_hook=list)
+    return bool(pairs) and pairs[-1][0] == "_ts" and isinstance(pairs[-1][1], int | float)
+
+
 def _scala(seq: Any) -> list[Any]:
     iterator = seq.iterator()
     out = []
