@@ -529,7 +529,10 @@ def differences(p: Plan, expected: Expected, outcome: Outcome) -> list[Differenc
             sink, expected.types.get(sink.sink, {}), expected.lines.get(sink.sink, Counter()), got
         )
     if outcome.dead is not None:
-        for op in sorted(set(expected.dead) | set(outcome.dead)):
+        order = [op["name"] for op in p.operators]  # upstream first: its dead letters explain those after it
+        for op in sorted(
+            set(expected.dead) | set(outcome.dead), key=lambda o: order.index(o) if o in order else -1
+        ):
             want, got_dead = expected.dead.get(op, Counter()), outcome.dead.get(op, Counter())
             if want != got_dead:
                 stage = stage_of(p, op)
