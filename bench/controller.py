@@ -183,6 +183,9 @@ class TimedPlatform:
     def committed(self) -> dict[str, float]:
         return self.inner.committed()
 
+    def state_client(self, topology: Any) -> Any:
+        return self.inner.state_client(topology)
+
     def apply(self, desired: Any) -> None:
         started = time.perf_counter()
         self.inner.apply(desired)

@@ -175,6 +175,12 @@ class Keys:
         return f"{self.prefix}:pauses"
 
     @property
+    def upgrade(self) -> str:
+        """The last upgrade whose state reset was carried out (controller/upgrade.py): a retried upgrade
+        finds it and does not reset twice."""
+        return f"{self.prefix}:upgrade"
+
+    @property
     def clock(self) -> str:
         """Wall-clock start of the topology: sources emit records whose event time has come."""
         return f"{self.prefix}:t0"

@@ -16,6 +16,7 @@ from streamtopo.planner.cluster import Cluster, parse_cluster
 from streamtopo.planner.model import (
     MAX_DOCUMENT_BYTES,
     StreamTopology,
+    StreamTopologySpec,
     TopologyError,
     parse_topology,
 )
@@ -49,16 +50,31 @@ def _text(source: Source) -> tuple[str | Mapping[str, Any], str]:
     return source, "(text)"
 
 
-def load_topology(source: Source, *, policy: PlatformPolicy | None = None) -> StreamTopology:
+def load_topology(
+    source: Source, *, policy: PlatformPolicy | None = None, running: StreamTopologySpec | None = None
+) -> StreamTopology:
     """A validated StreamTopology from a path, YAML text or data (:func:`parse_topology`), with the key
     groups the spec leaves open sized by Aeolus (:func:`~streamtopo.planner.scaling.aeolus.open_key_groups`).
 
     Every reader goes through here (``streamtopo run``/``plan``, the webhook, the reconcile, the
     executors), so all of them see the same key groups; a topology written back out names them.
+    ``running``: the spec deployed now, when this one is to replace it: an operator both have whose key
+    groups this one leaves open keeps the running count (key groups partition state, so they are fixed
+    for a deployment's life, as Flink keeps a job's max parallelism; a new rate re-sizes nothing).
     """
     data, origin = _text(source)
     topology = parse_topology(data, origin=origin, policy=policy)
     sized = open_key_groups(topology.spec, policy.max_key_groups if policy else None)
+    if running is not None and "key_groups" not in topology.spec.model_fields_set:
+        deployed = running.by_name()
+        sized = {
+            **sized,
+            **{
+                op.name: running.key_groups_of(op.name)
+                for op in topology.spec.operators
+                if op.key_groups is None and op.name in deployed
+            },
+        }
     if not sized:
         return topology
     operators = [

@@ -21,6 +21,12 @@ def executor(
     ),
     output: Path | None = typer.Option(None, "--output", help="Directory of file sinks."),
     cpu: float = typer.Option(1.0, "--cpu", help="CPU cores this executor may use (exported capacity)."),
+    termination_log: Path | None = typer.Option(
+        None,
+        "--termination-log",
+        help="File the reason of a failure is written to (a pod's terminationMessagePath), so the "
+        "operator can say it in the topology's conditions and Events.",
+    ),
     bind: str = typer.Option(
         ALL_INTERFACES,
         "--bind",
@@ -42,6 +48,7 @@ def executor(
             output_dir=output,
             cpu=cpu,
             bind=bind,
+            termination_log=termination_log,
         )
     )
 

@@ -84,6 +84,12 @@ def run(
         help="Generators stop after S seconds of records (count = rate x S): the run drains and ends at end "
         "of stream.",
     ),
+    watch: bool = typer.Option(
+        False,
+        "--watch",
+        help="Apply edits of FILE to the running topology as the operator applies a spec change: state is "
+        "kept, reset (spec.upgrade.mode: resetState) or the change is refused naming the field (docs/operator.md).",
+    ),
     verbose: bool = typer.Option(
         False,
         "--verbose",
@@ -101,6 +107,9 @@ def run(
     from streamtopo.runtime.operators.udf import extend_import_path
 
     console = Console()
+    if watch and len(files) != 1:
+        console.print("[red]error:[/red] --watch applies the changes of one topology's file: run one file")
+        raise typer.Exit(2)
     udf_dirs = tuple(dict.fromkeys(f.resolve().parent for f in files))  # UDF modules next to the files
     extend_import_path(udf_dirs)
     try:
@@ -132,6 +141,7 @@ def run(
         progress_every=None if console.is_terminal else 5.0,
         show_plan=lambda plan, routing: render_run_plan(plan, routing, console),
         adaptation=local_loop,
+        watch=files[0] if watch else None,
     )
     summaries = run_topologies(topologies, options, console, outputs)
     for name, summary in summaries.items():

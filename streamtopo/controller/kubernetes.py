@@ -98,8 +98,10 @@ def pod_health(pod: Mapping[str, Any]) -> PodHealth:
         terminated = (
             (c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") or {}
         )
+        said = (terminated.get("message") or "").strip()
         if waiting.get("reason") in FAILING_WAIT:
             problem = waiting["reason"] + (f" ({terminated['reason']})" if terminated.get("reason") else "")
+            problem += f": {said}" if said else ""
         elif terminated.get("reason") == "OOMKilled":
             problem = "OOMKilled"
     if phase == "Failed":
@@ -315,6 +317,14 @@ class KubernetesPlatform:
                     transport_acl.shared_reads(topology),
                 )
             )
+
+    def state_client(self, topology: StreamTopology) -> Any | None:
+        """The platform Valkey's admin connection when ``topology`` runs on it with its own user (the only
+        transport the operator may reach: it never connects to a URL a tenant wrote)."""
+        if not self.settings.own_user(topology):
+            return None
+        assert self.settings.transport_url and self.settings.transport_admin_password  # own_user says so
+        return _admin_client(self.settings.transport_url, self.settings.transport_admin_password)
 
     def remove_transport_data(self, streams: Sequence[str]) -> int:
         """Delete the topology's Valkey user, keys and the named ``streams`` (keys deleted); nothing to do

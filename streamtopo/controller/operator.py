@@ -4,6 +4,8 @@ Run with ``streamtopo operator`` (or ``kopf run -m streamtopo.controller.operato
 
 - create / update (spec changes only) / resume -> :func:`streamtopo.controller.reconcile.reconcile`
   through :class:`~streamtopo.controller.kubernetes.KubernetesPlatform`; status and Events from its outcome.
+  The old spec of an update is the one the routing ConfigMap records (the last applied); an upgrade that
+  waits for the old executors to stop retries the handler (kopf.TemporaryError) until they are gone.
 - a daemon per topology (the SPL loop): every ``spec.autoscaling.interval`` one
   :class:`~streamtopo.controller.adaptation_loop.AdaptationLoop` step (ALBIC + scaling) on the deployment the
   routing ConfigMap records; between periods it re-plans when Nodes changed and keeps the pods converged
@@ -85,6 +87,7 @@ from streamtopo.controller.sharing import (
 )
 from streamtopo.planner.benoit.split import join_shared
 from streamtopo.planner.model import SecretKeyRef, StreamTopology, TopologyError
+from streamtopo.planner.upgrade import plan_upgrade
 
 WEBHOOK_PATH = "validate-topology"
 """The admission webhook's URL path (kopf serves a handler under its id; the chart's
@@ -226,15 +229,23 @@ def admit_topology(body: kopf.Body, **kwargs: Any) -> None:
     for its spec.
 
     An update that leaves the spec as it was (kopf's finalizer and annotations, labels, a deletion) is
-    admitted: a topology admitted under an older platform policy must stay deletable.
+    admitted: a topology admitted under an older platform policy must stay deletable. An update the
+    running state cannot take (planner/upgrade.py, against the deployment the routing ConfigMap records,
+    as Flink's operator validates a spec change against the last reconciled one) is refused here too,
+    naming the field; a sharing consumer's is left to the reconcile, which sees its rewrite.
     """
     old = kwargs.get("old")
     if old is not None and (old.get("spec") == body.get("spec") or body.metadata.get("deletionTimestamp")):
         return
+    previous = _recorded(body) if old is not None else None
     try:
-        admit(body, STATE.settings.policy)
+        topology = admit(body, STATE.settings.policy, previous.topology.spec if previous else None)
     except TopologyError as error:
         raise kopf.AdmissionError(problems_message(error.problems), code=422) from None
+    if previous is not None and not topology.spec.sharing.enabled:
+        upgrade = plan_upgrade(previous.topology.spec, topology.spec)
+        if upgrade.refused:
+            raise kopf.AdmissionError(problems_message(upgrade.problems), code=422)
 
 
 # ------------------------------------------------------------------------------------ create / update
@@ -295,6 +306,9 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             waiting = ConditionChange("Sharing", "False", "WaitingForPartners", str(wait))
             publish(body, platform, Outcome(conditions=[waiting]), observed=False)
             raise kopf.TemporaryError(str(wait), delay=max(1.0, wait.seconds)) from None
+        if outcome.retry_after is not None:  # an upgrade waits for the old executors to stop
+            publish(body, platform, outcome, observed=False)
+            raise kopf.TemporaryError(outcome.conditions[0].message, delay=outcome.retry_after)
         if outcome.cluster is not None:
             memo.cluster = outcome.cluster.model_dump_json()
             memo.nodes_version = nodes_version
@@ -357,6 +371,19 @@ def leave_shared(body: kopf.Body, **_: Any) -> None:
     for doc in list_topologies(STATE.client(), namespace).values():
         if is_shared(doc) and any(r.get("uid") == uid for r in owners(doc)):
             _write_shared(namespace, with_owners(doc, [r for r in owners(doc) if r.get("uid") != uid]))
+
+
+def _recorded(body: kopf.Body) -> DesiredState | None:
+    """The webhook's view of a topology's running deployment; None when there is none or it cannot be
+    read now (the reconcile remains the last gate)."""
+    from kubernetes.client.exceptions import ApiException
+
+    if not body.metadata.get("namespace"):
+        return None
+    try:
+        return _previous(_platform(body))
+    except ApiException:
+        return None
 
 
 def _previous(platform: KubernetesPlatform) -> DesiredState | None:

@@ -70,6 +70,11 @@ class Platform(Protocol):
         """Host -> CPU cores that other topologies' executors request there: room a plan leaves them."""
         ...
 
+    def state_client(self, topology: StreamTopology) -> Any | None:
+        """A Valkey client with rights over ``topology``'s keys, for an upgrade's state reset
+        (controller/upgrade.py), or None where this platform cannot reach the topology's transport."""
+        ...
+
 
 class MetricsUnavailable(RuntimeError):
     """No trustworthy measurement for this window: the loop must neither rebalance nor scale.

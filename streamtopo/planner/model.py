@@ -517,6 +517,21 @@ class SharingSpec(Model):
         return self
 
 
+UpgradeMode = Literal["keepState", "resetState"]
+
+
+class UpgradeSpec(Model):
+    """What a spec change on a running topology may do to its state (the Flink Kubernetes Operator's
+    upgrade modes; planner/upgrade.py decides per operator, docs/operator.md has the table)."""
+
+    mode: UpgradeMode = "keepState"
+    """``keepState``: every operator keeps its state and offsets; a change the running state cannot be
+    read by (a stateful operator's key, key groups, aggregations, window, join inputs, a source's stream,
+    a file sink's path, a stateful operator removed or renamed) is refused with a condition naming the
+    field, and the last good deployment keeps running. ``resetState``: the operators such a change
+    touches start from empty state at their recorded offsets; the others keep theirs."""
+
+
 class AlbicSpec(Model):
     """ALBIC's collocation heuristic (Algorithm 2) parameters."""
 
@@ -965,6 +980,7 @@ class StreamTopologySpec(Model):
     batching: BatchingSpec = Field(default_factory=BatchingSpec)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
     sharing: SharingSpec = Field(default_factory=SharingSpec)
+    upgrade: UpgradeSpec = Field(default_factory=UpgradeSpec)
 
     @model_validator(mode="after")
     def _allowed_image(self, info: ValidationInfo) -> StreamTopologySpec:

@@ -56,6 +56,23 @@ class RecommendationSummary(Model):
     approved: bool = False
 
 
+class UpgradeSummary(Model):
+    """The last spec change that reached the executors (docs/operator.md, "Spec changes")."""
+
+    time: str
+    mode: Literal["keepState", "resetState"]
+    reset: list[str] = Field(default_factory=list)
+    """Operators that started from empty state."""
+    removed: list[str] = Field(default_factory=list)
+    dropped_records: int = 0
+    """Records in flight to a reset or removed operator that were prepared for its old layout."""
+    skipped_records: int = 0
+    """Generator records a changed key-group count skipped (none is generated twice)."""
+    skipped_entries: int = 0
+    """Stream entries a stream source's lagging key groups skipped (at most)."""
+    message: str = ""
+
+
 class SharingStatus(Model):
     """Where sharing stands (``spec.sharing``, docs/sharing.md)."""
 
@@ -97,3 +114,4 @@ class StreamTopologyStatus(Model):
     routing_version: int | None = None
     routing_config_map: str | None = None
     sharing: SharingStatus | None = None
+    last_upgrade: UpgradeSummary | None = None

@@ -35,8 +35,6 @@ from streamtopo.runtime import sinks
 from streamtopo.runtime.emit import Emit
 from streamtopo.runtime.flows import (
     COMBINED,
-    DST,
-    EDGE,
     Delivery,
     Flow,
     LazyPart,
@@ -48,16 +46,17 @@ from streamtopo.runtime.flows import (
 from streamtopo.runtime.hosting import Hosted
 from streamtopo.runtime.metrics import SourcePace, observe_all
 from streamtopo.runtime.operators import OperatorResult, RecordError, combine_inputs
-from streamtopo.runtime.operators.base import (
+from streamtopo.runtime.operators.base import Batch, computed, is_spark, materialize
+from streamtopo.runtime.operators.records import (
+    DST,
+    EDGE,
     INPUT,
     KG,
+    LINE,
     SRC,
     TS,
-    Batch,
     clear_scratch,
-    computed,
-    is_spark,
-    materialize,
+    from_arrow,
     to_spark,
 )
 from streamtopo.runtime.operators.sink import SinkOperator
@@ -467,7 +466,7 @@ class Dataflow(Emit):
                 active.append(unit)
         for (name, kg), batch_tables in tables.items():
             # One conversion to pandas per unit and input: per entry it costs about a millisecond.
-            parts[name].append(_at(pa.concat_tables(batch_tables, promote_options="default").to_pandas(), kg))
+            parts[name].append(_at(from_arrow(pa.concat_tables(batch_tables, promote_options="default")), kg))
         if not active:
             return Produced(None, {}, {})
         combined = parts.pop(COMBINED, None)
@@ -690,7 +689,7 @@ class Dataflow(Emit):
             observe_all(latency, np.where(lags > 0, lags, 0.0))
         path = self._sink_path(unit.op, unit.kg)
         if path is not None:
-            data = sinks.lines_bytes(operator.format(df)) if df is not None and len(df) else b""
+            data = sinks.lines_bytes(df[LINE].tolist()) if df is not None and len(df) else b""
             unit.rec.pending = data
             unit.rec.sink_len += len(data)
             if data:

@@ -28,12 +28,13 @@ from streamtopo.contracts import Keys, RoutingTable, unit_key
 from streamtopo.planner.graph import partition_key, unit_edges
 from streamtopo.planner.model import StreamTopologySpec
 from streamtopo.planner.scaling.aeolus import default_batch_records
-from streamtopo.runtime.flows import DST, Delivery, Flow, LazyPart, Part, Partials, Produced, part_size
+from streamtopo.runtime.flows import Delivery, Flow, LazyPart, Part, Partials, Produced, part_size
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
 from streamtopo.runtime.metrics import ExecutorMetrics
 from streamtopo.runtime.operators import SharedPanes
 from streamtopo.runtime.operators.aggregate import AggregateOperator
-from streamtopo.runtime.operators.base import KG, SRC, Batch, UnitOperator, computed, is_spark, to_spark
+from streamtopo.runtime.operators.base import Batch, UnitOperator, computed, is_spark
+from streamtopo.runtime.operators.records import DST, KG, SRC, from_arrow, to_arrow, to_spark
 from streamtopo.runtime.partitioning import route, route_column
 from streamtopo.runtime.state_store import Commit
 from streamtopo.runtime.transport import entry_fields
@@ -230,7 +231,7 @@ class Emit:
         stream = self.keys.stream(unit.op, v, j)
         if dkey in self.hosted:
             # Batching is a transport matter: a local consumer gets the whole part in one hand-off.
-            chunks: list[Any] = [None if n == 0 else part.to_pandas() if isinstance(part, pa.Table) else part]
+            chunks: list[Any] = [None if n == 0 else from_arrow(part) if isinstance(part, pa.Table) else part]
         else:
             if isinstance(part, Partials):
                 chunks = part.chunks()
@@ -239,9 +240,7 @@ class Emit:
             else:
                 size = self.batch_records(unit.op, v)
                 # Arrow once, then zero-copy slices.
-                table = (
-                    part if isinstance(part, pa.Table) else pa.Table.from_pandas(part, preserve_index=False)
-                )
+                table = part if isinstance(part, pa.Table) else to_arrow(part)
                 chunks = [table.slice(i, size) for i in range(0, n, size)]
         for index, chunk in enumerate(chunks):
             seq = unit.rec.seq_out.get(dkey, 0) + 1

@@ -26,6 +26,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import TypedDict
@@ -40,18 +41,13 @@ from streamtopo.runtime import sinks
 from streamtopo.runtime.dataflow import Dataflow
 from streamtopo.runtime.handover import Handover
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
+from streamtopo.runtime.layouts import layouts
 from streamtopo.runtime.metrics import ALL_INTERFACES, LOOPBACK, ExecutorMetrics, Probe, serve
 from streamtopo.runtime.operators import build_operators, sharing_groups
-from streamtopo.runtime.operators.base import (
-    KG,
-    TS,
-    LazyFailure,
-    clear_scratch,
-    to_pandas,
-    to_spark,
-)
+from streamtopo.runtime.operators.base import KG, TS, LazyFailure
+from streamtopo.runtime.operators.records import clear_scratch, to_pandas, to_spark
 from streamtopo.runtime.scheduling import Scheduler
-from streamtopo.runtime.state_store import Fenced, StateStore
+from streamtopo.runtime.state_store import Fenced, LayoutChanged, StateStore
 from streamtopo.runtime.transport import (
     CONNECTION_ERRORS,
     TransportUnavailable,
@@ -94,6 +90,8 @@ class Executor(Handover, Dataflow):
         # Operators are built before anything starts: a UDF that does not import fails here, clearly.
         self.sharing = sharing_groups(self.spec) if self.config.share_panes else []
         self.operators = build_operators(self.spec, self.sharing)
+        self.layouts = layouts(self.spec, self.sharing)
+        """Operator -> digest of its state layout, checked against each unit's record on acquisition."""
         dag = nx.DiGraph()
         dag.add_nodes_from(op.name for op in self.spec.operators)
         dag.add_edges_from((u, op.name) for op in self.spec.operators for u in op.inputs)
@@ -291,9 +289,30 @@ def run_executor(
     output_dir: Path | None = None,
     cpu: float = 1.0,
     bind: str = ALL_INTERFACES,
+    termination_log: Path | None = None,
 ) -> int:
     """The ``streamtopo executor`` program; returns the exit code (clear messages, no tracebacks): 2 a bad
-    pipeline, 3 no transport, 4 a file sink that cannot write (retrying cannot fix any of them)."""
+    pipeline or a step Spark's ANSI mode fails (an overflowing sum: nothing of it is committed, so the
+    records wait for a fixed spec), 3 no transport, 4 a file sink that cannot write (retrying cannot fix
+    any of them). The reason is also written to ``termination_log`` (Kubernetes' termination message)."""
+    code, reason = _run(topology_path, routing_path, name, transport_url, metrics_port, output_dir, cpu, bind)
+    if code and termination_log is not None:
+        with suppress(OSError):  # no file to say it in: the log line above says it
+            termination_log.write_text(reason[:4000])
+    return code
+
+
+def _run(
+    topology_path: Path,
+    routing_path: Path,
+    name: str,
+    transport_url: str,
+    metrics_port: int,
+    output_dir: Path | None,
+    cpu: float,
+    bind: str,
+) -> tuple[int, str]:
+    """:func:`run_executor`'s work: the exit code and, for a failure, its one-line reason (also logged)."""
     from streamtopo.documents import load_topology
     from streamtopo.planner.model import TopologyError
     from streamtopo.runtime.operators import OperatorError
@@ -316,30 +335,29 @@ def run_executor(
         if output_dir is not None:
             sinks.check_outputs(topology.spec, output_dir)
     except sinks.SinkWriteError as error:
-        log.error("%s", error)
-        return 4
+        return _failed(4, str(error))
     except TopologyError as error:
-        log.error("invalid topology %s:\n%s", topology_path, error)
-        return 2
+        return _failed(2, f"invalid topology {topology_path}:\n{error}")
     except OperatorError as error:
-        log.error("cannot build the pipeline: %s", error)
-        return 2
+        return _failed(2, f"cannot build the pipeline: {error}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
         executor.start()
     except TransportUnavailable as error:
-        log.error("%s", error)
-        return 3
+        return _failed(3, str(error))
     try:
         executor.run(stop)
-    except OperatorError as error:  # e.g. an expression naming a column its input does not have
-        log.error("cannot run the pipeline: %s", error)
+    except (OperatorError, LayoutChanged) as error:  # a missing column, a step ANSI mode fails, a layout
         executor.close()
-        return 2
+        return _failed(2, f"cannot run the pipeline: {error}")
     except sinks.SinkWriteError as error:  # committed but not written: the next owner writes it (sinks.redo)
-        log.error("%s", error)
         executor.close()
-        return 4
-    return 0
+        return _failed(4, str(error))
+    return 0, ""
+
+
+def _failed(code: int, reason: str) -> tuple[int, str]:
+    log.error("%s", reason)
+    return code, reason

@@ -13,19 +13,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import functions as F
 
-from streamtopo.runtime.operators.aggregate import COUNT
-from streamtopo.runtime.operators.base import (
-    KG,
-    SRC,
-    Batch,
-    materialize,
-)
-
-DST = "__dst"
-"""Column of a lazy flow naming the consuming key group of each record."""
-
-EDGE = "__edge"
-"""Column naming the flow of each row in the step's one count job over every flow left uncounted."""
+from streamtopo.runtime.operators.base import Batch, materialize
+from streamtopo.runtime.operators.records import COUNT, DST, KG, SRC
 
 COMBINED = "__combined"
 """Where a consumer collects the partials producers combined for it (apart from records, by input)."""

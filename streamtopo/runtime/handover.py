@@ -88,6 +88,7 @@ class Handover:
     config: ExecutorConfig
     clock: Callable[[], float]
     operators: dict[str, UnitOperator]
+    layouts: dict[str, str]
     keys: Keys
     metrics: ExecutorMetrics
     hosted: dict[str, Hosted]
@@ -154,8 +155,8 @@ class Handover:
             )
             if kind is None:
                 continue
-            epoch, rec = self.store.acquire(key, self.instance)
             op, kg = parse_unit(key)
+            epoch, rec = self.store.acquire(key, self.instance, self.layouts.get(op, ""))
             unit = Hosted(op, kg, epoch, rec or UnitRecord(), None)
             self._load(unit)
             self.hosted[key] = unit

@@ -172,6 +172,15 @@ def spark_key_kind(type_name: str) -> str | None:
 def _canonical(values: pd.Series, column: str) -> tuple[str, np.ndarray | pd.Series]:
     """('double', float64 array with NaN for null) or ('string', the column), per the module docstring."""
     dtype = values.dtype
+    if isinstance(dtype, pd.ArrowDtype):  # records as the executor holds them (records.py)
+        kind = dtype.pyarrow_dtype
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            return "string", values
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+            return "double", values.to_numpy(dtype=np.float64, na_value=np.nan)
+        if pa.types.is_null(kind):
+            return "double", np.full(len(values), np.nan)
+        raise _unsupported(column, kind)
     if ptypes.is_bool_dtype(dtype) or (ptypes.is_numeric_dtype(dtype) and not ptypes.is_complex_dtype(dtype)):
         return "double", values.to_numpy(dtype=np.float64, na_value=np.nan)
     if isinstance(dtype, pd.StringDtype):

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from streamtopo.planner.model import Operator, StreamTopologySpec
+from streamtopo.runtime.operators.records import TS
 
 
 def sink_file(output_dir: Path, op: Operator, kg: int) -> Path:
@@ -93,7 +94,7 @@ def lines_bytes(lines: list[str]) -> bytes:
 
 
 def last_records(output_dir: Path, spec: StreamTopologySpec, op: Operator, n: int) -> list[dict[str, Any]]:
-    """The ``n`` latest records of a file sink by event time (``ts``), read from its files' ends only.
+    """The ``n`` latest records of a file sink by event time (``_ts``), read from its files' ends only.
 
     A key group's file is in commit order, so its last ``n`` lines hold its latest records: a summary can
     show a sink's newest output without reading millions of lines.
@@ -104,7 +105,7 @@ def last_records(output_dir: Path, spec: StreamTopologySpec, op: Operator, n: in
         for line in tail_lines(sink_file(output_dir, op, kg), n)
     ]
     records = [json.loads(line) for line in lines]
-    records.sort(key=lambda r: r["ts"] if isinstance(r.get("ts"), int | float) else float("-inf"))
+    records.sort(key=lambda r: r[TS] if isinstance(r.get(TS), int | float) else float("-inf"))
     return records[-n:]
 
 

@@ -91,6 +91,8 @@ def spark_conf(
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+        # One semantics (docs/runtime.md): Spark SQL's with ANSI on and UTC, set here, not left to defaults.
+        "spark.sql.ansi.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.python.worker.reuse": "true",
         "spark.sql.codegen.wholeStage": "true",

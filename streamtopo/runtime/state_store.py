@@ -7,6 +7,9 @@ Each unit ``(operator, kg)`` has one Valkey hash ``st:{topology}:u:<op>/<kg>``:
     released_at   wall time of the last clean release (start of a hand-over pause)
     rec           the committed :class:`UnitRecord` (offsets, sequence numbers, watermarks, sink length,
                   the sink redo bytes, operator state)
+    layout        digest of the state layout ``rec.state`` was written under (planner/upgrade.py's
+                  ``fingerprint``), set by the acquisition: an executor whose spec gives the operator
+                  another layout is refused the unit (:class:`LayoutChanged`) instead of misreading it
 
 A commit (:class:`Commit`) is one Lua script, so Valkey runs it atomically: it first checks that every
 unit it writes still carries the epoch the executor acquired it with, and refuses the whole commit
@@ -59,8 +62,13 @@ return {1}
 """
 
 _ACQUIRE = """
+local layout = redis.call('HGET', KEYS[1], 'layout')
+if ARGV[3] ~= '' and layout and layout ~= ARGV[3] and redis.call('HEXISTS', KEYS[1], 'rec') == 1 then
+  return {-1, layout}
+end
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'acquired_at', ARGV[2])
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'layout', ARGV[3]) end
 return {epoch, redis.call('HGET', KEYS[1], 'rec') or false}
 """
 
@@ -78,6 +86,20 @@ class Fenced(RuntimeError):
         self.unit, self.expected, self.actual = unit, expected, actual
         super().__init__(
             f"{unit}: fenced (committing with epoch {expected}, current epoch {actual or 'none'})"
+        )
+
+
+class LayoutChanged(RuntimeError):
+    """A unit whose committed state was written under another state layout than the acquiring
+    executor's spec gives its operator: a spec change the upgrade check did not see (docs/operator.md,
+    "Spec changes"). The executor stops rather than read the state wrongly."""
+
+    def __init__(self, unit: str, stored: str, expected: str):
+        self.unit, self.stored, self.expected = unit, stored, expected
+        super().__init__(
+            f"{unit}: its committed state was written under state layout {stored}, but this executor's spec "
+            f"gives the operator layout {expected}; restore the spec it ran with, or apply the change with "
+            "spec.upgrade.mode: resetState"
         )
 
 
@@ -120,9 +142,14 @@ class StateStore:
 
     # -------------------------------------------------------------------------------------- ownership
 
-    def acquire(self, unit: str, instance: str) -> tuple[int, UnitRecord | None]:
-        """Become the owner with a new epoch (fencing every earlier owner); return the committed record."""
-        epoch, rec = self._acquire(keys=[self.keys.unit(unit)], args=[instance, repr(time.time())])
+    def acquire(self, unit: str, instance: str, layout: str = "") -> tuple[int, UnitRecord | None]:
+        """Become the owner with a new epoch (fencing every earlier owner); return the committed record.
+
+        ``layout``: the digest of the state layout this executor reads the unit's state with; a record
+        written under another one raises :class:`LayoutChanged` and the unit is not taken."""
+        epoch, rec = self._acquire(keys=[self.keys.unit(unit)], args=[instance, repr(time.time()), layout])
+        if int(epoch) == -1:
+            raise LayoutChanged(unit, rec.decode(), layout)
         return int(epoch), UnitRecord.decode(rec) if rec else None
 
     def release(self, unit: str, epoch: int) -> None:

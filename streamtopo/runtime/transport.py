@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import redis
@@ -37,6 +38,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from streamtopo.contracts import redis_url
+from streamtopo.runtime.operators.records import TS, from_arrow, is_internal
 from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame, ipc_to_table
 
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionError, OSError)
@@ -195,8 +197,10 @@ class MalformedEntry(ValueError):
 
 
 def json_records(raw: bytes, arrival: float) -> pd.DataFrame:
-    """Records of an external ``json`` entry; event time ``_ts`` is the record's numeric ``ts`` field,
-    else the entry's arrival time (its id's milliseconds)."""
+    """Records of an external ``json`` entry; event time ``_ts`` is the record's numeric ``_ts`` field (the
+    name file sinks write it under), else the entry's arrival time (its id's milliseconds). Each field's
+    type is Arrow's inference over the entry (ints with a float among them are doubles); a field with a
+    name of the executor's own (``_kg``, ``__src`` ...) makes the entry malformed."""
     try:
         value = json.loads(raw)
     except ValueError as error:
@@ -204,14 +208,19 @@ def json_records(raw: bytes, arrival: float) -> pd.DataFrame:
     rows = value if isinstance(value, list) else [value]
     if not rows or not all(isinstance(r, dict) for r in rows):
         raise MalformedEntry("field json must hold an object or a list of objects")
-    frame = pd.DataFrame(rows)
-    ts = (
-        pd.to_numeric(frame["ts"], errors="coerce")
-        if "ts" in frame.columns
-        else pd.Series(float("nan"), index=frame.index)
+    reserved = sorted({k for r in rows for k in r if k != TS and (is_internal(k) or k.startswith("__"))})
+    if reserved:
+        raise MalformedEntry(f"field json: {', '.join(reserved)} is a name of the executor's own")
+    times = [r.get(TS) for r in rows]
+    try:
+        table = pa.Table.from_pylist([{k: v for k, v in r.items() if k != TS} for r in rows])
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        raise MalformedEntry(f"field json: {error}") from None
+    frame = from_arrow(table) if table.num_columns else pd.DataFrame(index=pd.RangeIndex(len(rows)))
+    frame[TS] = np.array(
+        [float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else arrival for t in times]
     )
-    frame["_ts"] = ts.fillna(arrival).astype("float64")
-    return frame.drop(columns=["ts"], errors="ignore")
+    return frame
 
 
 def queued_rows(records: int, front: dict[bytes, bytes] | None) -> int:

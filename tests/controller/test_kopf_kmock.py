@@ -338,7 +338,8 @@ def test_the_loops_memory_is_stored_with_the_routing_table(kube: EmulatedKuberne
     )
 
 
-def crash_looping(reason: str) -> dict[str, Any]:
+def crash_looping(reason: str, message: str | None = None, exit_code: int = 137) -> dict[str, Any]:
+    terminated = {"reason": reason, "exitCode": exit_code, **({"message": message} if message else {})}
     return {
         "status": {
             "phase": "Running",
@@ -349,7 +350,7 @@ def crash_looping(reason: str) -> dict[str, Any]:
                     "ready": False,
                     "restartCount": 3,
                     "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                    "lastState": {"terminated": {"reason": reason, "exitCode": 137}},
+                    "lastState": {"terminated": terminated},
                 }
             ],
         }
@@ -418,6 +419,37 @@ def test_health_follows_readiness_and_a_crash_loop_is_named(
     assert len(warnings) == 1  # reported once, not every period
     assert ready["reason"] == "ExecutorsReady" and f"{len(names)} of {len(names)}" in ready["message"]
     assert after["reason"] != "ExecutorFailing"
+
+
+def test_a_failed_step_is_named_in_the_condition_and_an_event(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
+):
+    """An executor whose step Spark's ANSI mode fails exits with code 2 and writes why to its termination
+    message (the pod renders --termination-log and terminationMessagePath): the topology is Degraded
+    naming the pod, the operator, the aggregation and Spark's error class, and a Warning Event says it."""
+    cluster(kube)
+    reason = (
+        "cannot run the pipeline: operator 'totals', aggregations[1]: [ARITHMETIC_OVERFLOW] overflow. "
+        "Use 'try_add' to tolerate overflow and return NULL instead."
+    )
+    with operator(kube, monkeypatch):
+        kube.create(CR_PATH, topology())
+        table = wait_for(lambda: routing(kube), what="plan")
+        names = sorted(
+            wait_for(lambda: (p := pods(kube)) and set(p) == set(table["executors"]) and p, what="pods")
+        )
+        container = kube.get(f"{PODS}/{names[0]}")["spec"]["containers"][0]
+        kube.patch(f"{PODS}/{names[0]}/status", crash_looping("Error", reason, exit_code=2))
+        degraded = wait_for(
+            lambda: (c := condition(kube, "Degraded")).get("reason") == "ExecutorFailing" and c,
+            what="Degraded=ExecutorFailing",
+        )
+        warned = wait_for(lambda: events(kube, "ExecutorFailing"), what="a Warning Event")
+    log = container["terminationMessagePath"]
+    assert container["args"][container["args"].index("--termination-log") + 1] == log
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    for said in (degraded["message"], warned[0]["message"]):
+        assert names[0] in said and "operator 'totals', aggregations[1]: [ARITHMETIC_OVERFLOW]" in said
 
 
 def test_node_removed_and_added_replans(kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch):
@@ -604,13 +636,10 @@ def test_two_replicas_with_peering_one_acts_and_the_other_takes_over(
         os.killpg(leader_process.pid, signal.SIGTERM)  # graceful: it leaves the peering at once
         leader_process.wait(30)
         wait_for(lambda: acting(standby), timeout=60, what="the standby resuming")
-        kube.patch(f"{CR_PATH}/pipe", {"spec": {"keyGroups": 6}})
+        kube.patch(f"{CR_PATH}/pipe", {"spec": topology(extra_ops=1)["spec"]})  # an operator added
         wait_for(lambda: handled(standby) >= 1, timeout=60, what="the standby handling the update")
         wait_for(
-            lambda: (
-                set(expected_units(topology() | {"spec": {**topology()["spec"], "keyGroups": 6}}))
-                <= set(routing(kube)["units"])
-            ),
+            lambda: set(expected_units(topology(extra_ops=1))) <= set(routing(kube)["units"]),
             timeout=60,
             what="the update applied by the standby",
         )

@@ -93,13 +93,16 @@ def test_reconcile_with_the_recorded_deployment_changes_nothing():
 
 
 def test_spec_change_replans_with_a_newer_version():
+    """A change the running state can take (a filter's predicate; one that cannot is refused, see
+    test_upgrade_reset.py) stops the executors, re-plans and starts them again with the next routing version."""
     platform = MemoryPlatform(Cluster.uniform(3, 1.5))
     first = reconcile(wordcount(), platform)
     changed = wordcount()
-    changed["spec"]["keyGroups"] = 4
+    changed["spec"]["operators"][2]["expr"] = "length(word) > 1"
     second = reconcile(changed, platform, previous=first.desired)
     assert second.desired.routing.version == first.desired.routing.version + 1
     assert set(second.desired.routing.units) == units_of(changed)
+    assert [a.topology.spec.suspend for a in platform.applied] == [False, True, False]
 
 
 def test_suspend_stops_every_executor_and_resume_brings_back_the_same_plan():

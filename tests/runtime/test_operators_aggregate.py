@@ -257,7 +257,7 @@ def test_operator_applies_the_cost_rule_to_the_specs_rates(make_spec, rate, keys
 def test_lazy_input_equals_reference_and_counts_per_producing_unit(spark, make_spec, windows_of, combine):
     """Records arriving as a Spark frame with ``__src`` (the producing unit): same windows as the pandas
     reference, and the input counted per (producing unit, key group) in the same job."""
-    from streamtopo.runtime.operators.base import SRC, to_spark
+    from streamtopo.runtime.operators.records import SRC, to_spark
 
     df = records()
     src = (np.arange(len(df)) % 3).astype(np.int64)
@@ -276,8 +276,7 @@ def test_partials_combined_upstream_equal_the_records(spark, make_spec, windows_
     """Map-side combine: partials a producer computed per (producing unit, key group), shipped through
     Arrow IPC and merged in two calls with records of another input, give the reference's windows; each
     pair's ``__n`` sums to the records it stands for."""
-    from streamtopo.runtime.operators.aggregate import COUNT
-    from streamtopo.runtime.operators.base import SRC, to_spark
+    from streamtopo.runtime.operators.records import COUNT, SRC, to_spark
     from streamtopo.runtime.operators.state import frame_to_ipc, ipc_to_frame
 
     df = records(seed=4)

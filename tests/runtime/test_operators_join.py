@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from streamtopo.runtime.operators import build_operator, combine_inputs
@@ -90,7 +91,7 @@ def test_join_in_one_call_equals_reference(spark, make_spec, windows_of, size, s
     batch = combine_inputs({"trades": left, "quotes": right})
     out = op.process(spark, batch, {}, {kg: math.inf for kg in range(4)}).output
     assert list(out.columns[:3]) == ["window_start", "window_end", "symbol"]
-    assert out.volume.dtype == np.int64  # integer columns survive the two-input batch
+    assert out.volume.dtype == pd.ArrowDtype(pa.int64())  # integer columns survive the two-input batch
     pd.testing.assert_frame_equal(
         canonical(out), reference(left, right, size, slide, windows_of), check_dtype=False
     )

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import json
+import datetime
 import math
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from streamtopo.runtime.operators import OperatorError, build_operator
+from streamtopo.runtime.operators.records import LINE, from_arrow, to_spark
+from streamtopo.runtime.operators.sink import JSON_OPTIONS
 from streamtopo.runtime.operators.source import SourceOperator
 
 
@@ -105,54 +109,42 @@ def sink(make_spec, target):
 
 
 @pytest.mark.spark
-def test_sink_json_lines_round_trip(spark, make_spec):
-    df = pd.DataFrame(
-        {
-            "symbol": ["A", None],
-            "pv": [1 / 3, np.nan],
-            "n": [3, 4],
-            "_ts": [10.0, 20.0],
-            "_kg": np.array([1, 2], dtype=np.int32),
-        }
+def test_file_sink_lines_are_what_sparks_json_writer_writes(spark, make_spec, tmp_path):
+    """Every type as Spark's writer writes it (null fields left out, NaN and infinities, -0.0, a bigint
+    above 2**53, a decimal with its scale, microsecond timestamps in UTC, unicode), event time last as
+    ``_ts``; a user column named ``ts`` is the user's."""
+    utc = datetime.UTC
+    df = from_arrow(
+        pa.table(
+            {
+                "symbol": ["A", None, 'ü"x\n\u0001', ""],
+                "pv": [1 / 3, None, -0.0, math.inf],
+                "nan": pa.array([math.nan, 5e-324, 2.0e-3, 1e22], pa.float64()),
+                "big": pa.array([9007199254741025, None, -(2**63), 2**63 - 1], pa.int64()),
+                "price": pa.array(
+                    [Decimal("1.10"), None, Decimal("-0.01"), Decimal("0E-9")], pa.decimal128(20, 9)
+                ),
+                "when": pa.array(
+                    [
+                        datetime.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=utc),
+                        None,
+                        datetime.datetime(1, 1, 1, tzinfo=utc),
+                        datetime.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=utc),
+                    ],
+                    pa.timestamp("us", tz="UTC"),
+                ),
+                "day": pa.array([datetime.date(2024, 1, 2), None, datetime.date(1, 1, 1), None]),
+                "ts": [1.5, 2.5, None, 3.0],
+                "_ts": [10.0, 20.0, 0.25, 1e-7],
+                "_kg": pa.array([1, 2, 0, 3], pa.int32()),
+            }
+        )
     )
-    op = sink(make_spec, {"file": {}})
-    assert op.process(spark, df, {}, {}).output is df  # the executor writes what the sink receives
-    lines = op.format(df)
-    assert [json.loads(line) for line in lines] == [
-        {"symbol": "A", "pv": 1 / 3, "n": 3, "ts": 10.0},
-        {"symbol": None, "pv": None, "n": 4, "ts": 20.0},
-    ]
+    out = sink(make_spec, {"file": {}}).process(spark, df, {}, {}).output
+    frame = to_spark(spark, df[[c for c in df.columns if c != "_kg"]]).coalesce(1)
+    frame.write.options(**JSON_OPTIONS).json(str(tmp_path / "spark"))
+    [part] = (tmp_path / "spark").glob("part-*.json")
+    assert out[LINE].tolist() == part.read_text().splitlines()
+    assert out[LINE].iloc[1] == '{"nan":4.9E-324,"ts":2.5,"_ts":20.0}'  # Java's digits, not Python's 5e-324
     console = sink(make_spec, {"console": {}}).format_console(df)
-    assert console[0].startswith("out[1] symbol=A pv=0.333333 n=3")
-
-
-def test_sink_records_convert_whole_columns_as_they_would_value_by_value():
-    """Records are built a column at a time for speed; every dtype gives what :func:`_plain` gives per
-    value (NaN and None -> null, infinities as strings, numpy scalars unboxed, timestamps ISO)."""
-    from streamtopo.runtime.operators.sink import _plain, records
-
-    n = 8
-    df = pd.DataFrame(
-        {
-            "i": np.arange(n, dtype=np.int64),
-            "small": np.arange(n, dtype=np.int16),
-            "f": [0.1, np.nan, math.inf, -math.inf, 2.5, 1e300, -0.0, 3.0],
-            "f32": np.linspace(0, 1, n, dtype=np.float32),
-            "b": [True, False] * (n // 2),
-            "s": ["a", None] * (n // 2),
-            "t": pd.date_range("2026-01-01", periods=n, freq="s"),
-            "mixed": [1, "x", None, 2.5, np.int64(3), np.nan, True, math.inf],
-            "_ts": np.linspace(0, 7, n),
-            "_kg": np.int32(1),
-        }
-    )
-    want = [
-        {
-            **{c: _plain(v) for c, v in row.items() if c not in ("_ts", "_kg")},
-            "ts": _plain(row["_ts"]),
-        }
-        for row in (dict(zip(df.columns, r)) for r in df.itertuples(index=False, name=None))
-    ]
-    got = records(df)
-    assert json.dumps(got) == json.dumps(want)
-    assert all(type(a) is type(b) for g, w in zip(got, want) for a, b in zip(g.values(), w.values()))
+    assert console[0].startswith("out[1] symbol=A pv=0.333333 nan=nan big=9007199254741025 price=1.100000000")

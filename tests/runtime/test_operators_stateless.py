@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from streamtopo.runtime.operators import OperatorError, RecordError, build_operator
+from streamtopo.runtime.operators.records import canonical
 
 pytestmark = pytest.mark.spark
 
 
 def trades(n: int = 50) -> pd.DataFrame:
+    """Records as the executor holds them: user columns Arrow-backed (records.py)."""
     rng = np.random.default_rng(0)
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "symbol": rng.choice(["AAPL", "IBM", "MSFT"], size=n),
             "price": np.round(rng.uniform(-5, 100, size=n), 2),
@@ -22,6 +25,7 @@ def trades(n: int = 50) -> pd.DataFrame:
             "_kg": rng.integers(0, 4, size=n).astype(np.int32),
         }
     )
+    return canonical(frame)
 
 
 def operator(make_spec, **fields):
@@ -79,8 +83,10 @@ def test_records_that_fail_are_isolated(spark, make_spec):
     """ANSI arithmetic: division by zero fails only on the records with volume = 3; exactly those are
     reported, so the executor can dead-letter them and re-run the rest."""
     df = trades(40)
-    df.loc[[5, 17, 18], "volume"] = 3
-    df.loc[~df.index.isin([5, 17, 18]) & (df.volume == 3), "volume"] = 4
+    volume = df.volume.to_numpy(dtype=np.int64).copy()
+    volume[volume == 3] = 4
+    volume[[5, 17, 18]] = 3
+    df["volume"] = volume
     op = operator(make_spec, kind="map", select=["symbol", "price / (volume - 3) AS x"])
     with pytest.raises(RecordError) as info:
         op.process(spark, df, {}, {})
@@ -95,6 +101,7 @@ def test_union_of_inputs_drops_the_input_marker(spark, make_spec):
     df = trades(10).assign(_input=["a", "b"] * 5)
     out = operator(make_spec, kind="filter", expr="volume >= 0").process(spark, df, {}, {}).output
     pd.testing.assert_frame_equal(out, df.drop(columns=["_input"]))
+    assert out.volume.dtype == pd.ArrowDtype(pa.int64())
 
 
 def test_lazy_input_gives_the_same_records_lazily(spark, make_spec):
@@ -102,7 +109,7 @@ def test_lazy_input_gives_the_same_records_lazily(spark, make_spec):
     computed, equals the pandas path's."""
     from pyspark.sql import DataFrame as SparkFrame
 
-    from streamtopo.runtime.operators.base import to_spark
+    from streamtopo.runtime.operators.records import to_spark
 
     df = trades()
     for fields in (
@@ -117,7 +124,7 @@ def test_lazy_input_gives_the_same_records_lazily(spark, make_spec):
 
 
 def test_lazy_input_with_a_bad_expression_fails_at_once_naming_the_field(spark, make_spec):
-    from streamtopo.runtime.operators.base import to_spark
+    from streamtopo.runtime.operators.records import to_spark
 
     with pytest.raises(OperatorError) as info:
         operator(make_spec, kind="filter", expr="nope > 1").process(spark, to_spark(spark, trades()), {}, {})

@@ -71,6 +71,8 @@ def test_run_refuses_several_topologies_that_cannot_run_together(tmp_path):
     assert "cycle" in result.output and "ping -> stream b -> pong" in result.output.replace("\n", " ")
     twice = CliRunner().invoke(app, ["run", str(ping), str(ping)])
     assert twice.exit_code == 2 and "given twice" in twice.output
+    watched = CliRunner().invoke(app, ["run", str(ping), str(pong), "--watch"])
+    assert watched.exit_code == 2 and "--watch applies the changes of one topology's file" in watched.output
 
 
 def test_run_reports_a_udf_that_does_not_import_before_starting(tmp_path):
@@ -293,7 +295,7 @@ def test_a_file_sinks_latest_records_are_read_from_the_ends_of_its_files(tmp_pat
     for kg in range(2):
         path = tmp_path / "out" / f"kg-{kg:04d}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(f'{{"key":{kg},"i":{i},"ts":{i * 2 + kg}.5}}\n' for i in range(2000)))
+        path.write_text("".join(f'{{"key":{kg},"i":{i},"_ts":{i * 2 + kg}.5}}\n' for i in range(2000)))
     latest = last_records(tmp_path, spec, spec.operator("out"), 3)
     assert [(r["key"], r["i"]) for r in latest] == [(1, 1998), (0, 1999), (1, 1999)]
 

@@ -190,6 +190,40 @@ def test_a_sink_write_failing_inside_an_executor_fails_the_run_instead_of_retryi
     assert_short_and_quiet(output)
 
 
+@pytest.mark.parametrize("executors", ["2"])
+def test_a_sum_that_overflows_fails_the_run_naming_operator_aggregation_and_error_class(tmp_path, executors):
+    """Each record fits a bigint, a key's running total does not: Spark's ANSI sum raises, so the run
+    fails, saying which operator, which aggregation and Spark's error class, on one executor or across two
+    (where the map's records cross to the aggregate's executor and the partials merge there)."""
+    path = write(
+        tmp_path,
+        "ff-overflow",
+        [
+            numbers(count=60),
+            op("big", "map", ["numbers"], select=["key", f"{2**62} + seq AS big"]),
+            op(
+                "totals", "aggregate", ["big"], keyBy=["key"], aggregations=["count(*) AS n", "sum(big) AS s"]
+            ),
+            op("out", "sink", ["totals"], sink={"file": {}}),
+        ],
+    )
+    result = streamtopo_run(
+        str(path),
+        "--executors",
+        executors,
+        "--output",
+        str(tmp_path / "out"),
+        "--duration",
+        "300",
+        cwd=tmp_path,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "exited with code 2" in output, output
+    assert "cannot run the pipeline: operator 'totals', aggregations" in output, output
+    assert "[ARITHMETIC_OVERFLOW]" in output, output
+
+
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.valkey

@@ -72,8 +72,11 @@ def test_aggregates_of_one_input_and_key_share_the_hcf_of_their_windows_as_pane(
     [group] = sharing_groups(topology("share").spec)
     assert group.input == "doubled" and group.members == ("fast", "slow")
     assert group.pane == Fraction(1, 4) and group.keys == ("key",)
-    # avg needs sum and count, count(*) counts rows, sum and max: sum(value) is computed once for both.
+    # avg needs Spark's Average buffer (its own sum, in double for a bigint), the count and the argument's
+    # type; count(*) counts rows; avg's count and max's argument are shared once each.
     assert sorted((a.fn, a.arg) for a in group.partials) == [
+        ("arg_type", "value"),
+        ("avg_sum", "value"),
         ("count", "1"),
         ("count", "value"),
         ("max", "value"),

@@ -135,3 +135,56 @@ floats = st.one_of(st.floats(allow_nan=False, width=64), st.sampled_from([math.i
 )
 def test_unit_record_round_trip(record):
     assert UnitRecord.decode(record.encode()) == record
+
+
+def test_a_unit_is_restored_only_under_the_layout_its_state_was_written_under(client):
+    """The last line of defence behind the upgrade check: a unit whose committed state was written under
+    one state layout is refused to an executor reading it under another, and nothing changes."""
+    from streamtopo.runtime.state_store import LayoutChanged
+
+    s = store(client, "ss-layout")
+    epoch, _ = s.acquire("totals/0", "ex-a", "layout-a")
+    s.commit(Commit(units=[("totals/0", epoch, UnitRecord(state=b"partials").encode())]))
+    with pytest.raises(LayoutChanged) as refused:
+        s.acquire("totals/0", "ex-b", "layout-b")
+    assert (refused.value.stored, refused.value.expected) == ("layout-a", "layout-b")
+    owner = s.ownership("totals/0")
+    assert (owner.owner, owner.epoch) == ("ex-a", epoch)  # the refused acquisition changed nothing
+    again, rec = s.acquire("totals/0", "ex-c", "layout-a")
+    assert again == epoch + 1 and rec.state == b"partials"
+    assert s.acquire("totals/0", "ex-d")[0] == epoch + 2  # no layout given: no check (older executors)
+    # A unit acquired under one layout that never committed holds no state: another layout may take it.
+    s.acquire("join/0", "ex-a", "layout-a")
+    assert s.acquire("join/0", "ex-b", "layout-b")[1] is None
+    assert client.hget(s.keys.unit("join/0"), "layout") == b"layout-b"
+
+
+def test_the_executor_checks_the_digest_the_planner_gives_with_the_runtimes_panes(make_spec):
+    """runtime/layouts.py: the planner's fingerprint of each operator, with the pane the runtime shares."""
+    from streamtopo.planner.upgrade import fingerprint
+    from streamtopo.runtime.layouts import STATE_FORMAT, layouts, runtime_facts
+    from streamtopo.runtime.operators import sharing_groups
+
+    spec = make_spec(
+        {"name": "src", "kind": "source", "source": {"generator": "sequence", "ratePerSecond": 50000}},
+        *(
+            {
+                "name": name,
+                "kind": "aggregate",
+                "inputs": ["src"],
+                "keyBy": ["key"],
+                "window": {"size": size, "slide": "1s"},
+                "aggregations": ["sum(value) AS total"],
+            }
+            for name, size in (("short", "5s"), ("long", "10s"))
+        ),
+    )
+    groups = sharing_groups(spec)
+    facts = runtime_facts(spec, groups)
+    pane = {"format": STATE_FORMAT, "pane": str(groups[0].pane)}
+    assert facts == {"src": {"format": STATE_FORMAT}, "short": pane, "long": pane}
+    digests = layouts(spec, groups)
+    assert digests == {name: fingerprint(spec, name, facts) for name in ("src", "short", "long")}
+    assert digests["short"] != layouts(spec, [])["short"]  # alone it keeps its state per its own pane
+    older = {name: {**f, "format": "1"} for name, f in facts.items()}  # another runtime's state encoding
+    assert all(fingerprint(spec, name, older) != digests[name] for name in facts)

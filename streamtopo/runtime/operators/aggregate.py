@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -38,14 +39,12 @@ from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime.operators.aggregations import (
     Aggregation,
     finalize,
+    fold,
     merge_partials,
     parse_aggregations,
     partial_kinds,
 )
 from streamtopo.runtime.operators.base import (
-    KG,
-    SRC,
-    TS,
     Batch,
     OperatorError,
     OperatorResult,
@@ -55,18 +54,26 @@ from streamtopo.runtime.operators.base import (
     guarded,
     is_spark,
     lazily,
+)
+from streamtopo.runtime.operators.folds import SparkArithmeticError, extreme, group_codes, normalized_keys
+from streamtopo.runtime.operators.numpy_eval import Evaluator
+from streamtopo.runtime.operators.records import (
+    BUCKET,
+    COUNT,
+    KG,
+    POS,
+    SRC,
+    TS,
+    column,
+    concat,
     to_pandas,
     to_spark,
 )
-from streamtopo.runtime.operators.numpy_eval import Evaluator, NeedsSpark
 from streamtopo.runtime.operators.state import decode_frames, encode_frames
 from streamtopo.runtime.operators.windows import Windowing, combine_pays
 from streamtopo.runtime.partitioning import partition_key
 from streamtopo.runtime.spark import get_spark
 
-BUCKET = "__bucket"
-COUNT = "__n"
-POS = "__pos"
 WINDOW_START, WINDOW_END = "window_start", "window_end"
 
 
@@ -121,24 +128,33 @@ def bucket_partials(
     if SRC in frame.columns:
         group.append(SRC)
         extra.append(F.sum(F.when(first, 1).otherwise(0)).alias(COUNT))
-    exprs = [F.expr(sql) for agg in aggs for sql in agg.partial_sql()]
+    types = argument_types(frame, aggs)
+    exprs = [F.expr(sql) for agg in aggs for sql in agg.partial_sql(types.get(agg.index))]
     return frame.groupBy(*group).agg(*exprs, *extra)
+
+
+def argument_types(frame: SparkFrame, aggs: list[Aggregation]) -> dict[int, str]:
+    """The Spark types of the averages' arguments over ``frame`` (an average's partial sum is a double or,
+    for a decimal, a decimal: aggregations.py); the analyzer's answer, no job."""
+    averaged = [agg for agg in aggs if agg.averages]
+    if not averaged:
+        return {}
+    schema = frame.select(*[F.expr(agg.arg) for agg in averaged]).schema
+    return {agg.index: field.dataType.simpleString() for agg, field in zip(averaged, schema.fields)}
 
 
 def numpy_partials(
     values: pd.DataFrame,
-    types: list[str],
     keys: list[str],
     w: Windowing | None,
     panes: bool,
     aggs: list[Aggregation],
 ) -> pd.DataFrame:
-    """What :func:`bucket_partials` computes, in pandas, for a batch already in the driver: ``values`` has
-    ``_kg``, ``_ts``, the keys and each aggregation's argument as ``__v<index>`` (numpy_eval.py evaluated
-    them; ``types`` are their Spark types), and ``__src`` when a producer combines for another executor
-    (then grouped by it too and counted in ``__n``, a record once, in its first window). The partials
-    have the types Spark's would (a sum of integers is a bigint, a count a bigint); a sum that may
-    overflow a bigint, or a min/max of anything but numbers, raises :class:`NeedsSpark`."""
+    """What :func:`bucket_partials` computes, for a batch already in the driver: ``values`` has ``_kg``,
+    ``_ts``, the keys and each aggregation's argument as ``__v<index>`` (numpy_eval.py evaluated them, with
+    Spark's types), and ``__src`` when a producer combines for another executor (then grouped by it too and
+    counted in ``__n``, a record once, in its first window). The partials fold with Spark's semantics and
+    types (folds.py); an overflow raises :class:`~folds.SparkArithmeticError` as Spark would."""
     group = [KG, *keys]
     frame = values
     first = np.ones(len(frame), dtype=np.int64)
@@ -155,48 +171,19 @@ def numpy_partials(
         frame = frame.assign(**{BUCKET: bucket})
         group.append(BUCKET)
     if SRC in frame.columns:
-        frame = frame.assign(**{COUNT: first})
         group.append(SRC)
-    for key in keys:
-        if pd.api.types.is_float_dtype(frame[key].dtype):
-            frame[key] = frame[key] + 0.0  # -0.0 + 0.0 is 0.0: Spark normalises signed zeros in keys
-    groups = frame.groupby(group, dropna=False, sort=False)
-    kind_of = dict(zip(values.columns, types))
-    out = {}
+    codes, firsts = group_codes(frame, group)
+    n = len(firsts)
+    out = normalized_keys(frame[group]).iloc[firsts].reset_index(drop=True)
     for agg in aggs:
-        arg = f"__v{agg.index}"
-        kind = kind_of[arg]
-        for column, partial in agg.partial_columns().items():
-            if partial == "c":
-                out[column] = groups[arg].count().astype(np.int64)
-                continue
-            if kind not in ("int", "bigint", "double"):
-                raise NeedsSpark(f"{partial} of {kind}")
-            if partial == "s":
-                result = groups[arg].sum(min_count=1)
-                if (
-                    kind != "double"
-                    and np.nanmax(np.abs(result.to_numpy(dtype=np.float64)), initial=0) >= 2**62
-                ):
-                    raise NeedsSpark("a bigint sum near overflow")  # ANSI raises it; Spark reports it
-                integral = "bigint" if kind != "double" else "double"
-            else:
-                result = groups[arg].min() if partial == "min" else groups[arg].max()
-                integral = kind
-            if integral != "double" and not result.isna().any():
-                result = result.astype(np.int64 if integral == "bigint" else np.int32)
-            elif integral != "double":
-                result = result.astype(np.float64)
-            out[column] = result
+        argument = frame[f"__v{agg.index}"]
+        for name, kind in agg.partial_columns().items():
+            out[name] = fold(kind, argument, codes, n, merging=False)
     if w is None:
-        out[TS] = groups[TS].max()
+        out[TS] = extreme(frame[TS], codes, n, largest=True)
     if SRC in frame.columns:
-        out[COUNT] = groups[COUNT].sum().astype(np.int64)
-    rows = pd.DataFrame(out).reset_index() if out else frame[group].drop_duplicates().reset_index(drop=True)
-    for key in keys:
-        if rows[key].dtype == object:  # a null key comes out of the index as NaN; Spark's is None
-            rows[key] = rows[key].where(rows[key].notna(), None)
-    return rows
+        out[COUNT] = np.bincount(codes, weights=first, minlength=n).astype(np.int64)
+    return out
 
 
 class AggregateOperator(UnitOperator):
@@ -247,12 +234,9 @@ class AggregateOperator(UnitOperator):
 
     def _batch_partials(self, spark: SparkSession, batch: pd.DataFrame) -> pd.DataFrame:
         """Partials of a batch in the driver: numpy where Spark's resolved arguments allow, else Spark."""
-        typed = self.arguments.typed(spark, batch)
-        if typed is not None:
-            try:
-                return numpy_partials(*typed, self.keys, self.windowing, self.combine, self.aggs)
-            except NeedsSpark:
-                pass
+        arguments = self.arguments(spark, batch)
+        if arguments is not None:
+            return numpy_partials(arguments, self.keys, self.windowing, self.combine, self.aggs)
         return to_pandas(self._partials(to_spark(spark, batch)))
 
     def output_frame(self, frame: SparkFrame) -> SparkFrame:
@@ -260,10 +244,14 @@ class AggregateOperator(UnitOperator):
         the partials' Spark expressions, then the final values as :func:`finalize` gives them (an average
         is a double, any other aggregation keeps its partial's type)."""
         partials = lazily(self.name, "aggregations", lambda: self._partials(frame))
+        types = argument_types(frame, self.aggs)
         values = []
         for agg in self.aggs:
             first = F.col(next(iter(agg.partial_columns())))
-            values.append((first.cast("double") if agg.fn in ("avg", "mean") else first).alias(agg.alias))
+            if agg.averages:
+                kind = types[agg.index]
+                first = first.cast(_average_type(kind) if kind.startswith("decimal") else "double")
+            values.append(first.alias(agg.alias))
         bounds = [F.lit(0.0).alias(WINDOW_START), F.lit(0.0).alias(WINDOW_END)] if self.windowing else []
         ts = F.lit(0.0).alias(TS) if self.windowing else F.col(TS)
         return partials.select(*bounds, *self.keys, *values, ts, KG)
@@ -307,26 +295,30 @@ class AggregateOperator(UnitOperator):
             fresh = guarded(self.name, "aggregations", lambda b: self._batch_partials(spark, b), batch)
         if partials is not None and len(partials):
             partials = partials.drop(columns=[SRC, COUNT], errors="ignore")
-            fresh = partials if fresh is None else pd.concat([fresh, partials], ignore_index=True)
-        parts = [] if fresh is None else [fresh]
+            fresh = partials if fresh is None else concat([fresh, partials])
+        parts = []  # state first: what came earlier folds first, as in one Spark aggregation over all
         kgs = sorted(set(states) | (set(fresh[KG].unique().tolist()) if fresh is not None else set()))
         for kg in kgs:
             state = states.get(kg)
             if state is not None and len(state["rows"]):
                 parts.append(state["rows"].assign(**{KG: np.int32(kg)}))
+        if fresh is not None and len(fresh):
+            parts.append(fresh)
         by = [KG, *self.keys] + ([BUCKET] if self.windowing else [])
-        rows = (
-            merge_partials(
-                pd.concat(parts, ignore_index=True), by, self.kinds, extra_max=() if self.windowing else (TS,)
+        try:
+            rows = (
+                merge_partials(concat(parts), by, self.kinds, extra_max=() if self.windowing else (TS,))
+                if parts
+                else None
             )
-            if parts
-            else None
-        )
-        result = (
-            self._running(rows, fresh, kgs)
-            if self.windowing is None
-            else self._fire(rows, kgs, states, watermarks)
-        )
+            result = (
+                self._running(rows, fresh, kgs)
+                if self.windowing is None
+                else self._fire(rows, kgs, states, watermarks)
+            )
+        except SparkArithmeticError as error:  # a total Spark's ANSI mode refuses: the step fails
+            field, _, message = str(error).partition(": ")
+            raise OperatorError(self.name, field, message) from None
         result.input_counts = counts
         return result
 
@@ -336,8 +328,9 @@ class AggregateOperator(UnitOperator):
         if rows is None:
             return OperatorResult(self._empty_output(), {kg: None for kg in kgs})
         if fresh is not None:
-            touched = fresh[[KG, *self.keys]].drop_duplicates()
-            output = finalize(rows.merge(touched, on=[KG, *self.keys]), self.aggs)
+            output = finalize(
+                rows[_present_in(rows, fresh, [KG, *self.keys])].reset_index(drop=True), self.aggs
+            )
         else:
             output = self._empty_output()
         return OperatorResult(self._ordered(output), self._split(rows, kgs, {}))
@@ -368,11 +361,11 @@ class AggregateOperator(UnitOperator):
             end = w.end(bucket)
             windows = rows[(end > lo) & (end <= hi)]
             keep = end > hi
-        output = finalize(windows, self.aggs)
+        output = finalize(windows.reset_index(drop=True), self.aggs)
         n = output.pop(BUCKET).to_numpy(dtype=np.int64)
-        output.insert(0, WINDOW_END, w.end(n))
-        output.insert(0, WINDOW_START, w.start(n))
-        output[TS] = output[WINDOW_END]
+        output.insert(0, WINDOW_END, column(w.end(n), None, pa.float64()))
+        output.insert(0, WINDOW_START, column(w.start(n), None, pa.float64()))
+        output[TS] = w.end(n)
         return OperatorResult(self._ordered(output), self._split(rows[keep], kgs, now))
 
     # ------------------------------------------------------------------------------------------ shape
@@ -433,6 +426,18 @@ class AggregateOperator(UnitOperator):
             return None
         frames, meta = decode_frames(data)
         return {"rows": frames["rows"], **meta}
+
+
+def _present_in(rows: pd.DataFrame, fresh: pd.DataFrame, by: list[str]) -> np.ndarray:
+    """Which of ``rows`` have keys ``by`` that also occur in ``fresh`` (grouped as Spark groups them)."""
+    codes, _ = group_codes(concat([rows[by], fresh[by]]), by)
+    return np.isin(codes[: len(rows)], codes[len(rows) :])
+
+
+def _average_type(argument: str) -> str:
+    """Spark's Average of decimal(p, s): decimal(min(38, p + 4), min(38, s + 4))."""
+    precision, scale = (int(part) for part in argument[len("decimal(") : -1].split(","))
+    return f"decimal({min(38, precision + 4)},{min(38, scale + 4)})"
 
 
 def _empty_rows(rows: pd.DataFrame | None) -> pd.DataFrame:

@@ -20,34 +20,19 @@ Errors come in three kinds the executor treats differently:
 
 from __future__ import annotations
 
-import os
-import shutil
-import threading
-import uuid
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeAlias
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
-from pyspark.sql import types as T
-from pyspark.sql.pandas.types import from_arrow_schema
 from typing_extensions import TypeIs
 
 from streamtopo.planner.model import Operator, StreamTopologySpec
-from streamtopo.runtime.spark import temp_dir
+from streamtopo.runtime.operators.records import INPUT, KG, TS, canonical, to_pandas
 
-TS = "_ts"
-KG = "_kg"
-INPUT = "_input"
-SRC = "__src"
-"""On a lazy input an operator counts (``counts_input``): the producing unit of each record."""
 RESERVED = (TS, KG)
 
 Batch: TypeAlias = pd.DataFrame | SparkFrame
@@ -122,75 +107,16 @@ class UnitOperator:
 
 
 # ------------------------------------------------------------------------------------- pandas <-> Spark
-
-
-def spark_schema(df: pd.DataFrame) -> T.StructType:
-    """Spark schema of a pandas frame via Arrow, so empty frames convert too (Spark cannot infer those).
-
-    Columns Arrow types as null (all-None object columns) become strings.
-    """
-    return from_arrow_schema(arrow_schema(pa.Schema.from_pandas(df, preserve_index=False)))
-
-
-def arrow_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with null-typed fields (all-None object columns) as strings: Spark has no null type."""
-    return pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in schema])
-
-
-PARQUET_ROWS = 20_000
-"""From this many rows on, pandas reaches Spark through a Parquet file: PySpark 4's ``createDataFrame``
-moves about 100k records per CPU-second into the JVM, Spark's vectorised Parquet reader about 800k."""
+# (records.py: one representation of records in the driver, and the exact conversions)
 
 
 def is_spark(batch: Batch | None) -> TypeIs[SparkFrame]:
     return isinstance(batch, SparkFrame)
 
 
-def to_spark(spark: SparkSession, df: pd.DataFrame) -> SparkFrame:
-    """A Spark DataFrame of ``df``; large frames go through a Parquet file in the scratch directory,
-    which must outlive every lazy frame built on it (the executor clears it after each step)."""
-    df = df.reset_index(drop=True)
-    if len(df) < PARQUET_ROWS:
-        return spark.createDataFrame(df, schema=spark_schema(df))
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    table = table.cast(arrow_schema(table.schema))
-    path = scratch_dir() / f"{uuid.uuid4().hex}.parquet"
-    pq.write_table(table, path, compression="none")
-    # The schema is ours: giving it saves the Spark job that would read it back from the file's footer.
-    return spark.read.schema(from_arrow_schema(table.schema)).parquet(str(path))
-
-
-def _scratch() -> Path:
-    # Per thread: executors sharing a process (tests, benchmarks) each clear only their own hand-offs.
-    # Inside the process's Spark directory, which is removed at exit whatever a step left behind.
-    return temp_dir() / f"streamtopo-scratch-{os.getpid()}-{threading.get_ident()}"
-
-
-def scratch_dir() -> Path:
-    """This thread's directory for Parquet hand-offs to Spark (created on first use)."""
-    path = _scratch()
-    path.mkdir(exist_ok=True)
-    return path
-
-
-def clear_scratch() -> None:
-    """Remove the Parquet hand-offs of finished steps (no lazy frame refers to them any more)."""
-    shutil.rmtree(_scratch(), ignore_errors=True)
-
-
 def materialize(batch: Batch) -> pd.DataFrame:
     """A pandas frame of ``batch`` (runs the Spark job of a lazy frame)."""
     return computed(lambda: to_pandas(batch)) if is_spark(batch) else batch
-
-
-def to_pandas(frame: SparkFrame) -> pd.DataFrame:
-    with warnings.catch_warnings():
-        # A failing job under Arrow warns before raising; the raise is what we handle (see guarded).
-        warnings.filterwarnings("ignore", message="toPandas attempted Arrow optimization")
-        out: pd.DataFrame = frame.toPandas()
-    if KG in out.columns:
-        out[KG] = out[KG].astype("int32")
-    return out
 
 
 def ensure_reserved(batch: pd.DataFrame, operator: str, keep_input: bool = False) -> pd.DataFrame:
@@ -205,7 +131,7 @@ def ensure_reserved(batch: pd.DataFrame, operator: str, keep_input: bool = False
         raise OperatorError(operator, "inputs", f"records lack reserved column(s) {', '.join(missing)}")
     if batch[KG].dtype != "int32" or batch[TS].dtype != "float64":
         batch = batch.astype({KG: "int32", TS: "float64"})
-    return batch
+    return canonical(batch)
 
 
 # ---------------------------------------------------------------------------------- failure isolation

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -42,38 +44,53 @@ from streamtopo.runtime.operators.base import (
     ensure_reserved,
     lazily,
 )
+from streamtopo.runtime.operators.folds import normalized_keys
+from streamtopo.runtime.operators.records import WINDOW, arrow_array, column, concat, to_arrow
 from streamtopo.runtime.operators.state import decode_frames, encode_frames
 from streamtopo.runtime.operators.windows import Windowing
 
-WINDOW = "__win"
+INPUTS = "inputs"
+"""``batch.attrs`` entry of a combined batch: each input's columns as (its name, the name in the batch)."""
 
 
 def combine_inputs(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One batch of both inputs with an ``_input`` column; integer columns become nullable (Int64) so
-    that the other side's missing values do not turn them into floats; :func:`split_inputs` undoes it."""
+    """One batch of both inputs with an ``_input`` column, every column's type kept: a column one input
+    lacks is null in its rows, and a name both inputs have with different types is kept apart (the second
+    input's under ``__<input>.<name>``). :func:`split_inputs` gives each input back as it came: its own
+    columns (all of them, even one that is all null in a step, so the output's never depend on the step)."""
+    seen: dict[str, pa.DataType] = {}
+    columns: dict[str, list[tuple[str, str]]] = {}
     parts = []
     for name, frame in frames.items():
-        ints = {
-            c: f"{str(t).capitalize()}"
-            for c, t in frame.dtypes.items()
-            if pd.api.types.is_integer_dtype(t) and c != KG
-        }
-        parts.append(frame.astype(ints).assign(**{INPUT: name}))
-    return pd.concat(parts, ignore_index=True)
+        own = []
+        for column_name in frame.columns:
+            kind = to_arrow(frame[[column_name]].iloc[:0]).schema.types[0]
+            target = column_name
+            known = seen.get(column_name)
+            if (
+                known is not None
+                and known != kind
+                and not pa.types.is_null(kind)
+                and not pa.types.is_null(known)
+            ):
+                target = f"__{name}.{column_name}"
+            seen.setdefault(target, kind)
+            own.append((column_name, target))
+        columns[name] = own
+        parts.append(frame.rename(columns=dict(own)).assign(**{INPUT: name}))
+    batch = concat(parts)
+    batch.attrs[INPUTS] = columns
+    return batch
 
 
 def split_inputs(batch: pd.DataFrame, name: str) -> pd.DataFrame:
-    """The records of input ``name``, without the other input's (all-null) columns."""
-    rows = batch[batch[INPUT] == name].drop(columns=[INPUT])
-    rows = rows[[c for c in rows.columns if c in (KG, TS) or rows[c].notna().any()]]
-    restore = {
-        c: str(t).lower()
-        for c, t in rows.dtypes.items()
-        if isinstance(t, pd.api.extensions.ExtensionDtype)
-        and pd.api.types.is_integer_dtype(t)
-        and rows[c].notna().all()
-    }
-    return rows.astype(restore).reset_index(drop=True)
+    """The records of input ``name``, with its own columns under their own names."""
+    own = batch.attrs.get(INPUTS, {}).get(name) or [(c, c) for c in batch.columns if c != INPUT]
+    rows = batch[batch[INPUT].to_numpy() == name]
+    present = [(column_name, target) for column_name, target in own if target in rows.columns]
+    out = rows[[target for _, target in present]].reset_index(drop=True)
+    out.columns = [column_name for column_name, _ in present]
+    return out
 
 
 class JoinOperator(UnitOperator):
@@ -117,7 +134,7 @@ class JoinOperator(UnitOperator):
                         parts.append(state[name].assign(**{KG: np.int32(kg)}))
         prev = {kg: (states.get(kg) or {}).get("wm", -math.inf) for kg in kgs}
         now = {kg: max(prev[kg], watermarks.get(kg, -math.inf)) for kg in kgs}
-        rows = {name: pd.concat(parts, ignore_index=True) if parts else None for name, parts in sides.items()}
+        rows = {name: concat(parts) if parts else None for name, parts in sides.items()}
         output = self._fire(rows, prev, now)
         return OperatorResult(output, self._split(rows, kgs, now))
 
@@ -128,7 +145,11 @@ class JoinOperator(UnitOperator):
         now: dict[int, float],
     ) -> pd.DataFrame:
         """Join the windows that fire now: window assignment, bounds, equi-join (:meth:`_join`)."""
-        nothing = pd.DataFrame(columns=[WINDOW_START, WINDOW_END, *self.keys, TS, KG])
+        nothing = (
+            pd.DataFrame({c: pd.Series(dtype="float64") for c in (WINDOW_START, WINDOW_END)})
+            .assign(**{key: pd.Series(dtype=object) for key in self.keys}, **{TS: pd.Series(dtype="float64")})
+            .assign(**{KG: pd.Series(dtype="int32")})
+        )
         left, right = rows[self.left], rows[self.right]
         if left is None or right is None or not any(now[kg] > prev[kg] for kg in now):
             return nothing
@@ -147,28 +168,37 @@ class JoinOperator(UnitOperator):
     ) -> pd.DataFrame:
         """The windows that fire now, joined in pandas: the records are in the driver already (the join's
         state lives there), and a Spark join of a few hundred buffered records cost three stages and a
-        third of a second per step (docs/runtime.md). Equality as Spark's equi-join has it: null keys
-        match nothing, -0.0 equals 0.0; the key types were checked before the run (runtime/analysis.py)."""
+        third of a second per step (docs/runtime.md). Equality as Spark's equi-join (``USING``) has it:
+        null keys match nothing, NaN equals NaN, -0.0 equals 0.0, an int equals the double of the same
+        value; the output's keys are the left input's values (a -0.0 stays -0.0), as Spark's are."""
         w = self.windowing
         clash = (set(left.columns) & set(right.columns)) - {*self.keys, KG, TS}
         sides = [
             self._windowed(frame, name, clash, prev, now)
             for frame, name in ((left, self.left), (right, self.right))
         ]
-        try:
-            out = sides[0].merge(sides[1], on=[KG, *self.keys, WINDOW], how="inner", sort=False)
-        except (ValueError, TypeError) as error:  # e.g. a string key on one side, a number on the other
-            raise OperatorError(self.name, "keyBy", str(error).splitlines()[0]) from None
+        matched = [f"__key{i}" for i in range(len(self.keys))]
+        for i, key in enumerate(self.keys):
+            kind = _common_key_type(self.name, key, *(side[key] for side in sides))
+            for side in sides:
+                side[matched[i]] = normalized_keys(pd.DataFrame({key: _cast(side[key], kind)}))[key]
+        right = sides[1].drop(columns=self.keys)
+        out = sides[0].merge(right, on=[KG, *matched, WINDOW], how="inner", sort=False).drop(columns=matched)
         n = out.pop(WINDOW).to_numpy(dtype=np.int64)
-        kg = out.pop(KG)
+        kg = out.pop(KG).to_numpy()
         others = [c for c in out.columns if c not in self.keys]
         result = pd.concat(
-            [pd.DataFrame({WINDOW_START: w.start(n), WINDOW_END: w.end(n)}), out[self.keys], out[others]],
+            [
+                pd.DataFrame({WINDOW_START: column(w.start(n), None, pa.float64())}),
+                pd.DataFrame({WINDOW_END: column(w.end(n), None, pa.float64())}),
+                out[self.keys],
+                out[others],
+            ],
             axis=1,
         )
-        result[TS] = result[WINDOW_END]
+        result[TS] = w.end(n)
         result[KG] = kg.astype("int32")
-        return result.sort_values([KG, WINDOW_END, *self.keys], kind="stable").reset_index(drop=True)
+        return result.sort_values([KG, TS], kind="stable").reset_index(drop=True)
 
     def _windowed(
         self,
@@ -192,11 +222,9 @@ class JoinOperator(UnitOperator):
         kg = out[KG].to_numpy()
         lo = pd.Series(prev).reindex(kg).to_numpy(dtype=np.float64)
         hi = pd.Series(now).reindex(kg).to_numpy(dtype=np.float64)
-        out = out[(end > lo) & (end <= hi) & out[self.keys].notna().all(axis=1).to_numpy()]
-        for key in self.keys:
-            if pd.api.types.is_float_dtype(out[key].dtype):
-                out[key] = out[key] + 0.0  # -0.0 + 0.0 is 0.0: Spark normalises signed zeros in join keys
-        return out
+        return out[(end > lo) & (end <= hi) & out[self.keys].notna().all(axis=1).to_numpy()].reset_index(
+            drop=True
+        )
 
     def _joined(self, left: SparkFrame, right: SparkFrame, bounds: SparkFrame) -> SparkFrame:
         """The join :meth:`_join` computes, as a Spark plan over lazy inputs: what the fail-fast analysis
@@ -253,7 +281,8 @@ class JoinOperator(UnitOperator):
             for kg, part in frame[alive].groupby(KG):
                 kept[name][kg] = part.drop(columns=[KG]).reset_index(drop=True)
         return {
-            kg: {**{name: kept[name].get(kg, pd.DataFrame()) for name in rows}, "wm": now[kg]} for kg in kgs
+            kg: {**{name: kept[name].get(kg, _no_records(rows[name])) for name in rows}, "wm": now[kg]}
+            for kg in kgs
         }
 
     def encode_state(self, state: Any) -> bytes:
@@ -268,3 +297,38 @@ class JoinOperator(UnitOperator):
             return None
         frames, meta = decode_frames(data)
         return {**frames, **meta}
+
+
+def _no_records(frame: pd.DataFrame | None) -> pd.DataFrame:
+    """A side's state without records, its columns and types kept (so a restored state's are the same)."""
+    return pd.DataFrame() if frame is None else frame.drop(columns=[KG]).iloc[:0]
+
+
+def _key_type(series: pd.Series) -> pa.DataType:
+    if isinstance(series.dtype, pd.ArrowDtype):
+        return series.dtype.pyarrow_dtype
+    return pa.from_numpy_dtype(series.dtype) if series.dtype != object else pa.string()
+
+
+def _common_key_type(operator: str, key: str, left: pd.Series, right: pd.Series) -> pa.DataType:
+    """The type both sides' key compares in, as Spark's coercion of ``left.key = right.key`` gives it:
+    equal types as they are, integers as bigint, any floating side as double, decimals as a decimal wide
+    enough for both."""
+    a, b = _key_type(left), _key_type(right)
+    if a == b:
+        return a
+    numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t) for t in (a, b)]
+    if not all(numeric):
+        raise OperatorError(operator, "keyBy", f"key {key!r} is {a} on one side and {b} on the other")
+    if pa.types.is_floating(a) or pa.types.is_floating(b):
+        return pa.float64()
+    if pa.types.is_integer(a) and pa.types.is_integer(b):
+        return pa.int64()
+    scale = max(t.scale for t in (a, b) if pa.types.is_decimal(t))
+    return pa.decimal128(38, scale)
+
+
+def _cast(series: pd.Series, kind: pa.DataType) -> pd.Series:
+    if _key_type(series) == kind:
+        return series.reset_index(drop=True)
+    return pd.Series(pd.arrays.ArrowExtensionArray(pc.cast(arrow_array(series), kind)))

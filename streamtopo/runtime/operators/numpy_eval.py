@@ -7,17 +7,17 @@ operator and schema, so names, implicit casts and types are Spark's; the optimiz
 (a ``Project`` and/or ``Filter`` over the input) are then evaluated with numpy, in Spark's semantics:
 
 - ``+ - * / %``, ``pmod``, comparisons, AND/OR/NOT, IS [NOT] NULL and widening casts over int,
-  bigint, double, string and boolean columns;
-- SQL three-valued logic: every value carries a null mask; a filter keeps the rows that are true;
-- doubles compare as Spark orders them (NaN equals NaN and is larger than any other value);
+  bigint, double, string and boolean columns; columns of any other type pass through unchanged and may
+  be tested for null;
+- SQL three-valued logic: every value carries a null mask, and NaN is a value, never a null (the batch's
+  columns are Arrow-backed, records.py); a filter keeps the rows that are true;
+- doubles compare as Spark orders them (NaN equals NaN and is larger than any other value; -0.0 = 0.0);
 - ANSI errors (integer overflow, division by zero) are not reproduced: such a batch raises
   :class:`NeedsSpark` and runs in Spark, which raises them record by record as before;
-- the output has the dtypes Spark's ``toPandas`` would give (an integer column with a null is float64).
+- the output columns have Spark's types (Arrow-backed: a bigint with a null stays a bigint).
 
-Anything outside the supported set (functions, dates, decimals, casts that may fail) is left to Spark:
-:func:`compile_plan` returns None and the operator runs its Spark path. A pandas batch holds nulls of a
-double column as NaN (that is how Arrow hands them over), so an input NaN is read as null, as the Spark
-path, which takes the batch in through Arrow, reads it too.
+Anything outside the supported set (functions, arithmetic on dates or decimals, casts that may fail) is
+left to Spark: :func:`compile_plan` returns None and the operator runs its Spark path.
 """
 
 from __future__ import annotations
@@ -30,11 +30,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from streamtopo.runtime.operators.base import spark_schema, to_pandas, to_spark
+from streamtopo.runtime.operators.records import column, is_internal, spark_schema, to_pandas, to_spark
+from streamtopo.runtime.operators.records import values as column_values
 
 
 class NeedsSpark(Exception):
@@ -49,12 +52,21 @@ class Value:
     nulls: np.ndarray
     """Broadcasts against ``values`` (a literal's is a scalar array)."""
     type: str
+    series: pd.Series | None = None
+    """A column of a type numpy does not compute on (a decimal, a timestamp): passed through as it is."""
 
 
 Node = Callable[[pd.DataFrame], Value]
 
 _NUMERIC = ("int", "bigint", "double")
 _DTYPES = {"int": np.int32, "bigint": np.int64, "double": np.float64}
+_ARROW = {
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "boolean": pa.bool_(),
+}
 _NOT_NULL = np.array(False)
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
 
@@ -63,34 +75,28 @@ _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
 
 
 def read(frame: pd.DataFrame, name: str, kind: str) -> Value:
-    """Column ``name`` of a pandas batch as Spark sees it after Arrow (NaN of a double is null)."""
-    column = frame[name]
-    nulls = column.isna().to_numpy()
-    if kind == "double":
-        return Value(column.to_numpy(dtype=np.float64, na_value=np.nan), nulls, kind)
+    """Column ``name`` of a batch: its values and null mask (NaN is a value); a column of a type numpy
+    does not compute on is carried as it is."""
+    series = frame[name]
+    if kind not in _ARROW:
+        return Value(np.empty(0), series.isna().to_numpy(), kind, series)
+    data, nulls = column_values(series)
     if kind in _DTYPES:
-        return Value(column.to_numpy(dtype=_DTYPES[kind], na_value=0), nulls, kind)
-    if kind == "boolean":
-        return Value(column.to_numpy(dtype=bool, na_value=False), nulls, kind)
-    return Value(column.to_numpy(dtype=object), nulls, kind)
+        data = data.astype(_DTYPES[kind], copy=False)
+    elif kind == "string":
+        data = data.astype(object, copy=False)
+    return Value(data, nulls, kind)
 
 
-def to_column(value: Value, length: int) -> pd.Series:
-    """A result as ``toPandas`` would give it: nulls make integers float64 and booleans objects."""
-    values = np.broadcast_to(value.values, (length,))
+def to_column(value: Value, length: int, name: str) -> pd.Series:
+    """A result as a column of its Spark type (Arrow-backed; the executor's own columns numpy)."""
+    if value.series is not None:
+        return value.series.reset_index(drop=True)
+    data = np.broadcast_to(value.values, (length,))
     nulls = np.broadcast_to(value.nulls, (length,))
-    if value.type == "double":
-        return pd.Series(np.where(nulls, np.nan, values).astype(np.float64))
-    if value.type in _DTYPES or value.type == "boolean":
-        if nulls.any():
-            dtype = object if value.type == "boolean" else np.float64
-            out = values.astype(dtype)
-            out[nulls] = None if value.type == "boolean" else np.nan
-            return pd.Series(out)
-        return pd.Series(values.astype(_DTYPES.get(value.type, bool)))
-    out = values.astype(object)
-    out[nulls] = None
-    return pd.Series(out, dtype=object)
+    if is_internal(name) and not nulls.any():
+        return pd.Series(data.astype(_DTYPES.get(value.type, data.dtype)))
+    return column(data, nulls, _ARROW[value.type])
 
 
 # ------------------------------------------------------------------------------------ the resolved tree
@@ -142,9 +148,7 @@ class _Compiler:
         return out
 
     def _AttributeReference(self, node: dict[str, Any]) -> tuple[Node, str] | None:
-        kind = _type(node["dataType"])
-        if kind is None:
-            return None
+        kind = _type(node["dataType"]) or str(node["dataType"])
         name = node["name"]
         return (lambda frame: read(frame, name, kind)), kind
 
@@ -291,7 +295,7 @@ class _Compiler:
                 x, y = np.where(a.nulls, "", x), np.where(b.nulls, "", y)
             return Value(np.asarray(op(x, y), dtype=bool), a.nulls | b.nulls, "boolean")
 
-        return self._binary(node, lambda kind: "boolean", compare)
+        return self._binary(node, lambda kind: "boolean" if kind in _ARROW else None, compare)
 
     def _EqualTo(self, node: dict[str, Any]) -> tuple[Node, str] | None:
         return self._comparison(node, operator.eq)
@@ -343,7 +347,7 @@ class _Compiler:
         child = compiled[0]
 
         def test(frame: pd.DataFrame) -> Value:
-            nulls = np.asarray(child(frame).nulls, dtype=bool)
+            nulls = np.asarray(child(frame).nulls, dtype=bool)  # any type: its null mask
             return Value(nulls if want_null else ~nulls, _NOT_NULL, "boolean")
 
         return test, "boolean"
@@ -385,7 +389,7 @@ class Compiled:
             frame = frame[mask].reset_index(drop=True)
         n = len(frame)
         out = pd.DataFrame(
-            {i: to_column(evaluate(frame), n) for i, (_, evaluate, _) in enumerate(self.columns)}
+            {i: to_column(evaluate(frame), n, name) for i, (name, evaluate, _) in enumerate(self.columns)}
         )
         out.columns = [name for name, _, _ in self.columns]  # a query may name two columns alike, as Spark's
         return out
@@ -398,8 +402,12 @@ def empty_frame(spark: SparkSession, schema: T.StructType) -> SparkFrame:
 
 
 def compile_plan(query: SparkFrame) -> Compiled | None:
-    """A numpy evaluator of ``query`` (filters and projections over one input), None if Spark must run it."""
-    plan = query._jdf.queryExecution().optimizedPlan()
+    """A numpy evaluator of ``query`` (filters and projections over one input), None if Spark must run it
+    (also when optimizing it raises: ANSI mode folding a constant that fails, which Spark reports)."""
+    try:
+        plan = query._jdf.queryExecution().optimizedPlan()
+    except PySparkException:
+        return None
     condition, project = None, None
     while plan.nodeName() in ("Project", "Filter"):
         if plan.nodeName() == "Project":
@@ -452,11 +460,6 @@ class Evaluator:
 
     def __call__(self, spark: SparkSession, batch: pd.DataFrame) -> pd.DataFrame | None:
         """``batch`` through the query in numpy, or None when Spark must run it (this schema or batch)."""
-        typed = self.typed(spark, batch)
-        return None if typed is None else typed[0]
-
-    def typed(self, spark: SparkSession, batch: pd.DataFrame) -> tuple[pd.DataFrame, list[str]] | None:
-        """As calling it, with the Spark type of each output column."""
         schema = spark_schema(batch)
         key = tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
         if key not in self.plans:
@@ -465,7 +468,7 @@ class Evaluator:
         if compiled is None:
             return None
         try:
-            return compiled(batch), [kind for _, _, kind in compiled.columns]
+            return compiled(batch)
         except NeedsSpark:
             return None
 

@@ -32,14 +32,10 @@ from pyspark.sql import DataFrame as SparkFrame
 
 from streamtopo.planner.graph import partition_key
 from streamtopo.planner.model import Operator, StreamTopologySpec
-from streamtopo.runtime.operators.aggregate import (
-    BUCKET,
-    COUNT,
-    bucket_partials,
-    values_per_second,
-)
+from streamtopo.runtime.operators.aggregate import bucket_partials, values_per_second
 from streamtopo.runtime.operators.aggregations import Aggregation, parse_aggregations, partial_aggregation
-from streamtopo.runtime.operators.base import KG, SRC, computed, lazily, to_pandas
+from streamtopo.runtime.operators.base import computed, lazily
+from streamtopo.runtime.operators.records import BUCKET, COUNT, KG, SRC, to_pandas
 from streamtopo.runtime.operators.windows import Windowing, combine_pays, hcf
 
 

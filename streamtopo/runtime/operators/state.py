@@ -16,6 +16,8 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from streamtopo.runtime.operators.records import from_arrow, to_arrow
+
 MAGIC = b"STST1"
 
 
@@ -24,7 +26,7 @@ def frame_to_ipc(df: pd.DataFrame | pa.Table) -> bytes:
 
     Converting pandas to Arrow costs a few milliseconds per call whatever the size, so a caller cutting a
     frame into many entries converts it once and passes zero-copy slices of the table."""
-    table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df, preserve_index=False)
+    table = df if isinstance(df, pa.Table) else to_arrow(df)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -36,7 +38,7 @@ def ipc_to_table(blob: bytes) -> pa.Table:
 
 
 def ipc_to_frame(blob: bytes) -> pd.DataFrame:
-    return ipc_to_table(blob).to_pandas()
+    return from_arrow(ipc_to_table(blob))
 
 
 def _json_safe(value: Any) -> Any:

@@ -33,7 +33,8 @@ import pyarrow as pa
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.conversion import ArrowBatchTransformer
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime.operators.base import (
@@ -44,7 +45,12 @@ from streamtopo.runtime.operators.base import (
     UnitOperator,
     ensure_reserved,
     guarded,
+)
+from streamtopo.runtime.operators.records import (
+    arrow_schema,
+    from_arrow,
     spark_schema,
+    to_arrow,
     to_pandas,
     to_spark,
 )
@@ -94,6 +100,21 @@ def load_function(path: str, operator: str) -> UserFunction:
     return fn
 
 
+def as_spark_hands_it(frame: pd.DataFrame) -> pd.DataFrame:
+    """The records as Spark hands them to a pandas function (``mapInPandas``): PySpark's own conversion of
+    their Arrow data, so a function called in the driver (a probe, the sample) sees what it sees in Spark:
+    nullable integers as Int64, NaN and null both NaN in a double, timestamps as naive datetime64, decimals
+    and dates as Python objects."""
+    table = to_arrow(frame).combine_chunks()
+    arrays = [c.chunk(0) if c.num_chunks else pa.array([], c.type) for c in table.columns]
+    nested = pa.table({"_0": pa.StructArray.from_arrays(arrays, names=table.column_names)})
+    converted: pd.DataFrame = ArrowBatchTransformer.to_pandas(
+        nested, timezone="UTC", prefer_int_ext_dtype=False, df_for_struct=True
+    )[0]
+    converted.index = frame.index
+    return converted
+
+
 def apply_per_key_group(fn: UserFunction, frame: pd.DataFrame, operator: str) -> pd.DataFrame:
     """Call ``fn`` once per key group of ``frame`` and restore the reserved columns it dropped."""
     outputs = []
@@ -133,7 +154,7 @@ class UdfOperator(UnitOperator):
         whose type no record shows (object) are Spark's void type, which any expression accepts. None
         when the function fails or gives no columns of its own on no records (it may build its output
         row by row): downstream is then left to the run."""
-        empty = to_arrow_schema(frame.schema).empty_table().to_pandas()
+        empty = as_spark_hands_it(from_arrow(arrow_schema(frame.schema).empty_table()))
         try:
             result = self.fn(empty)
         except Exception:  # noqa: BLE001 - user code may need records; the run checks what it returns
@@ -145,7 +166,7 @@ class UdfOperator(UnitOperator):
         return frame.sparkSession.createDataFrame([], schema)
 
     def _call(self, batch: pd.DataFrame) -> pd.DataFrame:
-        return apply_per_key_group(self.fn, batch, self.name)
+        return apply_per_key_group(self.fn, as_spark_hands_it(batch), self.name)
 
     def _run(self, spark: SparkSession, batch: pd.DataFrame) -> pd.DataFrame:
         sample = self._call(batch[batch[KG] == batch[KG].iloc[0]].head(SAMPLE_ROWS))
