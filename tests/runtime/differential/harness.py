@@ -393,7 +393,8 @@ def run_cli(p: Plan, work: Path, executors: int) -> Outcome:
     )
     outcome = Outcome(lines=read_sinks(out, p), dead=None)
     if result.returncode != 0:
-        outcome.error = f"exit code {result.returncode}: {result.stdout[-3000:]}{result.stderr[-3000:]}"
+        tail = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()][-40:]
+        outcome.error = f"exit code {result.returncode}: " + "\n".join(tail)
     return outcome
 
 
@@ -450,7 +451,9 @@ def error_kind(error: str) -> str:
     found = ERROR_CLASS.search(message)
     if found:
         return f"{kind} [{found.group(1)}]"
-    return f"{kind}: {re.sub(NAMES_AND_NUMBERS, '_', message)[:80]}"
+    if kind.startswith("exit code"):  # a CLI run's output: its first line is the plan, not the cause
+        return kind
+    return f"{kind}: {re.sub(NAMES_AND_NUMBERS, '_', message.splitlines()[0] if message else '')[:80]}"
 
 
 def same_number(want: Any, got: Any, double: bool = False) -> bool:
@@ -513,11 +516,7 @@ def differences(p: Plan, expected: Expected, outcome: Outcome) -> list[Differenc
             )
         return out
     if outcome.error is not None:
-        return [
-            Difference(
-                f"run failed: {error_kind(outcome.error)}", "run", outcome.error.splitlines()[0][:2000]
-            )
-        ]
+        return [Difference(f"run failed: {error_kind(outcome.error)}", "run", outcome.error[:4000])]
     for sink in p.sinks:
         lines = outcome.lines.get(sink.sink, [])
         untimed = [line for line in lines if not event_time_last(line)]

@@ -293,11 +293,33 @@ MINIMAL: dict[str, Case] = {
         _records(i=("int", [0, 1, 2]), f=("boolean", [True, True, True])),
         (Branch((Stage("map", select=("seq", "10 / i AS q")),)), _aggregate(("f",), "sum(10 % i) AS r")),
     ),
+    "sliding-window-double-keys": Case(
+        _records(d=("double", [-363.0, 51051003037.0, -363.0, 51051003037.0])),
+        (
+            Branch((Stage("aggregate", key_by=("d",), window=(2, 1), aggregations=("sum(d) AS s",)),)),
+            _filter("true"),
+        ),
+    ),
+    "aggregate-argument-raising-before-the-wire": Case(
+        _records(i=("int", [-(2**31), 1, -(2**31), 2]), f=("boolean", [True, True, False, False])),
+        (_aggregate(("f",), "sum(i + i) AS s"), _filter("true")),
+        key_groups=2,
+    ),
 }
 """One case per failure the harness found on main (2026-11-27), each as small as it shows: the report's
 list, kept so each fix can be checked on its own (``test_minimal_cases``)."""
 
+REGRESSIONS = {
+    "sliding-window-double-keys": ("driver-batch",),
+    "aggregate-argument-raising-before-the-wire": ("named-stream-crossing-2", "crossing-2-small-steps"),
+}
+"""Failures found on merged main (issue 30 items 1-3) and fixed with it, run in every profile: a sliding
+window's panes merged under the first double key's group (folds.normalized_keys lost the rows' labels),
+and records whose aggregation argument raises while a producer combines them before the wire ending the
+run instead of going to the dead-letter stream (Dataflow._without_failing)."""
+
 MINIMAL_PATHS = {
+    **REGRESSIONS,
     "nan-in-aggregates": ("lazy-jvm", "driver-batch"),
     "nan-and-signed-zero-join-keys": ("driver-batch", "crossing-2-small-steps"),
     "division-by-zero-dead-letters": ("driver-batch", "crossing-2-small-steps"),

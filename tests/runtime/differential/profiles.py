@@ -61,7 +61,7 @@ class Profile:
 def current() -> Profile:
     if os.environ.get(ENV, "bounded") != "long":
         return Profile(
-            "bounded", pipeline_examples=3, cli_examples=1, component_examples=10, max_records=24, seed=None
+            "bounded", pipeline_examples=3, cli_examples=0, component_examples=10, max_records=24, seed=None
         )
     seed = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(2**32))
     examples = int(os.environ.get(EXAMPLES_ENV) or 40)

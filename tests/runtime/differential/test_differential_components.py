@@ -1,8 +1,8 @@
 """Component-level differential properties: single hops of the data plane held to Spark batch evaluation,
 in milliseconds rather than a pipeline run each (test_differential_pipelines.py is the main harness).
 
-They call the data plane's internals as they are today (to_pandas, to_spark, the transport's entries,
-SinkOperator.format, the operators' process and state encoding): the lead's refactor of the data plane
+They call the data plane's internals as they are today (records.to_pandas and to_spark, the transport's
+entries, sink.json_lines, the operators' process and state encoding): the lead's refactor of the data plane
 may change those calls; the properties stay. The records and queries are the harness's (strategies.py),
 the answers the reference's (reference.py).
 """
@@ -25,7 +25,6 @@ from strategies import (
     Branch,
     Case,
     Records,
-    Stage,
     aggregates,
     filters,
     maps,
@@ -34,7 +33,8 @@ from strategies import (
 )
 
 from streamtopo.runtime.operators import RecordError, build_operators
-from streamtopo.runtime.operators.base import to_pandas, to_spark
+from streamtopo.runtime.operators.records import to_pandas, to_spark
+from streamtopo.runtime.operators.sink import json_lines
 from streamtopo.runtime.transport import Entry, entry_fields
 
 pytestmark = pytest.mark.spark
@@ -82,10 +82,7 @@ def test_a_file_sink_writes_what_sparks_json_writer_writes(spark, recs: Records)
     """The sink's lines for records in the driver are Spark's ``to_json`` lines (reference.py: null fields
     left out, NaN as "NaN", doubles in Java's notation, decimals with their scale, timestamps with
     microseconds and zone) plus ``_ts``."""
-    case = Case(recs, (Branch((Stage("filter", expr="true"),)),))
-    p, operators = operators_of(case)
-    sink = operators[p.sinks[0].sink]
-    got = Counter(parse_line(line) for line in sink.format(driver_batch(spark, recs.arrow())))
+    got = Counter(parse_line(line) for line in json_lines(spark, driver_batch(spark, recs.arrow())))
     assert_same(spark_lines(spark, recs.arrow())[0], got)
 
 
