@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from functools import reduce
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -76,6 +76,7 @@ from streamtopo.runtime.transport import (
 )
 
 log = logging.getLogger("streamtopo.executor")
+T = TypeVar("T")
 
 
 class Dataflow(Emit):
@@ -632,6 +633,24 @@ class Dataflow(Emit):
             unit.rec.wm_in[""] = max(unit.rec.wm_in.get("", -math.inf), float(records[TS].max()))
         return records
 
+    def _without_failing(
+        self, operator: str, run: Callable[[pd.DataFrame], T], batch: pd.DataFrame, commit: Commit
+    ) -> T:
+        """``run(batch)`` for ``operator``; the records that make it raise a :class:`RecordError` go to
+        the dead-letter stream under ``operator`` and it runs again on the rest (where the operator runs,
+        or where a producer combines records for it before the wire)."""
+        batch = batch.reset_index(drop=True)
+        while True:
+            try:
+                return run(batch)
+            except RecordError as error:
+                bad = batch.index.intersection(error.rows.index)
+                rows = batch.loc[bad] if len(bad) else batch
+                self._dead_letter(
+                    commit, operator, error.field, error.error, len(rows), [b"d", frame_to_ipc(rows)]
+                )
+                batch = batch.drop(index=rows.index).reset_index(drop=True)
+
     def _dead_letter(
         self, commit: Commit, operator: str, field: str, error: str, n: int, payload: list[bytes]
     ) -> None:
@@ -682,20 +701,15 @@ class Dataflow(Emit):
         states = {u.kg: u.state for u in active}
         watermarks = {u.kg: u.rec.watermark for u in active}
         extra = {"partials": partials} if partials is not None else {}
-        if not is_spark(batch):
-            batch = batch.reset_index(drop=True)
-        while True:
-            try:
-                result = operator.process(self.spark, batch, states, watermarks, **extra)
-                break
-            except RecordError as error:
-                assert not is_spark(batch)  # records fail one by one in pandas (a Spark job fails whole)
-                bad = batch.index.intersection(error.rows.index)
-                rows = batch.loc[bad] if len(bad) else batch
-                self._dead_letter(
-                    commit, operator.name, error.field, error.error, len(rows), [b"d", frame_to_ipc(rows)]
-                )
-                batch = batch.drop(index=rows.index).reset_index(drop=True)
+        if is_spark(batch):  # records fail one by one in pandas (a Spark job fails whole: LazyFailure)
+            result = operator.process(self.spark, batch, states, watermarks, **extra)
+        else:
+            result = self._without_failing(
+                operator.name,
+                lambda b: operator.process(self.spark, b, states, watermarks, **extra),
+                batch,
+                commit,
+            )
         for unit in active:
             if unit.kg in result.states:
                 unit.state = result.states[unit.kg]

@@ -56,6 +56,8 @@ class Emit:
     sharing: list[SharedPanes]
     _dests: dict[str, dict[int, dict[str, list[int]]]]
     _last_punct: dict[tuple[str, str], float]
+    _without_failing: Callable[..., Any]
+    """Dataflow's: run a batch for an operator, its failing records to the dead-letter stream."""
 
     def dests(self, op: str, kg: int) -> dict[str, list[int]]:
         """Downstream operator -> key groups unit (op, kg) feeds (planner.graph.unit_edges)."""
@@ -114,7 +116,7 @@ class Emit:
             ):
                 frame = produced.frame if is_spark(produced.frame) else produced.pandas()
                 if frame is not None and (is_spark(frame) or len(frame)):
-                    rows = self._combined(aggregate.partials, frame, dest_key, dest_k)
+                    rows = self._combined(aggregate.partials, frame, dest_key, dest_k, (v, commit))
                     parts = {pair: Partials(part) for pair, part in _by_pair(rows)}
             elif is_spark(produced.frame) and self.downstream[op] == [v]:
                 parts = dict(self._routed(produced.frame, dest_key, dest_k))
@@ -160,14 +162,23 @@ class Emit:
         frame: Batch,
         dest_key: tuple[str, ...] | None,
         dest_k: int,
+        failing: tuple[str, Commit] | None = None,
     ) -> pd.DataFrame:
         """Map-side combine: ``partials`` (an aggregate's, or a sharing group's) of ``frame``, ``__src`` the
         producing unit and ``_kg`` the consuming one: from one Spark job in this JVM for a lazy frame, in
         numpy for a batch in the driver (a small step's). A crossing record then costs what a local one
-        does; only a few rows per key and bucket are materialised and sent."""
+        does; only a few rows per key and bucket are materialised and sent. In the driver, records whose
+        aggregation arguments raise go to the dead-letter stream under ``failing``'s operator, as where
+        the aggregate runs (:meth:`_without_failing`)."""
         if not is_spark(frame):
-            src = frame[KG].to_numpy()
-            return partials(frame.assign(**{SRC: src, KG: route(frame, dest_key, dest_k, src)}))
+
+            def combine(records: pd.DataFrame) -> pd.DataFrame:
+                src = records[KG].to_numpy()
+                return partials(records.assign(**{SRC: src, KG: route(records, dest_key, dest_k, src)}))
+
+            if failing is None:
+                return combine(frame)
+            return self._without_failing(failing[0], combine, frame, failing[1])
         routed = frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
         return partials(routed.withColumnRenamed(KG, SRC).withColumnRenamed(DST, KG))
 

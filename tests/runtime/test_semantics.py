@@ -346,3 +346,26 @@ def test_an_overflowing_total_names_the_aggregation(spark, make_spec):
     with pytest.raises(OperatorError) as error:
         operator.process(spark, batch(2**62), state, {0: 0.0})
     assert error.value.field == "aggregations[1]" and "[ARITHMETIC_OVERFLOW]" in error.value.message
+
+
+def test_panes_merged_into_sliding_windows_keep_their_keys():
+    """A sliding window's panes reach merge_partials with their row labels repeated (one pane row per
+    window it falls in): each floating-point key must stay on its own rows. Found by the differential
+    harness (tests/runtime/differential/): two double keys were merged into the first one's group."""
+    panes = from_arrow(
+        pa.table(
+            {
+                KG: pa.array([0, 0, 0, 0], pa.int32()),
+                "d": [-363.0, -363.0, 51051003037.0, 51051003037.0],
+                "__bucket": pa.array([-1, 0, -1, 0], pa.int64()),
+                "__a0_s": [-726.0, -726.0, 102102006074.0, 102102006074.0],
+            }
+        )
+    ).set_axis([0, 0, 1, 1])
+    merged = merge_partials(panes, [KG, "d", "__bucket"], {"__a0_s": "s"})
+    assert merged[["d", "__a0_s"]].to_numpy().tolist() == [
+        [-363.0, -726.0],
+        [-363.0, -726.0],
+        [51051003037.0, 102102006074.0],
+        [51051003037.0, 102102006074.0],
+    ]

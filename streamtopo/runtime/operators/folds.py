@@ -70,12 +70,14 @@ def group_codes(frame: pd.DataFrame, by: list[str]) -> tuple[np.ndarray, np.ndar
 
 
 def normalized_keys(keys: pd.DataFrame) -> pd.DataFrame:
-    """Keys as Spark groups and shows them: a floating-point -0.0 becomes 0.0 (NaN and null stay)."""
+    """Keys as Spark groups and shows them: a floating-point -0.0 becomes 0.0 (NaN and null stay). The rows
+    keep their index (a sliding window's panes repeat it), so the keys stay on their rows."""
     out = keys.copy(deep=False)
     for name in keys.columns:
         series = keys[name]
         if isinstance(series.dtype, pd.ArrowDtype) and pa.types.is_floating(series.dtype.pyarrow_dtype):
-            out[name] = pd.Series(pd.arrays.ArrowExtensionArray(pc.add(series.array._pa_array, 0.0)))  # noqa: SLF001
+            added = pc.add(series.array._pa_array, 0.0)  # noqa: SLF001
+            out[name] = pd.Series(pd.arrays.ArrowExtensionArray(added), index=series.index)
         elif series.dtype.kind == "f":
             out[name] = series + 0.0
     return out
