@@ -129,10 +129,10 @@ class Handover:
         self.waiting = {k: self.waiting.get(k, now) for k in sorted(mine - set(self.hosted))}
 
     def _release_leaving(self) -> None:
-        """Hand over units the routing moved away once their receiver is ready (its JVM warm) and runs
-        the routing version that gave it the unit, or a later one (it waits for the unit, so its steps are short: the unit's pause is one of
-        them, not the rest of a long one), so a unit moving to a starting or busy executor keeps running
-        here meanwhile; the step before has committed."""
+        """Hand over units the routing moved away once their receiver is ready (its JVM warm) and runs the
+        routing version that gave it the unit, or a later one (it waits for the unit, so its steps
+        are short: the unit's pause is one of them, not the rest of a long one), so a unit moving to
+        a starting or busy executor keeps running here meanwhile; the step before has committed."""
         now = self.clock()
         for key, (receiver, since, given) in list(self.leaving.items()):
             ready = receiver is None or (

@@ -1,6 +1,7 @@
 """The file sink's lines (json_writer.py) are Spark's JSON writer's lines, value for value: generated
-records of every type with their edge values (edge_values.py: years 1 to 9999 included), plus doubles and floats of any bit pattern
-(Java's notation differs from Python's shortest repr) and strings with every control character."""
+records of every type with their edge values (edge_values.py: years 1 to 9999 included), plus doubles and
+floats of any bit pattern (Java's notation differs from Python's shortest repr) and strings with every
+control character."""
 
 from __future__ import annotations
 
@@ -67,4 +68,3 @@ def test_java_notation_not_pythons(spark):
 def test_a_type_it_does_not_write_goes_to_spark(spark):
     frame = from_arrow(pa.table({"b": pa.array([b"\x00\xff", None], pa.binary()), "n": [1, 2]}))
     assert json_lines(spark, frame, ["b", "n"]).tolist() == ['{"b":"AP8=","n":1}', '{"n":2}']
-

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from streamtopo.runtime.operators import OperatorError, build_operator
-from streamtopo.runtime.operators.records import LINE, from_arrow, to_spark
 from streamtopo.runtime.operators.json_writer import JSON_OPTIONS
+from streamtopo.runtime.operators.records import LINE, from_arrow, to_spark
 from streamtopo.runtime.operators.source import SourceOperator
 
 

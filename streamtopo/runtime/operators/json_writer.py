@@ -120,9 +120,7 @@ def _escape(char: str) -> str:
     return _ESCAPES.get(char) or f"\\u{ord(char):04X}"
 
 
-def _calendar(
-    counts: pa.Array, text: Callable[[int], datetime.datetime | None]
-) -> list[str | None] | None:
+def _calendar(counts: pa.Array, text: Callable[[int], datetime.datetime | None]) -> list[str | None] | None:
     """Texts of a timestamp or date column, or None if a value lies outside years 1-9999 (Spark's ``yyyy``
     signs years beyond them, and Python's calendar stops there: such a batch goes to Spark)."""
     out: list[str | None] = []
@@ -156,4 +154,3 @@ def _format(moment: datetime.datetime, with_time: bool) -> str:
     if not with_time:
         return f'"{day}"'
     return f'"{day}T{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}.{moment.microsecond:06d}Z"'
-

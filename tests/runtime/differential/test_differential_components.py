@@ -2,7 +2,7 @@
 in milliseconds rather than a pipeline run each (test_differential_pipelines.py is the main harness).
 
 They call the data plane's internals as they are today (records.to_pandas and to_spark, the transport's
-entries, sink.json_lines, the operators' process and state encoding): the lead's refactor of the data plane
+entries, sink.file_lines, the operators' process and state encoding): the lead's refactor of the data plane
 may change those calls; the properties stay. The records and queries are the harness's (strategies.py),
 the answers the reference's (reference.py).
 """
@@ -34,7 +34,7 @@ from strategies import (
 
 from streamtopo.runtime.operators import RecordError, build_operators
 from streamtopo.runtime.operators.records import to_pandas, to_spark
-from streamtopo.runtime.operators.sink import json_lines
+from streamtopo.runtime.operators.sink import file_lines
 from streamtopo.runtime.transport import Entry, entry_fields
 
 pytestmark = pytest.mark.spark
@@ -82,7 +82,7 @@ def test_a_file_sink_writes_what_sparks_json_writer_writes(spark, recs: Records)
     """The sink's lines for records in the driver are Spark's ``to_json`` lines (reference.py: null fields
     left out, NaN as "NaN", doubles in Java's notation, decimals with their scale, timestamps with
     microseconds and zone) plus ``_ts``."""
-    got = Counter(parse_line(line) for line in json_lines(spark, driver_batch(spark, recs.arrow())))
+    got = Counter(parse_line(line) for line in file_lines(spark, driver_batch(spark, recs.arrow())))
     assert_same(spark_lines(spark, recs.arrow())[0], got)
 
 
