@@ -782,6 +782,7 @@ class Period:
                 if approval is not None and not stopped:
                     publish(body, platform, approval.outcome, observed=False)
                     _count(approval, body)
+                    deployment = _previous(platform) or deployment  # the approved routing, not the one before
             if time.monotonic() < self.next_step:
                 return
             self.next_step = time.monotonic() + _interval(body)

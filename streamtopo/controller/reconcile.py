@@ -19,6 +19,8 @@ time changes only when the status does.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -141,8 +143,9 @@ def admit(
     ``running``: the deployed spec it would replace (open key groups keep their running count).
 
     Validated once per generation: the operator reads every topology on each tick, and the spec of a
-    stored object changes only with its ``metadata.generation`` (the verdict is kept per uid, generation,
-    policy and the running key groups, the last :data:`ADMITTED_KEPT` of them)."""
+    stored object changes only with its ``metadata.generation``. The verdict is kept per uid, generation,
+    spec digest, policy and the running key groups (the last :data:`ADMITTED_KEPT` of them): the webhook
+    reviews specs not stored yet, under the stored object's uid and generation."""
     meta = obj.get("metadata") or {}
     key: tuple[Any, ...] | None = None
     if meta.get("uid") and meta.get("generation"):
@@ -151,7 +154,8 @@ def admit(
             if running is None
             else tuple((op.name, running.key_groups_of(op.name)) for op in running.operators)
         )
-        key = (meta["uid"], meta["generation"], policy, sizes)
+        spec = hashlib.sha256(json.dumps(obj.get("spec"), sort_keys=True, default=str).encode()).digest()
+        key = (meta["uid"], meta["generation"], spec, policy, sizes)
     verdict = None
     with _ADMITTED_LOCK:
         if key is not None and key in _ADMITTED:

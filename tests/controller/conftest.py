@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_testkit import EmulatedKubernetes, PrometheusServer, ScriptedRuntime
+from controller_testkit import ALLOWED_PROMETHEUS_URLS, EmulatedKubernetes, PrometheusServer, ScriptedRuntime
 
 
 @pytest.fixture
@@ -63,5 +63,5 @@ def subprocess_env(kube: EmulatedKubernetes) -> dict[str, str]:
         "KUBECONFIG": str(kube.kubeconfig),
         "STREAMTOPO_TICK_SECONDS": "0.3",
         "STREAMTOPO_WATCH_SERVER_TIMEOUT": "30",
-        "STREAMTOPO_ALLOWED_PROMETHEUS_URLS": "http://127.0.0.1:",
+        "STREAMTOPO_ALLOWED_PROMETHEUS_URLS": ALLOWED_PROMETHEUS_URLS,
     }

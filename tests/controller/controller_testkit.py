@@ -88,6 +88,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PROMETHEUS_PORTS = range(18090, 18190)
+"""The loopback ports the tests' Prometheus servers listen on. The platform allows Prometheus URLs by
+exact scheme, host and port (planner/policy.py), so the operators under test list every one of them, as
+an administrator lists the cluster's Prometheus servers."""
+ALLOWED_PROMETHEUS_URLS = ",".join(f"http://127.0.0.1:{port}" for port in PROMETHEUS_PORTS)
+
+
+def prometheus_port() -> int:
+    """A free port among :data:`PROMETHEUS_PORTS` (a random one: parallel test runs rarely collide)."""
+    import random
+
+    for port in random.sample(PROMETHEUS_PORTS, len(PROMETHEUS_PORTS)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port for a test Prometheus in {PROMETHEUS_PORTS}")
+
+
 def _label_match(labels: Mapping[str, str], selector: str) -> bool:
     """Equality-based selectors (``a=b,c!=d,e``), the kind the operator uses."""
     for term in filter(None, (t.strip() for t in selector.split(","))):
@@ -513,7 +534,7 @@ class PrometheusServer:
         if binary is None:
             pytest.skip("the prometheus binary is not installed (Debian package `prometheus`)")
         self.binary = binary
-        self.port = free_port()
+        self.port = prometheus_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.dir = tmp / "prometheus"
         self.dir.mkdir()

@@ -16,7 +16,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from controller_testkit import EmulatedKubernetes, free_port, wait_for
+from controller_testkit import (
+    ALLOWED_PROMETHEUS_URLS,
+    EmulatedKubernetes,
+    free_port,
+    prometheus_port,
+    wait_for,
+)
 
 from streamtopo.documents import load_topology
 
@@ -111,7 +117,7 @@ def operator(
     monkeypatch.setenv("STREAMTOPO_TICK_SECONDS", "0.3")
     monkeypatch.setenv("STREAMTOPO_WATCH_SERVER_TIMEOUT", "30")
     # The platform lets topologies name the tests' Prometheus servers (all on loopback).
-    monkeypatch.setenv("STREAMTOPO_ALLOWED_PROMETHEUS_URLS", "http://127.0.0.1:")
+    monkeypatch.setenv("STREAMTOPO_ALLOWED_PROMETHEUS_URLS", ALLOWED_PROMETHEUS_URLS)
     runner = KopfRunner(
         [
             "run",
@@ -684,7 +690,7 @@ class BasicAuthPrometheus:
             def log_message(self, *_: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", prometheus_port()), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.expected = expected
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
