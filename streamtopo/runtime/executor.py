@@ -34,6 +34,7 @@ from typing import TypedDict
 import networkx as nx
 import pandas as pd
 import psutil
+import redis
 
 from streamtopo.contracts import TRANSPORT_PASSWORD_ENV, TRANSPORT_USERNAME_ENV, Keys, RoutingTable
 from streamtopo.planner.model import StreamTopology
@@ -180,6 +181,8 @@ class Executor(Handover, Dataflow):
                     mark(client, self.keys.ready(self.name), self.instance.encode(), ttl=ttl)
             except (TransportUnavailable, *CONNECTION_ERRORS):
                 client = None
+            except redis.exceptions.ResponseError as error:  # e.g. a restarted Valkey without the library:
+                log.warning("heartbeat: %s (retrying)", error)  # a dead heartbeat thread gives units away
             self._closed.wait(self.config.heartbeat_ttl / 4)
 
     # ----------------------------------------------------------------------------------------- loop
