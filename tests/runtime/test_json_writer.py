@@ -5,6 +5,7 @@ control character."""
 
 from __future__ import annotations
 
+import datetime
 import math
 from unittest import mock
 
@@ -68,3 +69,13 @@ def test_java_notation_not_pythons(spark):
 def test_a_type_it_does_not_write_goes_to_spark(spark):
     frame = from_arrow(pa.table({"b": pa.array([b"\x00\xff", None], pa.binary()), "n": [1, 2]}))
     assert json_lines(spark, frame, ["b", "n"]).tolist() == ['{"b":"AP8=","n":1}', '{"n":2}']
+
+
+def test_a_timestamp_past_year_9999_goes_to_spark(spark):
+    """Python's calendar stops at 9999 and Spark signs later years: the batch is Spark's to write."""
+    beyond = (datetime.datetime(9999, 12, 31, 23, 59, 59) - datetime.datetime(1970, 1, 1)).total_seconds()
+    micros = int(beyond + 86_400) * 1_000_000
+    frame = from_arrow(pa.table({"t": pa.array([micros], pa.timestamp("us", tz="UTC"))}))
+    with mock.patch.object(json_writer, "spark_json_lines", return_value="spark's") as spark_lines:
+        assert json_writer.json_lines(spark, frame, ["t"]) == "spark's"
+    spark_lines.assert_called_once()

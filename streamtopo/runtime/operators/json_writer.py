@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -42,7 +42,10 @@ JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
 """The JSON writer's options: Spark's defaults but for timestamps, which keep their microseconds."""
 
 _EPOCH = datetime.datetime(1970, 1, 1)
-_EARLIEST, _LATEST = datetime.datetime(1, 1, 1), datetime.datetime(9999, 12, 31, 23, 59, 59, 999999)
+_MICRO = datetime.timedelta(microseconds=1)
+_FIRST = (datetime.datetime(1, 1, 1) - _EPOCH) // _MICRO
+_LAST = (datetime.datetime(9999, 12, 31, 23, 59, 59, 999999) - _EPOCH) // _MICRO
+_DAY = 86_400_000_000
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 _NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
 _NOT_NUMBERS = {"NaN": '"NaN"', "Infinity": '"Infinity"', "-Infinity": '"-Infinity"'}
@@ -83,9 +86,10 @@ def _texts(spark: SparkSession, array: pa.Array) -> list[str | None] | None:
     if pa.types.is_decimal(kind):
         return [None if v is None else str(v) for v in array.to_pylist()]
     if pa.types.is_timestamp(kind) and kind.tz in ("UTC", "+00:00", "Etc/UTC"):
-        return _calendar(array.cast(pa.int64()), _timestamp)
+        return _calendar(array.cast(pa.int64()).to_pylist(), with_time=True)
     if pa.types.is_date32(kind):
-        return _calendar(array.cast(pa.int32()), _date)
+        days = array.cast(pa.int32()).to_pylist()
+        return _calendar([None if d is None else d * _DAY for d in days], with_time=False)
     return None
 
 
@@ -120,33 +124,19 @@ def _escape(char: str) -> str:
     return _ESCAPES.get(char) or f"\\u{ord(char):04X}"
 
 
-def _calendar(counts: pa.Array, text: Callable[[int], datetime.datetime | None]) -> list[str | None] | None:
-    """Texts of a timestamp or date column, or None if a value lies outside years 1-9999 (Spark's ``yyyy``
-    signs years beyond them, and Python's calendar stops there: such a batch goes to Spark)."""
+def _calendar(micros: list[int | None], with_time: bool) -> list[str | None] | None:
+    """Texts of a timestamp or date column (microseconds since the epoch), or None if a value lies outside
+    years 1-9999 (Spark's ``yyyy`` signs years beyond them, and Python's calendar stops there: such a
+    batch goes to Spark)."""
     out: list[str | None] = []
-    for count in counts.to_pylist():
+    for count in micros:
         if count is None:
             out.append(None)
-            continue
-        moment = text(count)
-        if moment is None:
+        elif _FIRST <= count <= _LAST:
+            out.append(_format(_EPOCH + datetime.timedelta(microseconds=count), with_time))
+        else:
             return None
-        out.append(_format(moment, counts.type == pa.int64()))
     return out
-
-
-def _timestamp(micros: int) -> datetime.datetime | None:
-    moment = _EPOCH + datetime.timedelta(microseconds=micros) if _in_range(micros, 1) else None
-    return moment if moment is not None and _EARLIEST <= moment <= _LATEST else None
-
-
-def _date(days: int) -> datetime.datetime | None:
-    return _timestamp(days * 86_400_000_000) if _in_range(days, 86_400_000_000) else None
-
-
-def _in_range(count: int, micros_each: int) -> bool:
-    bound = 300_000 * 365 * 86_400_000_000  # beyond what timedelta takes; far outside years 1-9999
-    return abs(count * micros_each) < bound
 
 
 def _format(moment: datetime.datetime, with_time: bool) -> str:
