@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from streamtopo.runtime.operators import build_operator, combine_inputs
+from streamtopo.runtime.operators.base import OperatorError
 
 pytestmark = pytest.mark.spark
 
@@ -136,3 +137,18 @@ def test_join_keys_compare_as_spark_equi_join_does(spark, make_spec):
     assert sorted(zip(out.trades_price, out.quotes_price)) == [(1.0, 5.0), (3.0, 7.0)]
     planned = op.output_frame(spark.createDataFrame(left), spark.createDataFrame(right))
     assert list(out.columns) == planned.columns
+
+
+def test_join_output_over_its_memory_budget_stops_naming_the_window(spark, make_spec):
+    """The pairs a step fires are counted before they are built: the count is the output's length, and a
+    step whose output would not fit the budget raises an error naming ``window`` and builds nothing."""
+    left, right = side(40, 5, "volume"), side(40, 6, "bid_size")
+    op = join_op(make_spec, 6.0, 2.0)
+    batch = combine_inputs({"trades": left, "quotes": right})
+    watermarks = {kg: math.inf for kg in range(4)}
+    out = op.process(spark, batch, {}, watermarks).output
+    assert len(out) > 0
+    op.output_budget = 1.0  # bytes: less than one pair
+    with pytest.raises(OperatorError, match=f"join {len(out):,} pairs") as raised:
+        op.process(spark, batch, {}, watermarks)
+    assert raised.value.field == "window"
