@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console
 
 from bench.report import header, markdown, write_section
-from bench.sharing_run import normalised
+from bench.sharing_run import children_cpu, normalised
 from streamtopo.documents import load_topology
 from streamtopo.local.loop import local_loop
 from streamtopo.local.platform import machine_cores
@@ -68,6 +68,8 @@ class Result:
     decisions: int
     exact: bool | None = None
     finished: bool = True
+    cpu: float = 0.0
+    """CPU-seconds of the run's whole process trees: executors with their JVMs, Valkey, the loop."""
 
     @property
     def throughput(self) -> float:
@@ -134,7 +136,9 @@ def measure(
     for executors in [*counts, None]:
         label = "adaptive" if executors is None else f"fixed {executors}"
         out = work / f"{name}-{load:g}-{label.replace(' ', '')}"
+        before = cpu_now()
         summary = run(topology, scale, seconds, executors, out)
+        cpu = cpu_now() - before
         lines = normalised(out)
         if reference is None:
             reference = lines
@@ -151,15 +155,24 @@ def measure(
                 len(summary.scalings) + len(summary.rebalances),
                 exact=lines == reference,
                 finished=summary.finished and not summary.failed,
+                cpu=cpu,
             )
         )
         r = results[-1]
         print(
-            f"  {name} {load:g}x {label}: {r.wall:.1f} s, {r.throughput:,.0f} rec/s, {r.executors} executors, "
+            f"  {name} {load:g}x {label}: {r.wall:.1f} s, {r.throughput:,.0f} rec/s, {r.cpu:.0f} CPU-s "
+            f"({r.cpu / r.wall:.2f} cores), {r.executors} executors, "
             f"pauses p99 {r.pauses_p99 if r.pauses_p99 is not None else '-'}, exact {r.exact}",
             flush=True,
         )
     return results
+
+
+def cpu_now() -> float:
+    """CPU-seconds of this process and its reaped children (each run's executors, JVMs and Valkey are
+    reaped when it ends)."""
+    own = os.times()
+    return own.user + own.system + children_cpu()
 
 
 def verdicts(results: list[Result]) -> list[tuple[str, float, float, float, str]]:
@@ -248,6 +261,7 @@ def main() -> None:
             r.config,
             f"{r.wall:.1f}",
             f"{r.throughput:,.0f}",
+            f"{r.cpu:.0f} ({r.cpu / r.wall:.2f})",
             r.executors,
             "-" if r.pauses_p99 is None else f"{r.pauses_p99:.2f}",
             r.decisions,
@@ -262,6 +276,7 @@ def main() -> None:
             "executors",
             "wall s",
             "records/s",
+            "CPU-s (cores)",
             "most executors",
             "pause p99 s",
             "decisions",

@@ -170,6 +170,7 @@ class TimedPlatform:
     def __init__(self, inner: KubernetesPlatform):
         self.inner = inner
         self.apply_seconds = 0.0
+        self.executor_footprint = inner.executor_footprint
 
     def hosts(self) -> Any:
         return self.inner.hosts()

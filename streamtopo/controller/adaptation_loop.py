@@ -67,6 +67,7 @@ def allocation_state(
     failing: Collection[str] = (),
     lost: Collection[str] = (),
     room: Mapping[str, float] | None = None,
+    footprint: float | None = None,
 ) -> AllocationState:
     """ALBIC's view of one period: gLoad_k = 100 * busy rate, mc_k = state bytes, out(g_i, g_j) = rate,
     each executor's CPU used and waited for (saturation evidence), and the hosts' ``room`` for new ones.
@@ -122,6 +123,7 @@ def allocation_state(
         traffic=traffic,
         rules=placement_rules(spec, cluster),
         room=room,
+        footprint=footprint,
     )
 
 
@@ -505,7 +507,14 @@ class AdaptationLoop:
             own = [(e.host, e.cpu) for e in before.executors.values()]
             room = free_cores(cluster, own, self.platform.committed(), clamp=False)
             state = allocation_state(
-                stats, before, self.topology.spec, cluster, failing=failing, lost=lost, room=room
+                stats,
+                before,
+                self.topology.spec,
+                cluster,
+                failing=failing,
+                lost=lost,
+                room=room,
+                footprint=self.platform.executor_footprint,
             )
         except MetricsUnavailable as why:
             return self._record(

@@ -205,6 +205,10 @@ class KubernetesPlatform:
     deterministic name, so applying twice, or after a restart halfway through, yields the same objects.
     """
 
+    executor_footprint: float | None = None
+    """Pods are booked by their requests (the scheduler's view); the loop books what they measurably use
+    beyond (planner/capacity.py)."""
+
     def __init__(
         self,
         namespace: str,

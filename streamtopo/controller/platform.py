@@ -56,6 +56,10 @@ class DesiredState:
 class Platform(Protocol):
     """Runs executors. ``apply`` must be idempotent: applying the same state twice changes nothing."""
 
+    executor_footprint: float | None
+    """Cores an executor is known to take on its host when busy, where that exceeds its CPU request
+    (planner/capacity.py); None where executors are held to their requests or nothing is known."""
+
     def hosts(self) -> Cluster: ...
 
     def apply(self, desired: DesiredState) -> None: ...

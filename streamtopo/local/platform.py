@@ -73,6 +73,14 @@ def machine_cluster() -> Cluster:
     return Cluster(hosts=[Host(name=name, cpu=cpu, memory=float(psutil.virtual_memory().total))])
 
 
+EXECUTOR_FOOTPRINT = 1.6
+"""Cores a busy local executor takes, though it requests one: Spark's task core, the JVM's compiler and
+GC threads and the Python driver. Measured on VWAP at overload on a 2-core machine: 1.3-1.8 cores, 1.6
+on average (``bench/autoscaling.py`` prints it per run). The first deployment counts executors against
+the room with it, so a machine of 2 cores starts one executor, not two that slow each other down, and
+the loop books at least this much per executor (planner/capacity.py)."""
+
+
 class Machine:
     """The processes every :class:`LocalPlatform` of one run has started: the hosts' CPU is shared by
     all of them, as a cluster's nodes are by every topology's pods."""
@@ -104,6 +112,8 @@ class Process:
 
 class LocalPlatform:
     """Runs a topology's executors as processes on this machine."""
+
+    executor_footprint: float | None = EXECUTOR_FOOTPRINT
 
     def __init__(
         self,

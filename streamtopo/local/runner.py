@@ -34,7 +34,13 @@ from streamtopo.contracts import ExecutorEntry, Keys, RoutingTable, executor_nam
 from streamtopo.controller.platform import DesiredState
 from streamtopo.controller.reconcile import adaptation_config
 from streamtopo.local.drills import Kill, Schedule, held_by, migrate, recovery_pauses
-from streamtopo.local.platform import LocalPlatform, Machine, machine_cluster, machine_cores
+from streamtopo.local.platform import (
+    EXECUTOR_FOOTPRINT,
+    LocalPlatform,
+    Machine,
+    machine_cluster,
+    machine_cores,
+)
 from streamtopo.local.progress import Progress
 from streamtopo.local.summary import RunSummary, SinkSample
 from streamtopo.local.upgrade import Edit, SpecFile, apply_edit
@@ -156,8 +162,9 @@ def initial_routing(
     does (``planner.deployment``), or units round-robin over ``executors``; with the plan it came from
     (None for round-robin), which the run shows before it starts.
 
-    Every local executor requests one core (:data:`LOCAL_EXECUTOR_CPU`), and the hosts' ``room`` (default:
-    all of ``cluster``) caps how many the plan starts, as the operator's plan is capped by its nodes';
+    Every local executor requests one core (:data:`LOCAL_EXECUTOR_CPU`) and is counted against the hosts'
+    ``room`` (default: all of ``cluster``) with its measured footprint (:data:`EXECUTOR_FOOTPRINT`),
+    which caps how many the plan starts, as the operator's plan is capped by its nodes';
     ``--executors N`` beyond the room raises :class:`NoRoom` naming the option.
     Round-robin puts unit (op, kg) on executor ``kg mod N``: units with the same key group index share an
     executor, so one-to-one edges stay in memory. HA replicas r >= 1 are not run by the local runtime (the
@@ -169,7 +176,16 @@ def initial_routing(
     if executors is None:
         plan = plan_topology(spec, cluster, seed=seed)
         scaling = adaptation_config(topology).scaling_config
-        planned = deployment(plan, spec, name, scaling, replicas=False, cpu=LOCAL_EXECUTOR_CPU, room=room)
+        planned = deployment(
+            plan,
+            spec,
+            name,
+            scaling,
+            replicas=False,
+            cpu=LOCAL_EXECUTOR_CPU,
+            room=room,
+            footprint=EXECUTOR_FOOTPRINT,
+        )
         assignment, entries, capacity = planned.units, planned.executors, planned.capacity
     else:
         names = [executor_name(name, i) for i in range(executors)]

@@ -97,6 +97,9 @@ class AllocationState:
     room: Mapping[str, float] | None = None
     """Host -> cores free for new executors (planner/capacity.py; negative where the executors there
     request more than the host has); None: no limit is known."""
+    footprint: float | None = None
+    """Cores an executor is known to take on its host when busy, where that exceeds its request (the
+    platform's measured figure: ``streamtopo run``'s executors); None: its request."""
 
 
 @dataclass(frozen=True)

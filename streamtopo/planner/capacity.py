@@ -52,6 +52,31 @@ def over_occupied(host: str | None, room: Mapping[str, float]) -> bool:
     return host is not None and room.get(host, 0.0) < -EPS
 
 
+def booked_room(
+    room: Mapping[str, float], executors: Iterable[tuple[str | None, float, float | None]]
+) -> dict[str, float]:
+    """``room`` (host -> cores no request holds) less what running executors use beyond their requests.
+
+    An executor is a JVM and a Python driver with no CPU limit (a burstable pod; a local process): busy,
+    it takes more than the cores it requests (Spark's task core, plus the JVM's compiler and GC threads
+    and the driver's own work). The scheduler books requests; what decides whether another executor
+    *runs* is what is used. ``executors`` are (host, request, cores used, or None before a measurement).
+    """
+    left = dict(room)
+    for host, request, used in executors:
+        if host in left and used is not None and used > request:
+            left[host] -= used - request
+    return left
+
+
+def footprint(request: float, used: Iterable[float]) -> float:
+    """Cores a new executor is expected to take on its host: the running executors' mean CPU used,
+    never less than its ``request`` (a floor that also stands for what a saturated host did not give
+    them; their waiting is not added, since a JVM's threads, runnable together, would overstate it)."""
+    values = [d for d in used if d > 0]
+    return max(request, sum(values) / len(values)) if values else request
+
+
 def placeable(cpu: float, room: Mapping[str, float]) -> int:
     """How many executors of ``cpu`` cores the room takes (each on one host)."""
     if cpu <= 0:
@@ -120,7 +145,7 @@ class Shortfall:
         source = "measured" if self.measured else "declared"
         return (
             f"the {source} rates need {self.demand:.2f} cores of work, {self.executors_wanted} executors of "
-            f"{self.executor_cpu:g} core{'' if self.executor_cpu == 1 else 's'}; the hosts have room for "
+            f"{self.executor_cpu:.3g} core{'' if self.executor_cpu == 1 else 's'}; the hosts have room for "
             f"{self.executors_placed} "
             f"({self.available:.2f} cores): {self.pending} pending, {self.cores_missing:.2f} cores missing; "
             f"{_rate(self.rate_demanded)} records/s demanded, {_rate(self.rate_carried)} carried"

@@ -130,6 +130,7 @@ def deployment(
     replicas: bool = True,
     cpu: float | None = None,
     room: Mapping[str, float] | None = None,
+    footprint: float | None = None,
 ) -> Deployment:
     """Executors ``<topology>-e<i>`` for ``plan``'s PEs, split up to Aeolus' count (module docstring).
 
@@ -138,7 +139,9 @@ def deployment(
     cores, by default ``spec.executor.resources.cpu`` or its share of the PE's size (at least 0.1 core,
     at most ``scaling.executor_capacity``: an executor runs one Spark core).
     ``room`` (host -> free cores, planner/capacity.py) caps the executors each host takes at what their
-    requests fit into (and an overloaded host's requests at its room); None plans without a cap.
+    requests fit into (and an overloaded host's requests at its room); None plans without a cap. An
+    executor counts against the room with its ``footprint`` where that exceeds its request: the cores it
+    is known to take busy (``streamtopo run``'s executors, a JVM and a Python driver each, measured).
     """
     aeolus = aeolus_plan(spec)
     wanted = initial_executors(aeolus, scaling)
@@ -150,7 +153,11 @@ def deployment(
         executor capacity the scaling rule reasons with (an executor runs one Spark core)."""
         return fixed or min(scaling.executor_capacity, request_cpu(size / count))
 
-    groups = _groups(plan, pe_units, room, fixed)
+    def taken(size: float, count: int) -> float:
+        """Cores an executor takes on its host's room: its request, or its footprint if larger."""
+        return max(request(size, count), footprint or 0.0)
+
+    groups = _groups(plan, pe_units, room, max(fixed or 0.0, footprint or 0.0) or None)
     sizes = [sum(plan.pes[i].size for i in group) for group in groups]
     units = [[u for i in group for u in pe_units[i]] for group in groups]
     hosts = [plan.pes[group[0]].host for group in groups]
@@ -161,7 +168,7 @@ def deployment(
         if room is None:
             return True
         grown = [c + (j == i) for j, c in enumerate(counts)]
-        used = sum(c * request(sizes[j], c) for j, c in enumerate(grown) if hosts[j] == hosts[i])
+        used = sum(c * taken(sizes[j], c) for j, c in enumerate(grown) if hosts[j] == hosts[i])
         return fits(used, room.get(hosts[i] or "", 0.0))
 
     counts = split_counts(sizes, [len(ix) for ix in indexes], max(wanted, len(groups)), can_grow)
@@ -187,7 +194,7 @@ def deployment(
     if room is not None:
         placed = len(executors) - len(pending)
         rate = sum(aeolus.input_rate.get(op.name, 0.0) for op in spec.operators if op.source is not None)
-        per_executor = scaling.executor_capacity
+        per_executor = max(scaling.executor_capacity, footprint or 0.0)
         capacity = planned_shortfall(wanted, placed, per_executor, aeolus.demand, sum(room.values()), rate)
     return Deployment(executors, assignment, tuple(counts), wanted, aeolus.demand, capacity, tuple(pending))
 

