@@ -485,7 +485,7 @@ class Dataflow(Emit):
             self.metrics.unit(self.metrics.oldest_age, op, unit.kg).set(
                 max(0.0, now - oldest) if oldest else 0.0
             )
-            if got:
+            if got or operator.has_pending(unit.state):
                 active.append(unit)
         for (name, kg), batch_tables in tables.items():
             # One conversion to pandas per unit and input: per entry it costs about a millisecond.
@@ -528,7 +528,9 @@ class Dataflow(Emit):
             self._count_in(unit, received[unit.key])
         output = result.output
         if is_spark(output):
-            return Produced(output, {u.key: (None, u.rec.watermark) for u in active}, dict(received))
+            return Produced(
+                output, {u.key: (None, self._output_watermark(u)) for u in active}, dict(received)
+            )
         out: dict[str, tuple[int | None, float]] = {}
         groups = dict(iter(output.groupby(KG))) if len(output) else {}
         for unit in active:
@@ -538,8 +540,11 @@ class Dataflow(Emit):
             self.metrics.unit(self.metrics.records_out, op, unit.kg).inc(n)
             if spec_op.kind == "sink":
                 self._sink(unit, df, commit, outcome)
-            out[unit.key] = (n, unit.rec.watermark)
+            out[unit.key] = (n, self._output_watermark(unit))
         return Produced(output, out, dict(received), _pandas=output)
+
+    def _output_watermark(self, unit: Hosted) -> float:
+        return self.operators[unit.op].output_watermark(unit.state, unit.rec.watermark)
 
     def _counted(
         self,

@@ -15,6 +15,11 @@ Any transport error or refused (fenced) commit discards the step: hosted units a
 committed records (units taken away meanwhile are dropped) and the step is redone from there; a failure
 inside a lazy chain redoes it eagerly (pandas between operators) so bad records can be isolated. The
 exactly-once argument is in docs/exactly-once.md.
+
+The JVM is the one thing a retry cannot bring back: once it has gone (runtime/spark.py's ``jvm_lost``),
+the loop stops retrying and the process exits with :data:`EXIT_JVM_LOST`, leaving its units as a crash
+would, so the platform (the local runner's restart, a pod's restart policy) starts a new process that
+resumes from the committed state.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from streamtopo.runtime.operators.base import KG, TS, LazyFailure
 from streamtopo.runtime.operators.records import clear_scratch, to_pandas, to_spark
 from streamtopo.runtime.pacing import SourceBudget
 from streamtopo.runtime.scheduling import Scheduler
+from streamtopo.runtime.spark import JvmLost, check_jvm, jvm_lost
 from streamtopo.runtime.state_store import Fenced, LayoutChanged, StateStore, TransportFull, mark
 from streamtopo.runtime.transport import (
     CONNECTION_ERRORS,
@@ -64,6 +70,9 @@ from streamtopo.runtime.transport import (
 )
 
 log = logging.getLogger("streamtopo.executor")
+
+EXIT_JVM_LOST = 5
+"""The executor's JVM (its py4j gateway) is gone: a restart resumes from the committed state."""
 
 
 class Executor(Handover, Dataflow):
@@ -192,6 +201,8 @@ class Executor(Handover, Dataflow):
         delay = 0.25
         while not stop.is_set():
             self._last_loop = self.clock()
+            if self._warm:
+                check_jvm()  # every failure below is retried; a dead JVM is not, whichever it caused
             try:
                 self._apply_routing()
                 self._release_leaving()
@@ -218,6 +229,7 @@ class Executor(Handover, Dataflow):
                 self._recover()
                 self.eager = True
             except CONNECTION_ERRORS as error:
+                check_jvm(error)  # py4j's refused connection to a dead JVM is no transport failure
                 self._connected = False
                 log.warning("%s: transport lost (%s); retrying in %.2gs", self.name, error, delay)
                 stop.wait(delay)
@@ -313,9 +325,11 @@ def run_executor(
     termination_log: Path | None = None,
 ) -> int:
     """The ``streamtopo executor`` program; returns the exit code (clear messages, no tracebacks): 2 a bad
-    pipeline or a step Spark's ANSI mode fails (an overflowing sum: nothing of it is committed, so the
-    records wait for a fixed spec), 3 no transport, 4 a file sink that cannot write (retrying cannot fix
-    any of them). The reason is also written to ``termination_log`` (Kubernetes' termination message)."""
+    pipeline or a step Spark's ANSI mode fails (an overflowing sum, a join's output over its memory:
+    nothing of it is committed, so the records wait for a fixed spec), 3 no transport, 4 a file sink that
+    cannot write (retrying cannot fix any of them), 5 (:data:`EXIT_JVM_LOST`) the JVM has gone (the OOM
+    killer, a crash: a restart resumes from the last commit). The reason is also written to
+    ``termination_log`` (Kubernetes' termination message)."""
     code, reason = _run(topology_path, routing_path, name, transport_url, metrics_port, output_dir, cpu, bind)
     if code and termination_log is not None:
         with suppress(OSError):  # no file to say it in: the log line above says it
@@ -370,12 +384,20 @@ def _run(
         return _failed(3, str(error))
     try:
         executor.run(stop)
-    except (OperatorError, LayoutChanged) as error:  # a missing column, a step ANSI mode fails, a layout
-        executor.close()
-        return _failed(2, f"cannot run the pipeline: {error}")
-    except sinks.SinkWriteError as error:  # committed but not written: the next owner writes it (sinks.redo)
-        executor.close()
-        return _failed(4, str(error))
+    except Exception as error:
+        # Whatever the JVM's death looked like from here (a py4j error, a reset connection, an operator
+        # whose Spark call failed), it is the JVM's: exit for a restart, not on the failure's own terms.
+        lost = error if isinstance(error, JvmLost) else jvm_lost(error)
+        if lost is not None:
+            executor.close(release=False)  # as a crash: the restart resumes from the last commit
+            return _failed(EXIT_JVM_LOST, f"{lost}; exiting, a restart resumes from the last commit")
+        if isinstance(error, (OperatorError, LayoutChanged)):  # a missing column, an ANSI failure, a layout
+            executor.close()
+            return _failed(2, f"cannot run the pipeline: {error}")
+        if isinstance(error, sinks.SinkWriteError):  # committed, not written: the next owner writes it
+            executor.close()
+            return _failed(4, str(error))
+        raise
     return 0, ""
 
 

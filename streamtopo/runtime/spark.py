@@ -11,6 +11,12 @@ it is raised, and we report the error ourselves) and py4j at ERROR; ``STREAMTOPO
 run --verbose``) keeps Spark's WARN level and those loggers. Everything Spark writes to disk (local dirs:
 spark-*, blockmgr-*; java.io.tmpdir: liblz4*, snappy*; our Parquet hand-offs) goes to one directory per
 process, removed when the process exits, so nothing is left in /tmp.
+
+The JVM is a child process that can die on its own (the kernel's OOM killer, a crash, ``kill -9``); every
+later py4j call then fails, with errors that look like a lost connection or a failing record.
+:func:`jvm_lost` is the one test of "the JVM is gone", which callers ask before they blame records, an
+operator or the transport for a failure and retry: it turns such a failure into :class:`JvmLost`, which
+the executor does not retry (it exits for a restart, runtime/executor.py).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import atexit
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from py4j.protocol import Py4JNetworkError
 from pyspark.sql import SparkSession
 
 _LOCK = threading.Lock()
@@ -34,6 +42,9 @@ _SESSION: SparkSession | None = None
 
 DEFAULT_CORES = 1
 DEFAULT_MEMORY = "512m"
+REAP_WAIT = 2.0
+"""Seconds to wait for the JVM to be seen as exited after a py4j connection error: its sockets close
+before its parent can reap it, so the error can come first."""
 VERBOSE_ENV = "STREAMTOPO_VERBOSE"
 """Set to 1: Spark logs at WARN and PySpark's own loggers stay on (``streamtopo run --verbose``)."""
 
@@ -143,6 +154,60 @@ def get_spark(
             if not verbose:
                 _quiet_python_loggers()
         return _SESSION
+
+
+class JvmLost(RuntimeError):
+    """This process's JVM (PySpark's py4j gateway) has exited or its SparkContext has stopped: nothing
+    that needs Spark can run in this process any more; only a new process can."""
+
+
+def jvm_lost(error: BaseException | None = None) -> JvmLost | None:
+    """Why this process's JVM is gone, or None while it runs (or was never started).
+
+    ``error``, the failure that prompted the question, may say so itself (a stopped SparkContext), and a
+    connection error gives the JVM :data:`REAP_WAIT` seconds to be seen as exited."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return None
+    status = proc.poll()
+    if status is None and error is not None and _connection_failure(error):
+        with suppress(subprocess.TimeoutExpired):
+            status = proc.wait(REAP_WAIT)
+    if status is not None:
+        how = f"killed by {_signal_name(-status)}" if status < 0 else f"exit code {status}"
+        return JvmLost(f"the JVM (pid {proc.pid}, PySpark's py4j gateway) has exited ({how})")
+    if error is not None and "stopped SparkContext" in str(error):
+        return JvmLost(f"the SparkContext has stopped: {str(error).strip().splitlines()[0]}")
+    return None
+
+
+def check_jvm(error: BaseException | None = None) -> None:
+    """Raise :class:`JvmLost` (from ``error``) if this process's JVM is gone (:func:`jvm_lost`)."""
+    lost = jvm_lost(error)
+    if lost is not None:
+        raise lost from error
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _connection_failure(error: BaseException) -> bool:
+    """Whether ``error`` or an error it was raised from is a lost py4j connection."""
+    seen: BaseException | None = error
+    for _ in range(8):  # a cause chain is short; a cycle must not loop
+        if seen is None:
+            return False
+        if isinstance(seen, (Py4JNetworkError, ConnectionError, EOFError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def running() -> bool:

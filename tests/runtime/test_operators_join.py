@@ -136,3 +136,42 @@ def test_join_keys_compare_as_spark_equi_join_does(spark, make_spec):
     assert sorted(zip(out.trades_price, out.quotes_price)) == [(1.0, 5.0), (3.0, 7.0)]
     planned = op.output_frame(spark.createDataFrame(left), spark.createDataFrame(right))
     assert list(out.columns) == planned.columns
+
+
+def test_a_join_emits_large_windows_over_several_steps_holding_its_watermark(spark, make_spec, windows_of):
+    """With a step's pairs capped, the windows that fire are emitted over several steps (state stored as
+    bytes in between, no new input): every pair exactly once, no step over the cap by more than one left
+    record's pairs, and the output's watermark held at the earliest pending window's end, so no record
+    comes after a watermark that passed it."""
+    left, right = side(60, 5, "volume"), side(60, 6, "bid_size")
+    op = join_op(make_spec, 6.0, 2.0)
+    op.max_step_pairs = 25
+    batch = combine_inputs({"trades": left, "quotes": right})
+    kgs = range(4)
+    result = op.process(spark, batch, {}, {kg: math.inf for kg in kgs})
+    outputs, steps, sent = [result.output], 1, dict.fromkeys(kgs, -math.inf)
+    per_record = (
+        canonical(reference(left, right, 6.0, 2.0, windows_of))
+        .groupby(["window_start", "symbol", "trades_price", "volume"])
+        .size()
+        .max()
+    )
+    while any(op.has_pending(state) for state in result.states.values()):
+        assert len(result.output) <= op.max_step_pairs + per_record
+        for kg, state in result.states.items():
+            held = op.output_watermark(state, math.inf)
+            assert (held < math.inf) == op.has_pending(state)
+            sent[kg] = max(sent[kg], held)
+        states = {kg: op.decode_state(op.encode_state(s)) for kg, s in result.states.items()}
+        result = op.process(
+            spark, combine_inputs({"trades": left.iloc[:0]}), states, dict.fromkeys(kgs, math.inf)
+        )
+        for kg in kgs:  # nothing emitted now is older than a watermark already sent
+            assert (result.output.loc[result.output._kg == kg, "_ts"] >= sent[kg]).all()
+        outputs.append(result.output)
+        steps += 1
+    assert steps > 3
+    out = pd.concat([o for o in outputs if len(o)], ignore_index=True)
+    pd.testing.assert_frame_equal(
+        canonical(out), reference(left, right, 6.0, 2.0, windows_of), check_dtype=False
+    )

@@ -16,6 +16,10 @@ Errors come in three kinds the executor treats differently:
   them to the dead-letter stream and re-run the batch without them.
 - :class:`LazyFailure`: a run-time failure inside a lazy frame, where no record can be blamed; the
   executor redoes the step eagerly, where the failure becomes one of the two above.
+
+None of them is a failure of the JVM itself: each handler asks :func:`~streamtopo.runtime.spark.check_jvm`
+first, so with the JVM gone no record is sent to the dead-letter stream and no redo is tried
+(:class:`~streamtopo.runtime.spark.JvmLost` instead, which the executor exits on).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing_extensions import TypeIs
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime import plan_guard
 from streamtopo.runtime.operators.records import INPUT, KG, TS, canonical, to_pandas
+from streamtopo.runtime.spark import check_jvm
 
 RESERVED = (TS, KG)
 
@@ -103,6 +108,15 @@ class UnitOperator:
     def decode_state(self, data: bytes) -> Any:
         return None
 
+    def has_pending(self, state: Any) -> bool:
+        """Whether the unit has output left to emit (a join's large windows, over several steps): the
+        executor runs it again without new input."""
+        return False
+
+    def output_watermark(self, state: Any, watermark: float) -> float:
+        """The watermark the unit's output carries, given its input's: held back while output is pending."""
+        return watermark
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
@@ -160,6 +174,7 @@ def guarded(
     except AnalysisException as error:
         raise OperatorError(operator, field, _first_line(error)) from None
     except Exception as error:  # noqa: BLE001 - any runtime failure is attributed to records below
+        check_jvm(error)
         first = error
     try:
         bad = _bisect(probe or work, batch)
@@ -190,6 +205,7 @@ def computed(work: Callable[[], Any]) -> Any:
     except (OperatorError, AnalysisException):
         raise
     except Exception as error:  # any run-time failure inside the lazy chain
+        check_jvm(error)
         raise LazyFailure(_first_line(error)) from error
 
 
@@ -198,7 +214,8 @@ def _fails(check: Callable[[pd.DataFrame], Any], part: pd.DataFrame) -> bool:
         check(part)
     except (OperatorError, AnalysisException):
         raise
-    except Exception:  # noqa: BLE001
+    except Exception as error:  # noqa: BLE001
+        check_jvm(error)
         return True
     return False
 

@@ -17,15 +17,27 @@ without losing integer types to the other side's missing columns.
 Output: ``window_start, window_end, <keys>``, then the left input's other columns, then the right's;
 a name present on both sides is prefixed with its input's name (``trades_price``, ``quotes_price``);
 ``_ts = window_end``; ``_kg``.
+
+A window's output is the product of its two sides per key, so it grows with the square of the rate
+(examples/windowed-join.yaml at 50,000 records/s fires ~940M pairs per 5-second window; built at once,
+they took the executor's driver past 23 GB until the kernel's OOM killer ended it). So a step emits at
+most :attr:`JoinOperator.max_step_pairs` pairs (fewer for wide records: :data:`OUTPUT_SHARE`), whole left
+records at a time in window order, pairs counted from group sizes before any is built. The fired windows'
+records not yet paired stay in the key group's state (``pending``, committed with the step like the rest)
+and the output's watermark waits at the end of the earliest of their windows, so downstream windows do
+not fire before their records come: backpressure through the watermark, with memory bounded per step.
 """
 
 from __future__ import annotations
 
 import math
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame as SparkFrame
@@ -48,6 +60,17 @@ from streamtopo.runtime.operators.folds import normalized_keys
 from streamtopo.runtime.operators.records import WINDOW, arrow_array, column, concat, to_arrow
 from streamtopo.runtime.operators.state import decode_frames, encode_frames
 from streamtopo.runtime.operators.windows import Windowing
+
+STEP_PAIRS = 1_000_000
+"""Pairs a join emits per step at most (as ExecutorConfig.materialized_records bounds what a step takes
+out of the JVM): a step's output stays a few hundred MB in the driver whatever the windows hold."""
+OUTPUT_SHARE = 0.05
+"""Share of the memory this process may use (:func:`memory_limit`) one step's join output may take, for
+records so wide that :data:`STEP_PAIRS` of them would not fit: the output is built in pandas next to both
+sides, then copied again by the operators after it."""
+PENDING = "pending"
+"""State entry: (left, right) records of fired windows whose pairs are not all emitted yet."""
+_PENDING_FRAMES = ("__pending.left", "__pending.right")
 
 INPUTS = "inputs"
 """``batch.attrs`` entry of a combined batch: each input's columns as (its name, the name in the batch)."""
@@ -104,6 +127,10 @@ class JoinOperator(UnitOperator):
         assert op.key_by is not None and op.window is not None  # a join has both (the model's validator)
         self.keys = list(op.key_by)
         self.windowing = Windowing.of(op.window)
+        self.max_step_pairs = STEP_PAIRS
+        """Pairs one step emits at most (tests set fewer)."""
+        self.output_budget = OUTPUT_SHARE * memory_limit()
+        """Bytes one step's output may take."""
 
     def process(
         self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any], watermarks: dict[int, float]
@@ -135,55 +162,79 @@ class JoinOperator(UnitOperator):
         prev = {kg: (states.get(kg) or {}).get("wm", -math.inf) for kg in kgs}
         now = {kg: max(prev[kg], watermarks.get(kg, -math.inf)) for kg in kgs}
         rows = {name: concat(parts) if parts else None for name, parts in sides.items()}
-        output = self._fire(rows, prev, now)
-        return OperatorResult(output, self._split(rows, kgs, now))
+        queued = [(states.get(kg) or {}).get(PENDING) for kg in kgs]
+        fired = self._fire(rows, prev, now)
+        output, rest = self._emit([q for q in [*queued, fired] if q is not None])
+        return OperatorResult(output, self._split(rows, kgs, now, rest))
+
+    def has_pending(self, state: Any) -> bool:
+        return bool(state) and state.get(PENDING) is not None
+
+    def output_watermark(self, state: Any, watermark: float) -> float:
+        """Held at the end of the earliest window with pairs still to emit (its output's event time)."""
+        if not self.has_pending(state):
+            return watermark
+        return min(watermark, float(self.windowing.end(state[PENDING][0][WINDOW].min())))
 
     def _fire(
         self,
         rows: dict[str, pd.DataFrame | None],
         prev: dict[int, float],
         now: dict[int, float],
-    ) -> pd.DataFrame:
-        """Join the windows that fire now: window assignment, bounds, equi-join (:meth:`_join`)."""
-        nothing = (
-            pd.DataFrame({c: pd.Series(dtype="float64") for c in (WINDOW_START, WINDOW_END)})
-            .assign(**{key: pd.Series(dtype=object) for key in self.keys}, **{TS: pd.Series(dtype="float64")})
-            .assign(**{KG: pd.Series(dtype="int32")})
-        )
+    ) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+        """Both sides' records of the windows that fire now, once per such window (:meth:`_windowed`);
+        None when no pair can come of them."""
         left, right = rows[self.left], rows[self.right]
         if left is None or right is None or not any(now[kg] > prev[kg] for kg in now):
-            return nothing
+            return None
         # Only records inside some window that fires now are windowed, not the whole buffer.
         left, right = (frame[self._in_firing_window(frame, prev, now)] for frame in (left, right))
         if left.empty or right.empty:
-            return nothing
-        return self._join(left, right, prev, now)
-
-    def _join(
-        self,
-        left: pd.DataFrame,
-        right: pd.DataFrame,
-        prev: dict[int, float],
-        now: dict[int, float],
-    ) -> pd.DataFrame:
-        """The windows that fire now, joined in pandas: the records are in the driver already (the join's
-        state lives there), and a Spark join of a few hundred buffered records cost three stages and a
-        third of a second per step (docs/runtime.md). Equality as Spark's equi-join (``USING``) has it:
-        null keys match nothing, NaN equals NaN, -0.0 equals 0.0, an int equals the double of the same
-        value; the output's keys are the left input's values (a -0.0 stays -0.0), as Spark's are."""
-        w = self.windowing
+            return None
         clash = (set(left.columns) & set(right.columns)) - {*self.keys, KG, TS}
-        sides = [
-            self._windowed(frame, name, clash, prev, now)
-            for frame, name in ((left, self.left), (right, self.right))
-        ]
+        fired = (
+            self._windowed(left, self.left, clash, prev, now),
+            self._windowed(right, self.right, clash, prev, now),
+        )
+        return None if fired[0].empty or fired[1].empty else fired
+
+    def _emit(
+        self, queue: list[tuple[pd.DataFrame, pd.DataFrame]]
+    ) -> tuple[pd.DataFrame, tuple[pd.DataFrame, pd.DataFrame] | None]:
+        """Join the queued windows (those of earlier steps with pairs left, then those firing now) up to
+        :meth:`step_pairs` pairs: whole left records in window order, at least one. Returns the output
+        and what stays queued: the other left records, with the right records they pair with.
+
+        The joins run in pandas: the records are in the driver already (the join's state lives there), and
+        a Spark join of a few hundred buffered records cost three stages and a third of a second per step
+        (docs/runtime.md). Equality as Spark's equi-join (``USING``) has it: null keys match nothing, NaN
+        equals NaN, -0.0 equals 0.0, an int equals the double of the same value; the output's keys are the
+        left input's values (a -0.0 stays -0.0), as Spark's are."""
+        if not queue:
+            return self._nothing(), None
+        left, right = concat([q[0] for q in queue]), concat([q[1] for q in queue])
         matched = [f"__key{i}" for i in range(len(self.keys))]
         for i, key in enumerate(self.keys):
-            kind = _common_key_type(self.name, key, *(side[key] for side in sides))
-            for side in sides:
+            kind = _common_key_type(self.name, key, left[key], right[key])
+            for side in (left, right):
                 side[matched[i]] = normalized_keys(pd.DataFrame({key: _cast(side[key], kind)}))[key]
-        right = sides[1].drop(columns=self.keys)
-        out = sides[0].merge(right, on=[KG, *matched, WINDOW], how="inner", sort=False).drop(columns=matched)
+        on = [KG, *matched, WINDOW]
+        left = left.sort_values(WINDOW, kind="stable").reset_index(drop=True)
+        sizes = right.groupby(on, sort=False, dropna=False).size().rename("__pairs").reset_index()
+        pairs = left[on].merge(sizes, on=on, how="left")["__pairs"].fillna(0).to_numpy(np.int64)
+        take = max(1, int(np.searchsorted(np.cumsum(pairs), self.step_pairs(left, right), side="right")))
+        now, later = left.iloc[:take], left.iloc[take:][pairs[take:] > 0]  # a record with no pair is done
+        out = now.merge(right.drop(columns=self.keys), on=on, how="inner", sort=False).drop(columns=matched)
+        rest = None
+        if len(later):
+            paired = right[on].merge(later[on].drop_duplicates(), on=on, how="left", indicator=True)
+            rest = (
+                later.drop(columns=matched).reset_index(drop=True),
+                right[(paired["_merge"] == "both").to_numpy()].drop(columns=matched).reset_index(drop=True),
+            )
+        if out.empty:
+            return self._nothing(), rest
+        w = self.windowing
         n = out.pop(WINDOW).to_numpy(dtype=np.int64)
         kg = out.pop(KG).to_numpy()
         others = [c for c in out.columns if c not in self.keys]
@@ -198,7 +249,20 @@ class JoinOperator(UnitOperator):
         )
         result[TS] = w.end(n)
         result[KG] = kg.astype("int32")
-        return result.sort_values([KG, TS], kind="stable").reset_index(drop=True)
+        return result.sort_values([KG, TS], kind="stable").reset_index(drop=True), rest
+
+    def step_pairs(self, left: pd.DataFrame, right: pd.DataFrame) -> int:
+        """Pairs one step emits at most: :attr:`max_step_pairs`, fewer where records are so wide that
+        these would not fit :attr:`output_budget`."""
+        width = _row_bytes(left) + _row_bytes(right)
+        return max(1, min(self.max_step_pairs, int(self.output_budget / max(width, 1.0))))
+
+    def _nothing(self) -> pd.DataFrame:
+        return (
+            pd.DataFrame({c: pd.Series(dtype="float64") for c in (WINDOW_START, WINDOW_END)})
+            .assign(**{key: pd.Series(dtype=object) for key in self.keys}, **{TS: pd.Series(dtype="float64")})
+            .assign(**{KG: pd.Series(dtype="int32")})
+        )
 
     def _windowed(
         self,
@@ -269,9 +333,21 @@ class JoinOperator(UnitOperator):
         )
 
     def _split(
-        self, rows: dict[str, pd.DataFrame | None], kgs: list[int], now: dict[int, float]
+        self,
+        rows: dict[str, pd.DataFrame | None],
+        kgs: list[int],
+        now: dict[int, float],
+        rest: tuple[pd.DataFrame, pd.DataFrame] | None,
     ) -> dict[int, Any]:
-        """Per key group: each side's records still inside a window that has not fired, and the watermark."""
+        """Per key group: each side's records still inside a window that has not fired, the watermark, and
+        the fired windows' records with pairs still to emit (``rest``, from :meth:`_emit`)."""
+        pending: dict[int, tuple[pd.DataFrame, pd.DataFrame]] = {}
+        if rest is not None:
+            lefts, rights = (dict(iter(side.groupby(KG))) for side in rest)
+            pending = {
+                int(kg): (part.reset_index(drop=True), rights[kg].reset_index(drop=True))
+                for kg, part in lefts.items()
+            }
         kept: dict[str, dict[int, pd.DataFrame]] = {}
         for name, frame in rows.items():
             kept[name] = {}
@@ -281,22 +357,49 @@ class JoinOperator(UnitOperator):
             for kg, part in frame[alive].groupby(KG):
                 kept[name][kg] = part.drop(columns=[KG]).reset_index(drop=True)
         return {
-            kg: {**{name: kept[name].get(kg, _no_records(rows[name])) for name in rows}, "wm": now[kg]}
+            kg: {
+                **{name: kept[name].get(kg, _no_records(rows[name])) for name in rows},
+                "wm": now[kg],
+                **({PENDING: pending[kg]} if kg in pending else {}),
+            }
             for kg in kgs
         }
 
     def encode_state(self, state: Any) -> bytes:
         if state is None:
             return b""
+        pending = dict(zip(_PENDING_FRAMES, state[PENDING])) if self.has_pending(state) else {}
         return encode_frames(
-            {self.left: state[self.left], self.right: state[self.right]}, {"wm": state["wm"]}
+            {self.left: state[self.left], self.right: state[self.right], **pending}, {"wm": state["wm"]}
         )
 
     def decode_state(self, data: bytes) -> Any:
         if not data:
             return None
         frames, meta = decode_frames(data)
-        return {**frames, **meta}
+        pending = tuple(frames.pop(name) for name in _PENDING_FRAMES if name in frames)
+        return {**frames, **meta, **({PENDING: pending} if pending else {})}
+
+
+def memory_limit() -> float:
+    """Bytes this process may use: the machine's memory, or its cgroup's limit (a pod's) when lower."""
+    return min(psutil.virtual_memory().total, _cgroup_limit())
+
+
+@cache
+def _cgroup_limit() -> float:
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            return float(Path(path).read_text().strip())
+        except (OSError, ValueError):  # absent, or "max": no limit there
+            continue
+    return math.inf
+
+
+def _row_bytes(frame: pd.DataFrame) -> float:
+    """Bytes one record of ``frame`` takes in pandas, strings included (an estimate of one side's share of
+    an output row)."""
+    return float(frame.memory_usage(index=False, deep=True).sum()) / max(1, len(frame))
 
 
 def _no_records(frame: pd.DataFrame | None) -> pd.DataFrame:
