@@ -268,3 +268,35 @@ def test_a_crowded_host_scales_down_to_its_cores_and_stops_waiting() -> None:
     assert actives[:4] == [14, 7, 4, 2] and set(actives[3:]) == {2}
     assert result.periods[-1].saturation == 0.0
     assert all(p.scaling != "up" for p in result.periods)
+
+
+def test_executors_whose_footprint_exceeds_their_request_are_scaled_to_what_the_host_runs() -> None:
+    """``streamtopo run``'s case on 2 cores: two executors of one core that take 1.6 cores each when busy.
+    Overloaded, they wait for a CPU (saturated): one goes at once, and the room, booked at the footprint,
+    takes no second one back, whatever the load asks for (capacity exhausted)."""
+    sc = scenario(
+        periods=6,
+        hosts={"count": 1, "cpu": 2, "contention": 0.05},
+        executors={"initial": 2, "placement": "round-robin", "footprint": 1.6},
+        workload={"rate": 400_000},
+        scaling={
+            "rule": "target",
+            "minExecutors": 1,
+            "maxExecutors": 8,
+            "metricWindow": 60,
+            "stabilization": 60,
+            "scaleDownDelay": 180,
+            "scaleUpGrace": 180,
+        },
+    )
+    result = simulate(load_scenario(sc), rebalance=greedy_rebalance)
+    first = result.periods[0]
+    assert first.saturation > 0.25 and first.scaling == "down" and "over-provisioned by 1" in first.reason
+    assert [p.active_executors for p in result.periods[1:]] == [1] * 5
+    assert all("capacity exhausted" in p.reason for p in result.periods[2:]), [
+        p.reason for p in result.periods
+    ]
+    # held to their requests (no footprint), the same two executors fit their host and stay
+    held = dict(sc, executors={"initial": 2, "placement": "round-robin"})
+    kept = simulate(load_scenario(held), rebalance=greedy_rebalance)
+    assert kept.periods[0].saturation == 0.0 and {p.active_executors for p in kept.periods} == {2}

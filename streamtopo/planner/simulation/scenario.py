@@ -37,6 +37,10 @@ class ExecutorsSpec(Model):
     """Per-executor cores for a heterogeneous start (length = initial); new executors get ``capacity``."""
     placement: Literal["random", "round-robin"] = "random"
     """Initial key-group allocation: a seeded random even split, or key group i on executor i mod E."""
+    footprint: float | None = Field(default=None, gt=0)
+    """Host cores an executor takes per ``capacity`` of work, busy (with ``hosts``): ``streamtopo run``'s
+    executors, a JVM and a Python driver with one Spark core, take 1.6 (planner/capacity.py); None:
+    its capacity (a container held to its request)."""
 
     @model_validator(mode="after")
     def _capacities(self) -> ExecutorsSpec:

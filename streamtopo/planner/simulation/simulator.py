@@ -27,7 +27,9 @@ the runtime measures (runtime/metrics.py, planner/capacity.py): each executor wa
 work needs (at most its capacity); a host whose executors want more than its cores (less ``contention``
 of a core for every executor beyond them) shares them in proportion, so each executor gets its share,
 waits for the rest (its ``cpu_wait``, the saturation evidence), and its units' busy time, wall time as
-the runtime measures it, is stretched by the wait. The hosts' room (cores no executor holds) goes to
+the runtime measures it, is stretched by the wait. An executor whose ``footprint`` exceeds its capacity
+(``streamtopo run``'s: a JVM and a Python driver) takes that many host cores per capacity of work, as
+the runtime's process-tree CPU counts it. The hosts' room (cores no executor holds) goes to
 Algorithm 1 as ``AllocationState.room``, so new executors are placed, and the scaling rule capped, by
 the same code as on a cluster: one decision path.
 
@@ -350,8 +352,11 @@ def simulate(
         merge = merge_overhead * work * ((share > 0).sum(axis=1) > 1)
         executor_work = share.T @ work + np.bincount(owner, weights=merge, minlength=len(names))
         pending_work = share.T @ (work + backlog * job.cost / T)
-        got, wait = _contention(scenario, executors, np.minimum(capacity, pending_work))
-        effective = np.where(got < np.minimum(capacity, pending_work) - 1e-12, got, capacity)
+        # An executor of footprint f takes f / capacity host cores per core of work it does.
+        ratio = np.maximum(1.0, (scenario.executors.footprint or 0.0) / capacity)
+        busy = np.minimum(capacity, pending_work)
+        got, wait = _contention(scenario, executors, busy * ratio)
+        effective = np.where(got < busy * ratio - 1e-12, got / ratio, capacity)
         backlog = _process(arrival, work, share, merge, owner, effective, backlog, pause, T, job.cost)
         # A unit's busy time is wall time: on an executor that got only part of the CPU it wanted, its
         # work took that much longer (what the runtime measures, and the saturation evidence explains).
@@ -378,6 +383,7 @@ def simulate(
             assignment=dict(assignment),
             traffic=job.traffic(arrival),
             room=_room(scenario, executors),
+            footprint=scenario.executors.footprint if scenario.hosts else None,
         )
         input_rate = job.input_rate(arrival)
         per_record = float(executor_work.sum()) / input_rate if input_rate > 0 else 0.0
