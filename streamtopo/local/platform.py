@@ -287,6 +287,17 @@ class LocalPlatform:
         """Executors that exited by themselves: name -> exit code."""
         return {n: p.popen.returncode for n, p in self.processes.items() if p.popen.poll() is not None}
 
+    def exit_text(self, name: str) -> str:
+        """Why executor ``name`` ended, for a person: its exit code (a signal by name: SIGKILL is also
+        how the kernel's OOM killer ends a process, see ``dmesg``) and the end of its log."""
+        code = self.processes[name].popen.returncode
+        how = f"exited with code {code}"
+        if code is not None and code < 0:
+            how = f"was killed by {signal.Signals(-code).name}"
+            if -code == signal.SIGKILL:
+                how += " (not by this run: the kernel's OOM killer ends processes so; see dmesg)"
+        return f"executor {name} {how}:\n{self.log_tail(name)}"
+
     def log_tail(self, name: str, lines: int = 20) -> str:
         process = self.processes.get(name)
         if process is None or not process.log.exists():
@@ -336,9 +347,7 @@ class LocalPlatform:
             for name in sorted(pending):
                 process = self.processes[name]
                 if process.popen.poll() is not None:
-                    raise RuntimeError(
-                        f"executor {name} exited with code {process.popen.returncode}:\n{self.log_tail(name)}"
-                    )
+                    raise RuntimeError(self.exit_text(name))
                 if self.ready(name):
                     pending.discard(name)
             if time.time() > deadline:

@@ -53,6 +53,7 @@ from streamtopo.planner.plan import Plan
 from streamtopo.planner.scaling.aeolus import entry_batch_sizes
 from streamtopo.runtime import sinks
 from streamtopo.runtime.embedded import EmbeddedValkey
+from streamtopo.runtime.executor import EXIT_JVM_LOST
 from streamtopo.runtime.handover import Pause
 from streamtopo.runtime.metrics import SourcePace
 from streamtopo.runtime.state_store import StateStore
@@ -141,6 +142,17 @@ class Start(NamedTuple):
     routing: RoutingTable
     plan: Plan | None
     capacity: Shortfall | None
+
+
+CRASH_RESTARTS = 3
+"""Restarts per executor and run after its JVM was lost or it was SIGKILLed (the OOM killer), as kubelet
+restarts a pod's dead container: the restart resumes from the last commit. Past them the run fails with
+the executor's log, so a job the machine cannot hold ends instead of crash-looping."""
+
+
+def restartable(code: int) -> bool:
+    """An exit a restart can cure: the JVM gone (``EXIT_JVM_LOST``) or the process SIGKILLed."""
+    return code in (EXIT_JVM_LOST, -signal.SIGKILL)
 
 
 class NoRoom(ValueError):
@@ -557,6 +569,10 @@ class _Run:
         self.migrations = 0
         self.kills: list[Kill] = []
         self.restarts: dict[str, float] = {}
+        self.crashes: dict[str, int] = {}
+        """Executor -> restarts after a crash a restart can cure (:func:`restartable`)."""
+        self.crashed: list[str] = []
+        """What each of those crashes was, for the summary."""
         """Killed executor -> when to restart it."""
         self.warm = False
         self.unready = sorted(routing.executors)
@@ -567,10 +583,15 @@ class _Run:
     def tick(self, now: float, live: _Display) -> bool:
         """Restarts, drills, the loop's period, progress; True once the run should end."""
         crashed = {n: c for n, c in self.platform.exited().items() if n not in self.restarts}
+        for name, code in list(crashed.items()):
+            if restartable(code) and self.crashes.get(name, 0) < CRASH_RESTARTS:
+                self.crashes[name] = self.crashes.get(name, 0) + 1
+                self.crashed.append(self.platform.exit_text(name).splitlines()[0])
+                self.progress.forget(name)
+                self.restarts[name] = now + 0.5
+                del crashed[name]
         if crashed:
-            self.failed = "; ".join(
-                f"executor {n} exited with code {c}:\n{self.platform.log_tail(n)}" for n, c in crashed.items()
-            )
+            self.failed = "; ".join(self.platform.exit_text(n) for n in crashed)
             return True
         if self.spec_file is not None and (text := self.spec_file.changed()) is not None:
             self._edit(text)
@@ -632,6 +653,7 @@ class _Run:
             sink_totals(self.store, self.topology),
             migrations=self.migrations,
             kills=len(self.kills),
+            crashes=self.crashed,
             pauses=pauses,
             recoveries=recoveries,
             unrecovered=unrecovered,

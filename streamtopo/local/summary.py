@@ -33,6 +33,8 @@ class RunSummary:
     """Sink operator -> {"in": records received, "out": records written}."""
     migrations: int = 0
     kills: int = 0
+    crashes: list[str] = field(default_factory=list)
+    """Executors restarted after their JVM was lost or they were SIGKILLed, and how each ended."""
     pauses: list[Pause] = field(default_factory=list)
     recoveries: list[float] = field(default_factory=list)
     """Per unit of a killed executor: seconds from the kill to a live executor holding it again."""
@@ -96,6 +98,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
         f"drill migrations {summary.migrations}; kills {summary.kills}; backlog {summary.backlog:,} records "
         f"({summary.source_backlog:,} due at generators, not yet generated)"
     )
+    for crash in summary.crashes:
+        console.print(f"restarted after a crash: {crash}")
     stats = summary.pause_stats("released")
     if stats:
         console.print(

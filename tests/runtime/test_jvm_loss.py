@@ -124,3 +124,42 @@ def test_no_failure_is_blamed_on_records_once_the_jvm_is_gone():
     assert seen["alive"] == "records 1"
     for call in ("guarded", "computed"):
         assert seen[call].startswith("jvm lost: the JVM") and "SIGKILL" in seen[call], seen
+
+
+def test_streamtopo_run_restarts_an_executor_whose_jvm_died_and_finishes_exact(tmp_path):
+    """As kubelet restarts a pod's dead container, ``streamtopo run`` restarts an executor that exited for
+    its lost JVM (at most CRASH_RESTARTS times), says so in the summary, and the output is exact."""
+    import threading
+
+    from rich.console import Console
+
+    from streamtopo.local.runner import RunOptions, run_topology
+
+    count, rate, keys, window = 1500, 50, 7, 1.0
+    topology = sequence_topology("jvm-run", count=count, rate=rate, keys=keys, window=window)
+    out = tmp_path / "out"
+    killed: list[int] = []
+
+    def kill_a_jvm_once_output_comes() -> None:
+        deadline = time.time() + 300
+        while time.time() < deadline and not killed:
+            executors = [
+                p
+                for p in psutil.Process().children()
+                if "executor" in " ".join(p.cmdline()[:5]) and str(tmp_path) in " ".join(p.cmdline())
+            ]
+            if executors and read_lines(out):
+                java = jvm_of(executors[0].pid)
+                java.kill()
+                killed.append(java.pid)
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=kill_a_jvm_once_output_comes, daemon=True)
+    watcher.start()
+    options = RunOptions(executors=1, autoscale=False, output=out, live=False, duration=600, workdir=tmp_path)
+    summary = run_topology(topology, options, Console(quiet=True))
+    watcher.join(timeout=5)
+    assert killed, "the JVM was never killed"
+    assert summary.failed is None and summary.finished, summary.failed
+    assert len(summary.crashes) == 1 and "exited with code 5" in summary.crashes[0], summary.crashes
+    assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
