@@ -19,7 +19,7 @@ over key groups may differ in the last bits), so every configuration computed th
 
     python bench/autoscaling.py                       # 3 pipelines x 3 loads, S = 30 s
     python bench/autoscaling.py --small               # VWAP only, S = 10 s: a smoke test
-    python bench/autoscaling.py --held-out            # pipelines nothing was tuned on (MACD, HA)
+    python bench/autoscaling.py --held-out            # pipelines nothing was tuned on (MACD, large trades)
 
 Writes the "Autoscaling against fixed counts" section of docs/benchmarks.md and docs/img/autoscaling.png
 (``--held-out``: its own section and docs/img/autoscaling-held-out.png).
@@ -52,7 +52,7 @@ from streamtopo.planner.model import StreamTopology
 
 SECTION = "Autoscaling against fixed counts"
 PIPELINES = {"vwap": "vwap.yaml", "windowed-join": "windowed-join.yaml", "wordcount": "wordcount.yaml"}
-HELD_OUT = {"macd": "macd.yaml", "ha-pipeline": "ha-pipeline.yaml"}
+HELD_OUT = {"macd": "macd.yaml", "large-trades": "sharing/large-trades.yaml"}
 """Examples the footprint and the saturation rule were not measured or tuned on: the issue's held-out
 overload scenarios, run as a user runs them (their own section, ``--held-out``)."""
 LOADS = (0.5, 1.0, 2.0)

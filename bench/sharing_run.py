@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import statistics
 import sys
@@ -43,13 +44,18 @@ def children_cpu() -> float:
 
 
 def normalised(output: Path) -> list[str]:
+    """Every file sink line under ``output``, sorted, floats to 9 significant digits of the record's
+    largest float: double sums differ in their last bits with the order partials merge in (Spark's
+    too), and a difference of two such sums (MACD's fast - slow) carries that error at its own scale."""
     rows = []
     for path in sorted(output.rglob("kg-*.jsonl")):
         for line in path.read_text().splitlines():
             record = json.loads(line)
+            floats = [abs(v) for v in record.values() if isinstance(v, float) and math.isfinite(v)]
+            digits = 8 - math.floor(math.log10(max(floats))) if floats and max(floats) > 0 else 9
             rows.append(
                 json.dumps(
-                    {k: float(f"{v:.9g}") if isinstance(v, float) else v for k, v in record.items()},
+                    {k: round(v, digits) + 0.0 if isinstance(v, float) else v for k, v in record.items()},
                     sort_keys=True,
                 )
             )

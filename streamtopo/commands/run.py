@@ -110,10 +110,11 @@ def run(
     from rich.console import Console
     from rich.markup import escape
 
-    from streamtopo.controller.plan_output import render_run_plan
+    from streamtopo.controller.plan_output import EXIT_NO_PLAN, render_run_plan
     from streamtopo.local.loop import local_loop
     from streamtopo.local.runner import NoRoom, RunOptions, run_topologies
     from streamtopo.local.summary import print_summary
+    from streamtopo.planner.placement.cola import NoValidPlan
     from streamtopo.runtime.operators.udf import extend_import_path
 
     console = Console()
@@ -158,6 +159,15 @@ def run(
     except NoRoom as error:
         console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+    except NoValidPlan as error:
+        where = "--hosts/--host-cpu" if hosts or host_cpu else "this machine, one host of its cores"
+        console.print(
+            f"[red]error:[/red] {escape(str(error))} (the run's hosts: {where}, without labels; "
+            "`streamtopo plan FILE --cluster CLUSTER.yaml` plans on labelled hosts)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_NO_PLAN) from None
     for name, summary in summaries.items():
         if len(summaries) > 1:
             console.rule(name)

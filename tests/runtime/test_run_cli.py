@@ -44,6 +44,25 @@ def test_run_rejects_an_invalid_topology_naming_the_field(tmp_path):
     assert "spec.operators[0].source.ratePerSecond" in result.output
 
 
+def test_run_says_why_no_plan_fits_its_hosts_without_a_traceback(tmp_path):
+    """The HA example needs labelled hosts and two of them; this run's one unlabelled host has neither:
+    exit 3 (as ``streamtopo plan``) with every reason, nothing started."""
+    result = streamtopo_run(
+        str(Path(__file__).resolve().parents[2] / "examples" / "ha-pipeline.yaml"),
+        "--output",
+        str(tmp_path / "out"),
+        "--hosts",
+        "1",
+        "--duration",
+        "5",
+    )
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "no valid plan: requires.nodeSelector" in result.stdout and "--hosts/--host-cpu" in result.stdout
+    assert "highAvailability[0] needs 2 hosts" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.jsonl"))
+
+
 def test_run_refuses_several_topologies_that_cannot_run_together(tmp_path):
     """Several files run together (their common part once): the same name twice, or topologies feeding each
     other through named streams in a cycle, are refused before anything starts."""
