@@ -98,6 +98,14 @@ def expected_totals(
     return {k: (c, s) for k, (c, s) in out.items()}
 
 
+def at_least(topology: StreamTopology, executors: int) -> StreamTopology:
+    """``topology`` with ``minExecutors`` = ``executors``: drills move units between executors and kill
+    them, so a test of them keeps its executors where the loop's saturation rule would fold two 1.6-core
+    executors on a loaded 2-core machine into one (docs/scaling.md, "Footprints")."""
+    auto = topology.spec.autoscaling.model_copy(update={"min_executors": executors})
+    return topology.model_copy(update={"spec": topology.spec.model_copy(update={"autoscaling": auto})})
+
+
 def read_lines(output: Path, sink: str = "out") -> list[dict]:
     return [
         json.loads(line)

@@ -14,6 +14,7 @@ import yaml
 from prometheus_client import generate_latest
 from runtime_support import (
     assert_exactly_once,
+    at_least,
     expected_totals,
     read_lines,
     sequence_topology,
@@ -180,7 +181,7 @@ def test_executor_sends_the_transport_password_from_the_environment_and_never_pr
 @pytest.mark.slow
 def test_run_with_drills_ends_by_itself_with_exact_output_and_no_leftovers(tmp_path):
     count, rate, keys, window = 1500, 100, 9, 1.0
-    topology = sequence_topology("cli-drills", count=count, rate=rate, keys=keys, window=window)
+    topology = at_least(sequence_topology("cli-drills", count=count, rate=rate, keys=keys, window=window), 2)
     out = tmp_path / "out"
     result = run_cli(tmp_path, topology, "--executors", "2", "--migrate-every", "1.5", "--kill-every", "5")
     assert result.returncode == 0, result.stdout + result.stderr
