@@ -112,7 +112,8 @@ def run(
 
     from streamtopo.controller.plan_output import EXIT_NO_PLAN, render_run_plan
     from streamtopo.local.loop import local_loop
-    from streamtopo.local.runner import NoRoom, RunOptions, run_topologies
+    from streamtopo.local.runner import RunOptions, run_topologies
+    from streamtopo.local.start import NoRoom
     from streamtopo.local.summary import print_summary
     from streamtopo.planner.placement.cola import NoValidPlan
     from streamtopo.runtime.operators.udf import extend_import_path

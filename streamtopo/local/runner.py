@@ -24,33 +24,30 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, Self
+from typing import Any, Protocol, Self
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
 
-from streamtopo.contracts import ExecutorEntry, Keys, RoutingTable, executor_name, unit_key
+from streamtopo.contracts import Keys, RoutingTable, unit_key
 from streamtopo.controller.platform import DesiredState
-from streamtopo.controller.reconcile import adaptation_config
 from streamtopo.local.drills import Kill, Schedule, held_by, migrate, recovery_pauses
 from streamtopo.local.platform import (
-    EXECUTOR_FOOTPRINT,
     LocalPlatform,
     Machine,
     machine_cluster,
     machine_cores,
 )
 from streamtopo.local.progress import Progress
+from streamtopo.local.sources import limit_sources, scale_rates
+from streamtopo.local.start import Start, initial_routing
 from streamtopo.local.summary import RunSummary, SinkSample
 from streamtopo.local.upgrade import Edit, SpecFile, apply_edit
-from streamtopo.planner.capacity import Shortfall, free_cores, place, placeable
+from streamtopo.planner.capacity import Shortfall, free_cores
 from streamtopo.planner.cluster import Cluster
-from streamtopo.planner.deployment import deployment
 from streamtopo.planner.model import StreamTopology
-from streamtopo.planner.placement.fusion import plan_topology
 from streamtopo.planner.plan import Plan
-from streamtopo.planner.scaling.aeolus import entry_batch_sizes
 from streamtopo.runtime import sinks
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.executor import EXIT_JVM_LOST
@@ -135,15 +132,6 @@ def output_dir(topology: StreamTopology, output: Path | None) -> Path | None:
     return Path("streamtopo-output") / topology.metadata.name
 
 
-class Start(NamedTuple):
-    """A local run's first deployment: routing v1, the plan it came from (None for ``--executors N``)
-    and the declared rates against the machine's room (None for ``--executors N``)."""
-
-    routing: RoutingTable
-    plan: Plan | None
-    capacity: Shortfall | None
-
-
 CRASH_RESTARTS = 3
 """Restarts per executor and run after its JVM was lost or it was SIGKILLed (the OOM killer), as kubelet
 restarts a pod's dead container: the restart resumes from the last commit. Past them the run fails with
@@ -153,121 +141,6 @@ the executor's log, so a job the machine cannot hold ends instead of crash-loopi
 def restartable(code: int) -> bool:
     """An exit a restart can cure: the JVM gone (``EXIT_JVM_LOST``) or the process SIGKILLed."""
     return code in (EXIT_JVM_LOST, -signal.SIGKILL)
-
-
-class NoRoom(ValueError):
-    """``--executors N`` asks for more executors than the hosts have room for."""
-
-
-LOCAL_EXECUTOR_CPU = 1.0
-"""Cores a local executor requests: it runs Spark with one core (STREAMTOPO_SPARK_CORES=1)."""
-
-
-def initial_routing(
-    topology: StreamTopology,
-    cluster: Cluster,
-    executors: int | None,
-    seed: int = 0,
-    room: Mapping[str, float] | None = None,
-) -> Start:
-    """Version 1 of the routing table: COLA's PEs as executors, split up to Aeolus' count as the operator
-    does (``planner.deployment``), or units round-robin over ``executors``; with the plan it came from
-    (None for round-robin), which the run shows before it starts.
-
-    Every local executor requests one core (:data:`LOCAL_EXECUTOR_CPU`) and is counted against the hosts'
-    ``room`` (default: all of ``cluster``) with its measured footprint (:data:`EXECUTOR_FOOTPRINT`),
-    which caps how many the plan starts, as the operator's plan is capped by its nodes';
-    ``--executors N`` beyond the room raises :class:`NoRoom` naming the option.
-    Round-robin puts unit (op, kg) on executor ``kg mod N``: units with the same key group index share an
-    executor, so one-to-one edges stay in memory. HA replicas r >= 1 are not run by the local runtime (the
-    primary is).
-    """
-    spec, name = topology.spec, topology.metadata.name
-    room = dict(room) if room is not None else free_cores(cluster)
-    plan = capacity = None
-    if executors is None:
-        plan = plan_topology(spec, cluster, seed=seed)
-        scaling = adaptation_config(topology).scaling_config
-        planned = deployment(
-            plan,
-            spec,
-            name,
-            scaling,
-            replicas=False,
-            cpu=LOCAL_EXECUTOR_CPU,
-            room=room,
-            footprint=EXECUTOR_FOOTPRINT,
-        )
-        assignment, entries, capacity = planned.units, planned.executors, planned.capacity
-    else:
-        names = [executor_name(name, i) for i in range(executors)]
-        hosts, _ = place([LOCAL_EXECUTOR_CPU] * executors, room)
-        if None in hosts:
-            fit = placeable(LOCAL_EXECUTOR_CPU, room)
-            raise NoRoom(
-                f"--executors {executors}: the hosts have room for {fit} executor(s) of "
-                f"{LOCAL_EXECUTOR_CPU:g} core ({_room_text(cluster, room)}); give fewer executors, or model "
-                "a larger cluster with --hosts/--host-cpu"
-            )
-        entries = {n: ExecutorEntry(host=h, cpu=LOCAL_EXECUTOR_CPU) for n, h in zip(names, hosts)}
-        assignment = {
-            (op.name, kg): names[kg % executors]
-            for op in spec.operators
-            for kg in range(spec.key_groups_of(op.name))
-        }
-    used = set(assignment.values())
-    routing = RoutingTable(
-        topology=name,
-        version=1,
-        executors={n: e for n, e in entries.items() if n in used},
-        units={unit_key(u): e for u, e in sorted(assignment.items())},
-        batch_sizes=entry_batch_sizes(topology.spec),
-    )
-    return Start(routing, plan, capacity)
-
-
-def _room_text(cluster: Cluster, room: Mapping[str, float]) -> str:
-    return ", ".join(f"{h.name}: {room.get(h.name, 0.0):g} of {h.cpu:g} cores free" for h in cluster.hosts)
-
-
-def scale_rates(topology: StreamTopology, factor: float) -> StreamTopology:
-    """The topology with every source's ratePerSecond multiplied by ``factor`` (a local run's scale-down).
-
-    The examples declare cluster rates (VWAP: 40k + 60k rec/s); a laptop's executors sustain a fraction of
-    that, so ``--rate-scale 0.05`` keeps the shape of the job (ratios, key distribution) at a rate the
-    machine can carry. Declared costs (cores at the declared rate) scale with it.
-    """
-    if factor == 1.0:
-        return topology
-    if factor <= 0:
-        raise ValueError(f"--rate-scale must be > 0, got {factor}")
-    data = topology.model_dump(mode="json", by_alias=True, exclude_none=True)
-    for op in data["spec"]["operators"]:
-        if op.get("source", {}).get("ratePerSecond") is not None:
-            op["source"]["ratePerSecond"] = op["source"]["ratePerSecond"] * factor
-        if op.get("cost", {}).get("cpu") is not None:
-            op["cost"]["cpu"] = op["cost"]["cpu"] * factor
-    for stream in data["spec"].get("streams", []):
-        if stream.get("rate") is not None:
-            stream["rate"] = stream["rate"] * factor
-    return StreamTopology.model_validate(data)
-
-
-def limit_sources(topology: StreamTopology, seconds: float | None) -> StreamTopology:
-    """The topology with every generator ending after ``seconds`` of records (``count`` = rate x seconds,
-    or its own count if smaller), so a run ends at end of stream, every window fired and nothing waiting,
-    rather than being stopped mid-stream with records in flight. Applied after :func:`scale_rates`."""
-    if seconds is None:
-        return topology
-    if seconds <= 0:
-        raise ValueError(f"--source-seconds must be > 0, got {seconds}")
-    data = topology.model_dump(mode="json", by_alias=True, exclude_none=True)
-    for op in data["spec"]["operators"]:
-        source = op.get("source", {})
-        if source.get("generator") is not None:
-            cap = math.ceil(source["ratePerSecond"] * seconds)
-            source["count"] = min(source.get("count", cap), cap)
-    return StreamTopology.model_validate(data)
 
 
 def with_profiling(topology: StreamTopology, options: RunOptions) -> StreamTopology:

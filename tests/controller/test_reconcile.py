@@ -729,7 +729,7 @@ def test_local_run_and_operator_route_alike(rate):
     """The same topology and cluster: `streamtopo run`'s routing v1 and the operator's name the same
     executors (``<topology>-e<i>``), give them the same units, and cut streams into the same entry sizes
     (one batching rule, planner.scaling.aeolus.entry_batch_sizes), at a rate where Aeolus alone would say 1."""
-    from streamtopo.local.runner import initial_routing
+    from streamtopo.local.start import initial_routing
     from streamtopo.planner.model import StreamTopology
 
     doc = wordcount()

@@ -9,7 +9,7 @@ from runtime_support import round_robin, sequence_topology
 from streamtopo.contracts import ExecutorEntry, RoutingTable
 from streamtopo.controller.platform import DesiredState
 from streamtopo.local.platform import LocalPlatform, Machine, machine_cluster, machine_cores
-from streamtopo.local.runner import NoRoom, initial_routing
+from streamtopo.local.start import NoRoom, initial_routing
 from streamtopo.planner.cluster import Cluster
 from streamtopo.runtime.embedded import EmbeddedValkey
 

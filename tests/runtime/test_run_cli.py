@@ -302,7 +302,7 @@ def pipeline(make_spec):
 
 
 def test_source_seconds_make_every_generator_finite_so_the_run_ends_at_end_of_stream():
-    from streamtopo.local.runner import limit_sources, scale_rates
+    from streamtopo.local.sources import limit_sources, scale_rates
 
     topology = sequence_topology("cli-limit", count=10_000, rate=400, keys=3, window=1.0)
     assert limit_sources(scale_rates(topology, 0.5), 30).spec.operator("numbers").source.count == 6000
