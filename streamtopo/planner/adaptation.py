@@ -180,13 +180,13 @@ def adapt(
         rebalance=applied,
         reason=reason,
         policy_config=carry_over(config.policy_config, applied),
-        capacity=decision.shortfall or _capacity(observation, decision, config.scaling_config),
+        capacity=decision.shortfall or _capacity(observation, decision),
     )
 
 
-def _capacity(observation: ScalingObservation, decision: ScalingDecision, config: ScalingConfig) -> Shortfall:
+def _capacity(observation: ScalingObservation, decision: ScalingDecision) -> Shortfall:
     """The round's capacity figures when nothing is missing: the executors it keeps are what it wants."""
-    cpu = config.executor_capacity
+    cpu = observation.footprint
     return Shortfall(
         executors_wanted=decision.executors,
         executors_placed=decision.executors,
