@@ -175,3 +175,39 @@ def test_a_join_emits_large_windows_over_several_steps_holding_its_watermark(spa
     pd.testing.assert_frame_equal(
         canonical(out), reference(left, right, 6.0, 2.0, windows_of), check_dtype=False
     )
+
+
+def test_join_edge_keys_emitted_one_pair_per_step_match_spark(spark, make_spec):
+    """The capped path (pairs counted per key before they are built, the rest kept as pending state)
+    pairs keys as Spark's equi-join does: -0.0 meets 0.0, NaN meets NaN (a None in a float column is NaN
+    to pandas and to Spark's createDataFrame alike; null keys are the test above's), repeated keys pair
+    every way; one pair per step over several steps, state stored as bytes between."""
+    op = join_op(make_spec, 5.0, 5.0)
+    op.keys = ["k"]
+    left = pd.DataFrame(
+        {"k": [0.0, None, 1.5, float("nan"), 2.0, 7.0, 7.0], "price": np.arange(7.0), "_ts": 1.0, "_kg": 0}
+    )
+    right = pd.DataFrame(
+        {
+            "k": [-0.0, None, 1.5, float("nan"), 3.0, 7.0, 7.0],
+            "price": np.arange(10.0, 17.0),
+            "_ts": 2.0,
+            "_kg": 0,
+        }
+    )
+    left, right = (f.astype({"_kg": "int32"}) for f in (left, right))
+    batch = combine_inputs({"trades": left, "quotes": right})
+    op.max_step_pairs = 1
+    result = op.process(spark, batch, {}, {0: math.inf})
+    outputs, steps = [result.output], 1
+    while op.has_pending(result.states[0]):
+        state = op.decode_state(op.encode_state(result.states[0]))
+        result = op.process(spark, combine_inputs({"trades": left.iloc[:0]}), {0: state}, {0: math.inf})
+        outputs.append(result.output)
+        steps += 1
+        assert steps < 20, "pending pairs never drained"
+    pairs = sorted(zip(*(pd.concat(outputs)[c] for c in ("trades_price", "quotes_price"))))
+    l_, r_ = (spark.createDataFrame(f[["k", "price"]]) for f in (left, right))
+    expected = l_.withColumnRenamed("price", "lp").join(r_.withColumnRenamed("price", "rp"), "k")
+    assert pairs == sorted((row.lp, row.rp) for row in expected.collect())
+    assert steps >= 4 and len(pairs) >= 6  # NaN, -0.0 and the doubled 7.0 all paired
