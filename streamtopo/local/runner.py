@@ -33,12 +33,7 @@ from rich.markup import escape
 from streamtopo.contracts import Keys, RoutingTable, unit_key
 from streamtopo.controller.platform import DesiredState
 from streamtopo.local.drills import Kill, Schedule, held_by, migrate, recovery_pauses
-from streamtopo.local.platform import (
-    LocalPlatform,
-    Machine,
-    machine_cluster,
-    machine_cores,
-)
+from streamtopo.local.platform import LocalPlatform, Machine, machine_cluster, machine_cores
 from streamtopo.local.progress import Progress
 from streamtopo.local.sources import limit_sources, scale_rates
 from streamtopo.local.start import Start, initial_routing
@@ -442,11 +437,11 @@ class _Run:
         self.migrations = 0
         self.kills: list[Kill] = []
         self.restarts: dict[str, float] = {}
+        """Killed or crashed executor -> when to restart it."""
         self.crashes: dict[str, int] = {}
         """Executor -> restarts after a crash a restart can cure (:func:`restartable`)."""
         self.crashed: list[str] = []
         """What each of those crashes was, for the summary."""
-        """Killed executor -> when to restart it."""
         self.warm = False
         self.unready = sorted(routing.executors)
         self.last_line = started
