@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import py4j
 from py4j.protocol import Py4JNetworkError
 from pyspark.sql import SparkSession
 
@@ -237,9 +238,23 @@ def _output_to(path: Path | None) -> Iterator[None]:
             os.close(fd)
 
 
+class _NotFromPy4j(logging.Filter):
+    """py4j reports a lost gateway through the root logger, traceback included (``logging.exception``), so
+    no logger name can quiet it; the executor says once, in its own words, that the JVM has gone."""
+
+    _DIR = os.path.dirname(py4j.__file__) + os.sep
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.pathname.startswith(self._DIR)
+
+
 def _quiet_python_loggers() -> None:
-    """PySpark 4 logs every analysis error as JSON before raising it; py4j chats on shutdown."""
+    """PySpark 4 logs every analysis error as JSON before raising it; py4j chats on shutdown and on a lost
+    JVM."""
     logging.getLogger("py4j").setLevel(logging.ERROR)
+    root = logging.getLogger()
+    if not any(isinstance(f, _NotFromPy4j) for f in root.filters):
+        root.addFilter(_NotFromPy4j())
     try:
         from pyspark.logger import PySparkLogger
     except ImportError:  # PySpark 3.5 has neither the loggers nor the JSON records

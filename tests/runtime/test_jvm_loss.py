@@ -163,3 +163,45 @@ def test_streamtopo_run_restarts_an_executor_whose_jvm_died_and_finishes_exact(t
     assert summary.failed is None and summary.finished, summary.failed
     assert len(summary.crashes) == 1 and "exited with code 5" in summary.crashes[0], summary.crashes
     assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
+
+
+def test_py4j_reports_of_a_lost_gateway_stay_out_of_the_log(caplog):
+    """py4j logs a gateway that reset the connection through the root logger with its traceback (the
+    executor's log once had one whenever the JVM died mid-reply); once Spark's loggers are quieted, only the
+    executor's own line says it. The gateway here is a loopback socket that accepts and resets."""
+    import logging
+    import socket
+    import threading
+
+    from py4j.java_gateway import GatewayClient, GatewayParameters
+
+    from streamtopo.runtime import spark
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def accept_and_reset() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            connection.close()
+
+    threading.Thread(target=accept_and_reset, daemon=True).start()
+    client = GatewayClient(gateway_parameters=GatewayParameters(port=server.getsockname()[1]))
+    root = logging.getLogger()
+    filters, level = list(root.filters), logging.getLogger("py4j").level
+    try:
+        with caplog.at_level(logging.INFO):
+            client.send_command("c\nprobe\ne\n")
+        assert any("Exception while sending command" in r.getMessage() for r in caplog.records)  # the probe
+        caplog.clear()
+        spark._quiet_python_loggers()
+        with caplog.at_level(logging.INFO):
+            client.send_command("c\nprobe\ne\n")
+            logging.getLogger("streamtopo.executor").error("the JVM has exited")
+        assert [r.getMessage() for r in caplog.records] == ["the JVM has exited"]
+    finally:
+        root.filters[:] = filters
+        logging.getLogger("py4j").setLevel(level)
+        server.close()
