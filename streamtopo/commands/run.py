@@ -116,6 +116,7 @@ def run(
     from streamtopo.local.start import NoRoom
     from streamtopo.local.summary import print_summary
     from streamtopo.planner.placement.cola import NoValidPlan
+    from streamtopo.runtime import class_archive
     from streamtopo.runtime.operators.udf import extend_import_path
 
     console = Console()
@@ -124,6 +125,10 @@ def run(
         raise typer.Exit(2)
     udf_dirs = tuple(dict.fromkeys(f.resolve().parent for f in files))  # UDF modules next to the files
     extend_import_path(udf_dirs)
+    if class_archive.missing():
+        console.print(
+            "writing Spark's class archive for faster executor starts (once, about 15 s)", style="dim"
+        )
     try:
         topologies, outputs = _prepare(files, output, no_share=no_share, verbose=verbose)
     except _BadInput as error:

@@ -47,17 +47,21 @@ def check_expressions(
 ) -> dict[str, T.StructType | None]:
     """:func:`analyze_pipeline` in this process's SparkSession. One started for the check is stopped after
     it, JVM included, and unless ``verbose`` the JVM's own console output goes to a file (its start-up
-    prints a line no log level silences) and Spark logs at ERROR (spark.py)."""
+    prints a line no log level silences) and Spark logs at ERROR (spark.py). Without a class archive,
+    this JVM writes it at its exit, for the executors' starts (runtime/class_archive.py)."""
     started = not sparks.running()
     jvm_log = None if verbose else sparks.temp_dir() / "check-jvm.log"
     try:
-        session = sparks.get_spark(jvm_output=jvm_log, verbose=verbose)
+        session = sparks.get_spark(jvm_output=jvm_log, verbose=verbose, build_archive=True)
     except Exception as error:  # noqa: BLE001 - whatever keeps Spark from starting, say what it printed
         printed = jvm_log.read_text(errors="replace").strip() if jvm_log and jvm_log.exists() else ""
         message = f"cannot start Spark to check the pipeline: {error}\n{printed}"
         raise SparkUnavailable(message.strip()) from None
     try:
-        return analyze_pipeline(spec, session, operators)
+        schemas = analyze_pipeline(spec, session, operators)
+        if sparks.building_archive():
+            sparks.warm_up(session)  # the archive then has the classes an executor's first steps load
+        return schemas
     finally:
         if started:
             sparks.stop_spark(jvm=True)

@@ -43,6 +43,10 @@ class ExecutorConfig:
     punctuation_interval: float = 0.1
     """Minimum seconds between two record-less watermark entries to the same unit (+inf always goes)."""
     idle_sleep: float = 0.02
+    """Seconds between steps that found no work while a generator is due to produce or units move."""
+    idle_block: float = 0.5
+    """Longest wait for input once nothing else can bring work (runtime/executor.py: Executor._idle): an
+    entry ends it at once; a routing change or a stop is seen at most this late."""
     heartbeat_ttl: float = 3.0
     handover_timeout: float = 20.0
     scheduling: str = "hybrid"

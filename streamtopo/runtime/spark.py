@@ -38,6 +38,8 @@ import py4j
 from py4j.protocol import Py4JNetworkError
 from pyspark.sql import SparkSession
 
+from streamtopo.runtime import class_archive
+
 _LOCK = threading.Lock()
 _SESSION: SparkSession | None = None
 
@@ -49,6 +51,10 @@ before its parent can reap it, so the error can come first."""
 VERBOSE_ENV = "STREAMTOPO_VERBOSE"
 """Set to 1: Spark logs at WARN and PySpark's own loggers stay on (``streamtopo run --verbose``)."""
 
+_ARCHIVE_BUILD: class_archive.ArchiveBuild | None = None
+"""The class archive this process's JVM writes at its exit, published when :func:`stop_spark` ends it."""
+ARCHIVE_EXIT_WAIT = 120.0
+"""Seconds to wait for a JVM writing the class archive to exit (about 13 s on 2 cores; 30 s otherwise)."""
 _TEMP: Path | None = None
 _TEMP_LOCK = threading.Lock()
 _LOG4J2 = """\
@@ -82,10 +88,14 @@ def spark_conf(
     memory: str = DEFAULT_MEMORY,
     local_dir: Path | None = None,
     log_config: Path | None = None,
+    java_extra: str = "",
 ) -> dict[str, str]:
     """The configuration of :func:`get_spark`, exposed so benchmarks can report it. ``local_dir`` holds
-    Spark's local dirs and the JVM's temporary files, ``log_config`` is a log4j2 properties file."""
+    Spark's local dirs and the JVM's temporary files, ``log_config`` is a log4j2 properties file,
+    ``java_extra`` more JVM options (the class archive's, runtime/class_archive.py)."""
     java = "-XX:+UseSerialGC"
+    if java_extra:
+        java += f" {java_extra}"
     if local_dir is not None:
         java += f" -Djava.io.tmpdir={local_dir}"
     if log_config is not None:
@@ -122,6 +132,7 @@ def get_spark(
     memory: str | None = None,
     jvm_output: Path | None = None,
     verbose: bool | None = None,
+    build_archive: bool = False,
 ) -> SparkSession:
     """The process-wide SparkSession, created on first use.
 
@@ -129,8 +140,10 @@ def get_spark(
     512m, ``verbose`` to ``STREAMTOPO_VERBOSE``; they only matter on the first call (a JVM is started once
     per process), as does ``jvm_output``: a file the JVM's stdout and stderr go to instead of this
     process's (the JVM prints a line that no log level silences, its incubator-module warning).
+    The JVM maps Spark's classes from the class archive when there is one; ``build_archive`` has this JVM
+    write it at its exit when there is none (runtime/class_archive.py).
     """
-    global _SESSION
+    global _SESSION, _ARCHIVE_BUILD
     with _LOCK:
         if _SESSION is None:
             cores = cores or int(os.environ.get("STREAMTOPO_SPARK_CORES", DEFAULT_CORES))
@@ -144,8 +157,9 @@ def get_spark(
             level = "WARN" if verbose else "ERROR"
             log_config = temp_dir() / "log4j2.properties"
             log_config.write_text(_LOG4J2.format(level=level.lower()))
+            java_extra, _ARCHIVE_BUILD = class_archive.java_options(build_archive)
             builder = SparkSession.builder
-            for key, value in spark_conf(cores, memory, temp_dir(), log_config).items():
+            for key, value in spark_conf(cores, memory, temp_dir(), log_config, java_extra).items():
                 builder = builder.config(key, value)
             with _output_to(jvm_output):
                 _SESSION = builder.getOrCreate()
@@ -155,6 +169,21 @@ def get_spark(
             if not verbose:
                 _quiet_python_loggers()
         return _SESSION
+
+
+def warm_up(session: SparkSession) -> None:
+    """One small aggregation into and out of the JVM through Arrow, as a step runs one: the first job
+    loads and compiles classes for seconds. An executor pays that before it takes units (a unit should not
+    pause for it after a hand-over), and a JVM writing the class archive runs it so the archive has them."""
+    import pyarrow as pa
+
+    table = pa.table({"kg": pa.array([0, 1], pa.int32()), "ts": [0.0, 1.0], "v": [1, 2]})
+    session.createDataFrame(table).groupBy("kg").agg({"v": "sum", "ts": "max"}).toArrow()
+
+
+def building_archive() -> bool:
+    """Whether this process's JVM writes the class archive at its exit (runtime/class_archive.py)."""
+    return _ARCHIVE_BUILD is not None
 
 
 class JvmLost(RuntimeError):
@@ -279,7 +308,7 @@ def stop_spark(jvm: bool = False) -> None:
     """
     from pyspark import SparkContext
 
-    global _SESSION
+    global _SESSION, _ARCHIVE_BUILD
     with _LOCK:
         try:
             if _SESSION is not None:
@@ -291,7 +320,16 @@ def stop_spark(jvm: bool = False) -> None:
                 gateway.shutdown()
                 gateway.proc.stdin.close()  # PySpark's JVM exits when its stdin ends
                 try:
-                    gateway.proc.wait(timeout=30)
+                    gateway.proc.wait(timeout=ARCHIVE_EXIT_WAIT if _ARCHIVE_BUILD else 30)
                 except subprocess.TimeoutExpired:
                     gateway.proc.kill()
+                    gateway.proc.wait()
+                if _ARCHIVE_BUILD is not None:
+                    _ARCHIVE_BUILD.publish(gateway.proc.returncode)
+                    _ARCHIVE_BUILD = None
                 SparkContext._gateway = SparkContext._jvm = None
+
+
+if __name__ == "__main__":  # the runtime image's build step: python -m streamtopo.runtime.spark
+    warm_up(get_spark(build_archive=True))
+    stop_spark(jvm=True)

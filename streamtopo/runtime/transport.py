@@ -28,7 +28,7 @@ import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -258,6 +258,14 @@ def read_entries(client: redis.Redis, requests: Iterable[tuple[str, str, int]]) 
     for stream, after, count in requests:
         pipe.xrange(stream, min=f"({after}" if after != "0-0" else "-", max="+", count=count)
     return [[Entry.parse(i, f) for i, f in rows] for rows in pipe.execute()]
+
+
+def wait_for_entries(client: redis.Redis, after: dict[str, str], seconds: float) -> None:
+    """Block until one of the streams has an entry after its id, or ``seconds`` pass: an idle executor
+    sleeps in Valkey (XREAD BLOCK) and wakes for the first record, instead of polling every stream."""
+    if after:
+        streams: dict[Any, Any] = dict(after)
+        client.xread(streams=streams, count=1, block=max(1, int(seconds * 1000)))
 
 
 def append(client: redis.Redis, stream: str, fields: list[bytes]) -> str:

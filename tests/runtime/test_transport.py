@@ -24,6 +24,7 @@ from streamtopo.runtime.transport import (
     entry_fields,
     queued_rows,
     read_entries,
+    wait_for_entries,
 )
 
 pytestmark = pytest.mark.valkey
@@ -85,6 +86,27 @@ def test_read_resumes_after_an_offset_and_respects_count(client):
     append(client, other, entry_fields("a/1", 1, 0.0, None))
     both = read_entries(client, [(stream, ids[5], 10), (other, "0-0", 10)])
     assert [[e.seq for e in es] for es in both] == [[7], [1]]
+
+
+def test_an_idle_wait_ends_with_the_first_entry_after_the_offsets_not_its_timeout(client):
+    """An idle executor blocks in Valkey on its input streams (XREAD BLOCK): an entry already past an
+    offset ends the wait at once, one appended while it waits ends it too; entries up to the offsets do
+    not. The timeout (60 s) is far beyond the test's own, so returning at all is the entry's doing."""
+    import threading
+
+    keys = Keys("transport-idle")
+    seen, quiet = keys.stream("a", "b", 0), keys.stream("a", "b", 1)
+    first = append(client, seen, entry_fields("a/0", 1, 0.0, None))
+    wait_for_entries(client, {quiet: "0-0", seen: "0-0"}, 60.0)  # the entry is there: returns at once
+    done = threading.Event()
+    waiter = threading.Thread(
+        target=lambda: (wait_for_entries(client, {seen: first, quiet: "0-0"}, 60.0), done.set())
+    )
+    waiter.start()
+    assert not done.wait(1.0), "the wait ended with nothing past its offsets"
+    append(client, quiet, entry_fields("a/1", 1, 0.0, None))
+    waiter.join(timeout=30)
+    assert done.is_set(), "the wait outlived the entry appended to one of its streams"
 
 
 def test_keys_of_a_topology_share_one_hash_slot():
