@@ -195,7 +195,17 @@ class Executor(Handover, Dataflow):
     # ----------------------------------------------------------------------------------------- loop
 
     def run(self, stop: threading.Event, release: bool = True) -> None:
-        """Step until ``stop`` is set, then :meth:`close`."""
+        """Step until ``stop`` is set, then :meth:`close`. A failure that ends the loop stops the heartbeat
+        first, as the process's exit would: the units expire and another executor takes them."""
+        try:
+            self._loop(stop)
+        except BaseException:
+            self._closed.set()
+            raise
+        clear_scratch()
+        self.close(release)
+
+    def _loop(self, stop: threading.Event) -> None:
         delay = 0.25
         while not stop.is_set():
             self._last_loop = self.clock()
@@ -240,8 +250,6 @@ class Executor(Handover, Dataflow):
                 except CONNECTION_ERRORS:
                     pass
             self._update_metrics()
-        clear_scratch()
-        self.close(release)
 
     def _idle(self, stop: threading.Event) -> None:
         """Wait after a step without work. Only new entries can bring work once no unit moves and every

@@ -167,13 +167,11 @@ def test_poisoned_records_go_to_the_dead_letter_stream(valkey, spark, tmp_path):
     assert sorted(dead["seq"].tolist()) == poisoned
 
 
-def test_a_step_whose_sum_overflows_fails_and_commits_nothing(valkey, spark, tmp_path):
-    """Spark's ANSI sum raises on a total outside bigint: the step fails naming the operator, the
-    aggregation and the error class, and nothing of it is committed (the source has emitted nothing, the
-    sink wrote nothing), so nothing is lost: a fixed spec would find every record."""
-    topology = StreamTopology.model_validate(
+def overflowing(name: str) -> StreamTopology:
+    """A sum over bigint values near 2**62: Spark's ANSI sum overflows on the second record."""
+    return StreamTopology.model_validate(
         {
-            "metadata": {"name": "ex-overflow"},
+            "metadata": {"name": name},
             "spec": {
                 "keyGroups": 1,
                 "operators": [
@@ -196,6 +194,13 @@ def test_a_step_whose_sum_overflows_fails_and_commits_nothing(valkey, spark, tmp
             },
         }
     )
+
+
+def test_a_step_whose_sum_overflows_fails_and_commits_nothing(valkey, spark, tmp_path):
+    """Spark's ANSI sum raises on a total outside bigint: the step fails naming the operator, the
+    aggregation and the error class, and nothing of it is committed (the source has emitted nothing, the
+    sink wrote nothing), so nothing is lost: a fixed spec would find every record."""
+    topology = overflowing("ex-overflow")
     routing = tmp_path / "routing.json"
     write_routing(routing, round_robin(topology, ["ex-0"]))
     executor = Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out")
@@ -218,6 +223,28 @@ def test_a_step_whose_sum_overflows_fails_and_commits_nothing(valkey, spark, tmp
         assert not (tmp_path / "out").exists() or not read_lines(tmp_path / "out")
     finally:
         executor.close(release=False)
+
+
+def test_an_executor_whose_loop_fails_stops_heartbeating_so_its_units_expire(valkey, spark, tmp_path):
+    """The loop ends on a failure it does not retry (here Spark's overflow): the heartbeat stops with it,
+    as the process's exit would stop it, so the units expire for another executor. (An executor thread
+    whose loop had failed once heartbeated on for the rest of a test session, into later tests' Valkeys
+    when they reused its port.)"""
+    import threading
+
+    routing = tmp_path / "routing.json"
+    write_routing(routing, round_robin(overflowing("ex-overflow-loop"), ["ex-0"]))
+    executor = Executor(
+        overflowing("ex-overflow-loop"), routing, "ex-0", valkey.url, output_dir=tmp_path / "out"
+    )
+    executor.start()
+    assert executor.store.alive(executor.instance)
+    with pytest.raises(OperatorError):
+        executor.run(threading.Event())
+    deadline = time.time() + 10 * executor.config.heartbeat_ttl
+    while executor.store.alive(executor.instance):
+        assert time.time() < deadline, "the failed executor still heartbeats"
+        time.sleep(0.2)
 
 
 def test_zombie_donor_cannot_commit_or_write(valkey, spark, tmp_path):
