@@ -1,0 +1,580 @@
+"""Peers side by side (issue 33, item 6): the same queries by streamtopo, PyFlink and Structured Streaming.
+
+    .venv/bin/python bench/peers.py [--quick] [--records N] [--shapes running,tumbling,rekey]
+        [--executors 1,2] [--flink-python .venv-flink/bin/python]
+
+PyFlink is the ``bench`` extra, in a virtualenv of its own (it pins py4j and pyarrow below what PySpark 4
+needs): ``python3 -m venv .venv-flink && .venv-flink/bin/pip install -e '.[bench]'``.
+
+Shapes (records of the sequence generator: ``key = seq % 1009``, ``value = seq``, 100,000 records per
+event-time second), each checked against the generator's definition in every engine:
+
+1. ``running``: map (``value % 10 AS r``) -> filter ``r <> 0`` -> running count and sum per key. Partials
+   can cross: streamtopo combines before the wire, Flink aggregates local-global (mini-batches of 100k
+   records), Spark partially aggregates before its shuffle.
+2. ``tumbling``: filter ``value % 10 <> 0`` -> 1 s tumbling count and sum per key (Flink: window TVF with
+   its local window aggregate).
+3. ``rekey``: records re-keyed by a column computed from them, ``account = (seq div 4) % 1009`` (a keyed
+   map in streamtopo), then 1 s tumbling count and sum per account: whole records cross (Flink:
+   ``agg-phase-strategy = ONE_PHASE``; Spark: ``repartition(account)`` before the aggregate).
+
+Engines and configurations, all in one run on this machine, one after the other:
+
+- streamtopo on k executor processes (:class:`bench.runtime.ExecutorGroup`: started as ``streamtopo run``
+  starts them, units round-robin, the sources backlogged by setting the topology's clock a day back);
+- PyFlink (Flink SQL, bounded ``datagen`` sequence, local mini-cluster) at parallelism p;
+- Structured Streaming on ``local[p]`` (``rate-micro-batch``, ``availableNow``: one micro-batch of the run's
+  records), both in a warm worker process (bench/peers_worker.py).
+
+Per configuration and shape: a warm-up run of N records, then runs of N, 4N and N. Records per CPU-second
+are marginal (:func:`bench.runtime.marginal`, the slope of CPU against records, so start-up and per-run
+costs drop out) over the whole process trees (:func:`bench.runtime.cpu_seconds`: Python, JVMs, Python
+workers, and streamtopo's Valkey); wall time is the 4N run's. Results: docs/benchmarks.md, section "Peers
+side by side (issue 33)", and docs/img/peers.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import selectors
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from bench import runtime
+from bench.peers_worker import EVENT_RATE, KEYS, SHAPES, SOURCE_KEY_GROUPS
+from bench.report import header, markdown, write_section
+from bench.runtime import ExecutorGroup, cpu_seconds, marginal, pipelines_topology
+from streamtopo.runtime.embedded import EmbeddedValkey
+
+# The worker cannot import bench.runtime (PyFlink's virtualenv has no PySpark): its constants must agree.
+assert (KEYS, EVENT_RATE, SOURCE_KEY_GROUPS) == (runtime.SCALE_KEYS, runtime.EVENT_RATE, runtime.KEY_GROUPS)
+
+console = Console()
+TITLE = "Peers side by side (issue 33)"
+FACTOR = 4
+"""The larger run's records, in units of N."""
+RUN_TIMEOUT = 1800.0
+LABELS = {
+    "running": "map -> filter -> running count/sum per key (partials can cross)",
+    "tumbling": "filter -> 1 s tumbling count/sum per key",
+    "rekey": "re-keyed by a computed column, then 1 s tumbling count/sum (whole records cross)",
+    "sliding": "filter -> 4 s windows sliding by 1 s, count/sum per key",
+    "highcard": "map -> filter -> running count/sum per key, 1,000,003 keys (partials do not shrink)",
+}
+NOT_YET = (
+    "Not in this bench yet (issue 33, item 6): the VWAP example whole (Flink would need Spark's xxhash64, on "
+    "which the trades and quotes generators are built, as a Java UDF to read the same records, and its window "
+    "join's rowtime is the window's end minus 1 ms where streamtopo's is the end), the stream-stream join, the "
+    "keyed pandas UDF and the map into a keyed named stream; and 4 executors / parallelism 4, which on 2 cores "
+    "measure contention more than scale-out."
+)
+ENGINES = ("streamtopo", "flink", "spark")
+ENGINE_NAMES = {
+    "streamtopo": "streamtopo",
+    "flink": "PyFlink",
+    "spark": "Structured Streaming",
+}
+
+Summary = dict[str, int]
+Run = Callable[[str, str, int], tuple[float, float, Summary]]
+"""(prefix, shape, records) -> (CPU-seconds, wall seconds, output summary) of one run."""
+
+
+# ------------------------------------------------------------------------------------- the shapes
+
+
+def shape_ops(prefix: str, name: str, count: int) -> list[dict]:
+    """The streamtopo operators of shape ``name`` over ``count`` records, named ``<prefix>-...``."""
+    shape = SHAPES[name]
+    source = {
+        "name": f"{prefix}-numbers",
+        "kind": "source",
+        "source": {"generator": "sequence", "ratePerSecond": EVENT_RATE, "keys": shape.keys, "count": count},
+    }
+    middle: list[dict] = []
+    key = "key"
+    if shape.rekey:  # the keyed map reads the column its input computed, so whole records cross to it
+        middle = [
+            {"name": "accounts", "kind": "map", "select": ["value", f"{shape.key} AS account"]},
+            {"name": "kept", "kind": "map", "keyBy": ["account"], "select": ["account", "value"]},
+        ]
+        key = "account"
+    elif shape.window is None:  # a running aggregate after map -> filter
+        middle = [
+            {"name": "mapped", "kind": "map", "select": ["key", "value", "value % 10 AS r"]},
+            {"name": "kept", "kind": "filter", "expr": "r <> 0"},
+        ]
+    elif shape.kept:
+        middle = [{"name": "kept", "kind": "filter", "expr": "value % 10 <> 0"}]
+    chain = [source]
+    for op in middle:
+        chain.append({**op, "name": f"{prefix}-{op['name']}", "inputs": [chain[-1]["name"]]})
+    window = {} if shape.window is None else {"window": {"size": shape.window[0], "slide": shape.window[1]}}
+    return [
+        *chain,
+        {
+            "name": f"{prefix}-totals",
+            "kind": "aggregate",
+            "inputs": [chain[-1]["name"]],
+            "keyBy": [key],
+            **window,
+            "aggregations": ["count(*) AS n", "sum(value) AS total"],
+        },
+        {"name": f"{prefix}-out", "kind": "sink", "inputs": [f"{prefix}-totals"], "sink": {"file": {}}},
+    ]
+
+
+@cache
+def expected(name: str, count: int) -> Summary:
+    """The output summary the generator's definition gives: groups (key, or window and key), the sum of
+    their final counts and of their final sums (value = seq; a record counts once per window holding it)."""
+    shape = SHAPES[name]
+    seq = np.arange(count, dtype=np.int64)
+    if shape.kept:
+        seq = seq[seq % 10 != 0]
+    keys = (seq // SOURCE_KEY_GROUPS) % shape.keys if shape.rekey else seq % shape.keys
+    if shape.window is None:
+        groups, copies = keys, 1
+    else:  # window starts in slides: floor(ts / slide) - j for each of the size / slide windows
+        size, slide = shape.window
+        copies = size // slide
+        last = seq // (EVENT_RATE * slide)
+        groups = np.concatenate([(last - j + copies) * shape.keys + keys for j in range(copies)])
+    return {"rows": len(np.unique(groups)), "n": copies * len(seq), "total": copies * int(seq.sum())}
+
+
+def summarise(rows: Iterator[dict]) -> Summary:
+    """streamtopo's sink rows reduced as the workers reduce theirs: the last (largest) count and sum per
+    group (window start and key; a running aggregate emits a key's running value once per step)."""
+    final: dict[tuple, tuple[int, int]] = {}
+    for row in rows:
+        group = (row.get("window_start"), row.get("key", row.get("account")))
+        final[group] = max(final.get(group, (0, 0)), (int(row["n"]), int(row["total"])))
+    return {
+        "rows": len(final),
+        "n": sum(n for n, _ in final.values()),
+        "total": sum(t for _, t in final.values()),
+    }
+
+
+class PeerGroup(ExecutorGroup):
+    """The runtime bench's executor group, with this bench's check: the sink's rows summarised, kept for
+    the comparison with the generator's definition and the peers."""
+
+    def __init__(self, *args, **kwargs):
+        self.summaries: dict[str, Summary] = {}
+        super().__init__(*args, **kwargs)
+
+    def check(self, prefix: str, crossing: str, count: int) -> None:
+        files = sorted((self.output / f"{prefix}-out").glob("kg-*.jsonl"))
+        self.summaries[prefix] = summarise(
+            json.loads(line) for f in files for line in f.read_text().splitlines()
+        )
+
+
+# ------------------------------------------------------------------------------------ the engines
+
+
+class Worker:
+    """A peer engine in a warm process of its own (bench/peers_worker.py), one JSON line each way."""
+
+    def __init__(self, python: str, engine: str, parallelism: int, work: Path):
+        self.log = work / f"{engine}-{parallelism}.log"
+        command = [python, str(ROOT / "bench" / "peers_worker.py"), engine, "--parallelism", str(parallelism)]
+        if engine == "flink":
+            command += ["--log", str(work / f"flink-{parallelism}-print.log")]
+        self.stderr = self.log.open("w")
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd=work
+        )
+        self.tree = psutil.Process(self.proc.pid)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.proc.stdout, selectors.EVENT_READ)
+        self.answer(300.0)
+
+    def answer(self, timeout: float) -> dict:
+        assert self.proc.stdout is not None
+        if not self.selector.select(timeout):
+            raise TimeoutError(f"{self.log.name}: no answer after {timeout:g} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            tail = self.log.read_text().splitlines()[-15:]
+            raise RuntimeError(f"{self.log.name}: the worker exited:\n" + "\n".join(tail))
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"{self.log.name}: {reply['error']}")
+        return reply
+
+    def request(self, timeout: float, **request: object) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return self.answer(timeout)
+
+    def run(self, prefix: str, shape: str, records: int) -> tuple[float, float, Summary]:
+        cpu0, wall0 = cpu_seconds([self.tree]), time.perf_counter()
+        self.request(RUN_TIMEOUT, run=shape, records=records)
+        wall, cpu = time.perf_counter() - wall0, cpu_seconds([self.tree]) - cpu0
+        return cpu, wall, self.request(300.0, summary=True)
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            for p in self.tree.children(recursive=True):
+                p.kill()
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
+
+
+@contextmanager
+def streamtopo_engine(
+    url: str, work: Path, executors: int, shapes: list[str], sizes: list[tuple[str, int]]
+) -> Iterator[Run]:
+    """k executor processes over one topology holding every run's pipeline (one JVM start each)."""
+    top = pipelines_topology(
+        f"peers-{executors}",
+        [shape_ops(f"{shape}-{tag}", shape, n) for shape in shapes for tag, n in sizes],
+    )
+    with PeerGroup(top, work / f"streamtopo-{executors}", url, executors, clock=time.time() - 86400) as group:
+
+        def run(prefix: str, shape: str, records: int) -> tuple[float, float, Summary]:
+            cpu, wall = group.run(prefix, shape, records, executors)
+            return cpu, wall, group.summaries.pop(prefix)
+
+        yield run
+
+
+@contextmanager
+def worker_engine(python: str, engine: str, parallelism: int, work: Path) -> Iterator[Run]:
+    worker = Worker(python, engine, parallelism, work)
+    try:
+        yield worker.run
+    finally:
+        worker.close()
+
+
+# ------------------------------------------------------------------------------------ measuring
+
+
+@dataclass
+class Point:
+    """One shape on one engine configuration: its measured runs (records, CPU-s, wall s) and checks."""
+
+    shape: str
+    engine: str
+    parallelism: int
+    runs: list[tuple[int, float, float]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """Output mismatches and failures; a point with any has no figures."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and len(self.runs) >= 3
+
+    @property
+    def rate(self) -> float:
+        slope = marginal(self.runs)[0] if self.ok else math.nan
+        return 1 / slope if slope > 0 else math.nan
+
+    @property
+    def error(self) -> float:
+        slope, se = marginal(self.runs) if self.ok else (math.nan, math.nan)
+        return se / slope if slope > 0 else math.inf
+
+    @property
+    def wall(self) -> float:
+        """Mean wall seconds of the largest runs."""
+        top = max(n for n, _, _ in self.runs)
+        return float(np.mean([w for n, _, w in self.runs if n == top]))
+
+    @property
+    def label(self) -> str:
+        if self.engine == "streamtopo":
+            return f"{self.parallelism} executor{'s' if self.parallelism > 1 else ''}"
+        if self.engine == "flink":
+            return f"p={self.parallelism}"
+        return f"local[{self.parallelism}]"
+
+
+def measure(run: Run, point: Point, records: int, step: Callable[[], None]) -> None:
+    """A warm-up run of N, then N, 4N, N; every run's output checked against the generator's definition."""
+    for i, n in enumerate((records, records, FACTOR * records, records)):
+        cpu, wall, summary = run(f"{point.shape}-{'warm' if i == 0 else f'run{i}'}", point.shape, n)
+        step()
+        want = expected(point.shape, n)
+        if summary != want:
+            point.problems.append(f"{n:,} records: output {summary}, the generator's definition {want}")
+            console.print(f"  [red]{point.engine} {point.label} {point.shape}: {point.problems[-1]}[/red]")
+            return
+        if i > 0:
+            point.runs.append((n, cpu, wall))
+
+
+def configurations(args: argparse.Namespace) -> list[tuple[str, int]]:
+    return [
+        *(("streamtopo", k) for k in args.executors),
+        *(("flink", p) for p in args.parallelism),
+        *(("spark", p) for p in args.parallelism),
+    ]
+
+
+def bench(args: argparse.Namespace, work: Path) -> list[Point]:
+    sizes = [("warm", args.records), ("run1", args.records), ("run2", FACTOR * args.records)]
+    sizes.append(("run3", args.records))
+    points: list[Point] = []
+    configs = configurations(args)
+    with (
+        EmbeddedValkey() as valkey,
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} runs"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress,
+    ):
+        task = progress.add_task("starting", total=len(configs) * len(args.shapes) * len(sizes))
+        for engine, parallelism in configs:
+            progress.update(task, description=f"{ENGINE_NAMES[engine]} {parallelism}: starting")
+            if engine == "streamtopo":
+                context = streamtopo_engine(valkey.url, work, parallelism, args.shapes, sizes)
+            else:
+                python = args.flink_python if engine == "flink" else sys.executable
+                context = worker_engine(python, engine, parallelism, work)
+            try:
+                with context as run:
+                    for shape in args.shapes:
+                        point = Point(shape, engine, parallelism)
+                        points.append(point)
+                        progress.update(task, description=f"{ENGINE_NAMES[engine]} {point.label}: {shape}")
+                        try:
+                            measure(run, point, args.records, lambda: progress.advance(task))
+                        except Exception as e:  # one configuration's failure is reported, the rest measured
+                            point.problems.append(f"{type(e).__name__}: {str(e)[:500]}")
+                            console.print(
+                                f"  [red]{engine} {point.label} {shape}: {point.problems[-1]}[/red]"
+                            )
+                            if engine != "streamtopo":
+                                break  # a worker that failed may be wedged: next configuration
+                        if point.ok:
+                            console.print(
+                                f"  {ENGINE_NAMES[engine]} {point.label}, {shape}: {point.rate:,.0f} records "
+                                f"per CPU-second +- {point.error:.0%}, {point.wall:.1f} s wall at "
+                                f"{FACTOR * args.records:,}"
+                            )
+            except Exception as e:  # start-up failed (no PyFlink virtualenv, a JVM that did not come up)
+                console.print(f"  [red]{engine} {parallelism}: {type(e).__name__}: {str(e)[:500]}[/red]")
+                for shape in args.shapes:
+                    if not any(
+                        p.shape == shape and p.engine == engine and p.parallelism == parallelism
+                        for p in points
+                    ):
+                        points.append(
+                            Point(shape, engine, parallelism, problems=[f"did not start: {e}"[:300]])
+                        )
+    return points
+
+
+# ------------------------------------------------------------------------------------- reporting
+
+
+def report(args: argparse.Namespace, command: str, points: list[Point], started: float) -> None:
+    """Prints the table; unless ``--no-write``, draws docs/img/peers.png and writes the section."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def find(shape: str, engine: str, parallelism: int) -> Point | None:
+        return next(
+            (p for p in points if (p.shape, p.engine, p.parallelism) == (shape, engine, parallelism)), None
+        )
+
+    def ratio(a: Point | None, b: Point | None) -> str:
+        if a is None or b is None or not (a.ok and b.ok):
+            return "-"
+        return f"{a.rate / b.rate:.2f}x"
+
+    def wall_ratio(a: Point, b: Point | None) -> str:
+        if a is b:
+            return "baseline"
+        return f"{a.wall / b.wall:.2f}x" if b is not None and a.ok and b.ok else "-"
+
+    columns = (
+        "shape",
+        "engine",
+        "configuration",
+        "records per CPU-second (marginal, +- standard error)",
+        "vs the engine's first configuration",
+        "streamtopo vs PyFlink at this parallelism",
+        f"wall seconds at {FACTOR * args.records:,} records",
+        "wall vs the engine's first configuration",
+        "output",
+    )
+    rows = []
+    for p in points:
+        first = find(p.shape, p.engine, (args.executors if p.engine == "streamtopo" else args.parallelism)[0])
+        versus = ratio(p, find(p.shape, "flink", p.parallelism)) if p.engine == "streamtopo" else ""
+        rows.append(
+            (
+                p.shape,
+                ENGINE_NAMES[p.engine],
+                p.label,
+                f"{p.rate:,.0f} +- {p.error:.0%}" if p.ok else "-",
+                ratio(p, first) if p is not first else "baseline",
+                versus,
+                f"{p.wall:.1f}" if p.runs else "-",
+                wall_ratio(p, first),
+                "same as the definition" if p.ok else "; ".join(p.problems)[:300],
+            )
+        )
+    table = Table(title="peers side by side")
+    for column in (
+        "shape",
+        "engine",
+        "config",
+        "records / CPU-s",
+        "vs first",
+        "vs Flink",
+        "wall s",
+        "output",
+    ):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(*r[:7], "ok" if r[8] == "same as the definition" else "[red]FAILED[/red]")
+    console.print(table)
+    if args.no_write:
+        console.print("[yellow]--no-write: docs/ left alone[/yellow]")
+        return
+
+    fig, axes = plt.subplots(1, len(args.shapes), figsize=(4.2 * len(args.shapes), 4.2), squeeze=False)
+    for ax, shape in zip(axes[0], args.shapes):
+        for engine, marker in zip(ENGINES, "osd"):
+            curve = [p for p in points if p.shape == shape and p.engine == engine and p.ok]
+            if curve:
+                ax.errorbar(
+                    [p.parallelism for p in curve],
+                    [p.rate for p in curve],
+                    [p.rate * min(p.error, 1.0) for p in curve],
+                    fmt=marker + "-",
+                    capsize=3,
+                    label=ENGINE_NAMES[engine],
+                )
+        ax.set_yscale("log")
+        ax.set_xticks(sorted({*args.executors, *args.parallelism}))
+        ax.set_xlabel("executors / parallelism / local[n]")
+        ax.set_title(shape, fontsize=10)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("records per CPU-second (marginal)")
+    fig.tight_layout()
+    img = ROOT / "docs" / "img" / "peers.png"
+    img.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(img, dpi=120)
+    plt.close(fig)
+
+    missing = [s for s in SHAPES if s not in args.shapes]
+    lines = [
+        *header(
+            command,
+            f"load average {psutil.getloadavg()[1]:.1f} (5 min) at the end of the run, "
+            f"{(time.time() - started) / 60:.0f} min",
+        ),
+        "",
+        *markdown(columns, rows),
+        "",
+        "![peers](img/peers.png)",
+        "",
+        "Shapes: " + "; ".join(f"`{s}`: {LABELS[s]}" for s in args.shapes) + ".",
+        "",
+        (
+            "Reading: every engine runs the same queries over the same records (the sequence generator's "
+            f"definition: seq 0 .. N-1, key = seq % {KEYS}, value = seq, {EVENT_RATE:,} records per "
+            "event-time second), one after the other in this run. streamtopo: executor processes started "
+            "as `streamtopo run` starts them (bench/runtime.py's ExecutorGroup, Spark local[1] each, units "
+            "round-robin, the sources backlogged by setting the topology's clock a day back; the Valkey "
+            "server's CPU counts). PyFlink "
+            "(the `bench` extra, its own virtualenv): Flink SQL in a local mini-cluster per job inside one "
+            "warm JVM, a bounded `datagen` sequence, mini-batches of 100k records and local-global "
+            "aggregation (ONE_PHASE for the re-keyed shape, so whole records cross), `print` sink to a "
+            "file (an update stream prints a retraction and an update per changed key and mini-batch: "
+            "the high-cardinality shape's output is about two lines per record). Structured Streaming: "
+            "`rate-micro-batch` with `availableNow` (one micro-batch of the "
+            "run's records, as a backlogged streamtopo source generates what is due in one step), "
+            "`shuffle.partitions` = n, memory sink in update mode (`repartition(account)` before the "
+            "re-keyed aggregate). Each configuration makes a warm-up run of N records, then N, "
+            f"{FACTOR}N and N; records per CPU-second are 1 / the least-squares slope of CPU against "
+            "records (bench/runtime.py's `marginal`), over the whole process trees (psutil user + system "
+            "of Python, JVMs and any Python workers), so start-up and per-run costs drop out; the +- is "
+            "the slope's standard error. Every run's output is reduced to (groups, sum of final counts, "
+            "sum of final sums) and must equal the generator's definition (a running aggregate's last "
+            "value per key; a window's per window and key); a configuration whose output differed or "
+            "failed shows no figures and says why. p99 latency is not measured here: the runs are "
+            "backlogged (flat out), where latency is the run's length; streamtopo's latency at a fixed "
+            "rate is in the Runtime section, the peers' would need paced sources and a sink timestamp per "
+            f"output row. This machine has {os.cpu_count()} cores."
+        ),
+    ]
+    if missing:
+        lines += ["", "Not measured in this run: " + ", ".join(missing) + "."]
+    lines += ["", NOT_YET]
+    write_section(TITLE, lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="N = 1M records (default 4M)")
+    parser.add_argument("--records", type=int, default=None, help="N: runs of N and 4N records")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
+
+    def counts(text: str) -> list[int]:
+        return [int(x) for x in text.split(",")]
+
+    parser.add_argument("--executors", type=counts, default=[1, 2], help="streamtopo executor counts")
+    parser.add_argument(
+        "--parallelism", type=counts, default=[1, 2], help="PyFlink parallelism and Spark local[n]"
+    )
+    parser.add_argument(
+        "--flink-python",
+        default=str(ROOT / ".venv-flink" / "bin" / "python"),
+        help="an interpreter with the bench extra (apache-flink) installed",
+    )
+    parser.add_argument("--no-write", action="store_true", help="print the table, leave docs/ alone")
+    args = parser.parse_args()
+    args.records = args.records or (1_000_000 if args.quick else 4_000_000)
+    args.shapes = args.shapes.split(",")
+    if unknown := [s for s in args.shapes if s not in SHAPES]:
+        parser.error(f"--shapes: unknown {', '.join(unknown)} (known: {', '.join(SHAPES)})")
+    command = shlex.join(["python", "bench/peers.py", *sys.argv[1:]])
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
+        points = bench(args, Path(tmp))
+    report(args, command, points, started)
+
+
+if __name__ == "__main__":
+    main()

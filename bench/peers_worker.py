@@ -1,0 +1,267 @@
+"""One peer engine, kept warm in its own process, running the queries of bench/peers.py on request.
+
+    python bench/peers_worker.py flink --parallelism 2      # the bench extra's interpreter (.venv-flink)
+    python bench/peers_worker.py spark --parallelism 2      # Structured Streaming, local[2]
+
+Why a process of its own: the harness measures CPU over a process tree (psutil), and PyFlink pins
+libraries that PySpark 4 refuses (py4j 0.10.9.7, pyarrow < 17), so it lives in another virtualenv. The
+worker imports nothing of streamtopo or bench/ for the same reason. It reads one JSON request per line
+on stdin and answers one JSON line on stdout:
+
+- ``{"run": SHAPE, "records": N}``: runs the shape's query over records 0 .. N-1 of the sequence
+  generator's definition to the end of the input and answers ``{"done": true}`` (the harness times the
+  process tree around this request only);
+- ``{"summary": true}``: the last run's output reduced to ``{"rows", "n", "total"}``: output groups (key,
+  or window and key) and the sum over them of each group's final count and sum (an update stream's last
+  value per group).
+
+Records are the sequence generator's: ``seq`` 0 .. N-1, ``key = seq % keys``, ``value = seq``, event time
+``seq / 100,000`` s (streamtopo's ``_ts = seq / ratePerSecond``); :data:`SHAPES` are the queries. Flink
+reads a bounded ``datagen`` sequence in a local mini-cluster (Flink SQL; one per job, in the warm JVM);
+Structured Streaming reads the ``rate-micro-batch`` source with ``availableNow``, so a run is one
+micro-batch of N records, as a backlogged streamtopo source generates everything due in one step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+KEYS = 1009
+"""Keys of every shape (bench/runtime.py's SCALE_KEYS, a prime: independent of the source's key group)."""
+SOURCE_KEY_GROUPS = 4
+"""streamtopo's source key groups: the re-keyed shape's account is (seq div 4) % KEYS."""
+EVENT_RATE = 100_000
+"""Records per event-time second (bench/runtime.py's EVENT_RATE)."""
+HIGH_KEYS = 1_000_003
+"""Keys of the high-cardinality shape (a prime): about one record per key and step, partials do not shrink."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A query of the matrix: count(*) and sum(value) per key, running or per event-time window."""
+
+    keys: int = KEYS
+    kept: bool = True
+    """Filtered by ``value % 10 <> 0`` first (streamtopo's running shapes: a map computing ``r`` first)."""
+    window: tuple[int, int] | None = None
+    """(size, slide) in seconds, or a running aggregate."""
+    rekey: bool = False
+    """Keyed by ``(seq div 4) % keys``, a column computed from the record, and whole records cross."""
+
+    @property
+    def key(self) -> str:
+        return f"(seq div {SOURCE_KEY_GROUPS}) % {self.keys}" if self.rekey else f"seq % {self.keys}"
+
+
+SHAPES = {
+    "running": Shape(),
+    "tumbling": Shape(window=(1, 1)),
+    "rekey": Shape(kept=False, window=(1, 1), rekey=True),
+    "sliding": Shape(window=(4, 1)),
+    "highcard": Shape(keys=HIGH_KEYS),
+}
+
+
+class Flink:
+    """PyFlink's Table API in streaming mode, local mini-cluster, parallelism ``p``.
+
+    Outputs go to the ``print`` connector on stdout, which this process points at a file before the JVM
+    starts (the JVM inherits it; its stderr is a pipe PyFlink stops reading, so printing there blocks).
+    Why print: the running aggregate is an update stream, which Flink's filesystem sink refuses and whose
+    ``collect()`` crosses py4j row by row (10k rows took ~15 s)."""
+
+    ROW = re.compile(r"^(?:\d+> )?([+-][IUD])\[(.*)\]$")
+
+    def __init__(self, parallelism: int, log: Path):
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 1)
+        self.log = log
+        from pyflink.table import EnvironmentSettings, TableEnvironment
+
+        self.env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+        config = self.env.get_config()
+        config.set("parallelism.default", str(parallelism))
+        config.set("pipeline.object-reuse", "true")
+        # Flink's own advice for aggregation throughput: mini-batches (one update per key and batch, not per
+        # record) and local-global aggregation, the peer of streamtopo's partials (the re-keyed shape turns
+        # the latter off so whole records cross, as a keyed map makes them in streamtopo).
+        config.set("table.exec.mini-batch.enabled", "true")
+        config.set("table.exec.mini-batch.allow-latency", "1 s")
+        config.set("table.exec.mini-batch.size", "100000")
+        self.config = config
+        self.runs = 0
+        self.offset = 0
+
+    def run(self, name: str, records: int) -> None:
+        shape = SHAPES[name]
+        self.runs += 1
+        i = self.runs
+        self.config.set("table.optimizer.agg-phase-strategy", "ONE_PHASE" if shape.rekey else "AUTO")
+        sql = self.env.execute_sql
+        # rows-per-second: datagen's default paces at 10,000 records/s.
+        sql(
+            f"CREATE TEMPORARY TABLE src{i} (seq BIGINT, ts AS TO_TIMESTAMP_LTZ(seq / {EVENT_RATE // 1000}, 3),"
+            f" WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen', 'fields.seq.kind' = 'sequence',"
+            f" 'fields.seq.start' = '0', 'fields.seq.end' = '{records - 1}',"
+            " 'rows-per-second' = '1000000000000')"
+        )
+        kept = " WHERE seq % 10 <> 0" if shape.kept else ""
+        key = shape.key.replace(" div ", " / ")  # Flink's integer division of BIGINTs truncates
+        sql(f"CREATE TEMPORARY VIEW in{i} AS SELECT {key} AS key, seq AS `value`, ts FROM src{i}{kept}")
+        if shape.window is None:
+            query = f"SELECT key, COUNT(*), SUM(`value`) FROM in{i} GROUP BY key"
+        else:
+            size, slide = shape.window
+            windows = (
+                f"TUMBLE(TABLE in{i}, DESCRIPTOR(ts), INTERVAL '{size}' SECOND)"
+                if size == slide
+                else f"HOP(TABLE in{i}, DESCRIPTOR(ts), INTERVAL '{slide}' SECOND, INTERVAL '{size}' SECOND)"
+            )
+            query = (
+                f"SELECT window_start, key, COUNT(*), SUM(`value`) FROM TABLE({windows})"
+                " GROUP BY window_start, window_end, key"
+            )
+        columns = ("" if shape.window is None else "ws TIMESTAMP(3), ") + "k BIGINT, n BIGINT, total BIGINT"
+        sql(f"CREATE TEMPORARY TABLE out{i} ({columns}) WITH ('connector' = 'print')")
+        sys.stdout.flush()
+        self.offset = self.log.stat().st_size
+        sql(f"INSERT INTO out{i} {query}").wait()
+
+    def summary(self) -> dict[str, int]:
+        final: dict[str, tuple[int, int]] = {}
+        with self.log.open() as f:
+            f.seek(self.offset)
+            for line in f:
+                match = self.ROW.match(line.strip())
+                if match and match.group(1) in ("+I", "+U"):
+                    *group, n, total = match.group(2).split(", ")
+                    final[", ".join(group)] = max(final.get(", ".join(group), (0, 0)), (int(n), int(total)))
+        return {
+            "rows": len(final),
+            "n": sum(n for n, _ in final.values()),
+            "total": sum(t for _, t in final.values()),
+        }
+
+
+class Spark:
+    """Structured Streaming on ``local[p]`` (shuffle partitions = p), memory sink in update mode (the
+    windows' results come out in the run's batch, not one batch later as append mode's would, and the
+    last window would never close: a bounded input's watermark stays below its end)."""
+
+    def __init__(self, parallelism: int):
+        from pyspark.sql import SparkSession
+
+        self.parallelism = parallelism
+        self.spark = (
+            SparkSession.builder.master(f"local[{parallelism}]")
+            .config("spark.sql.shuffle.partitions", str(parallelism))
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .getOrCreate()
+        )
+        self.spark.sparkContext.setLogLevel("ERROR")
+        self.checkpoints = Path(tempfile.mkdtemp(prefix="peers-ss-"))
+        self.runs = 0
+        self.keys: list[str] = []
+
+    def run(self, name: str, records: int) -> None:
+        from pyspark.sql import functions as F
+
+        shape = SHAPES[name]
+        self.runs += 1
+        source = (
+            self.spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", records)
+            .option("numPartitions", self.parallelism)
+            .load()
+            .selectExpr("value AS seq", f"timestamp_micros(value * {1_000_000 // EVENT_RATE}) AS ts")
+        )
+        rows = (source.where("seq % 10 <> 0") if shape.kept else source).selectExpr(
+            f"{shape.key} AS key", "seq AS value", "ts"
+        )
+        if shape.rekey:  # whole records cross: partitioned by the computed column before the aggregate
+            rows = rows.repartition("key")
+        aggregates = (F.count("*").alias("n"), F.sum("value").alias("total"))
+        if shape.window is None:
+            frame = rows.groupBy("key").agg(*aggregates)
+            self.keys = ["key"]
+        else:
+            size, slide = shape.window
+            window = F.window("ts", f"{size} seconds", f"{slide} seconds").start.alias("ws")
+            frame = rows.withWatermark("ts", "0 seconds").groupBy(window, "key").agg(*aggregates)
+            self.keys = ["ws", "key"]
+        query = (
+            frame.writeStream.format("memory")
+            .queryName(f"out{self.runs}")
+            .outputMode("update")
+            .option("checkpointLocation", str(self.checkpoints / str(self.runs)))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+
+    def summary(self) -> dict[str, int]:
+        table = f"out{self.runs}"
+        keys = ", ".join(self.keys)
+        [row] = self.spark.sql(
+            f"SELECT count(*) AS rows, sum(n) AS n, sum(total) AS total FROM (SELECT {keys}, max(n) AS n,"
+            f" max(total) AS total FROM {table} GROUP BY {keys})"
+        ).collect()
+        self.spark.sql(f"DROP VIEW IF EXISTS {table}")
+        shutil.rmtree(self.checkpoints / str(self.runs), ignore_errors=True)
+        return {"rows": int(row["rows"]), "n": int(row["n"] or 0), "total": int(row["total"] or 0)}
+
+    def close(self) -> None:
+        self.spark.stop()
+        shutil.rmtree(self.checkpoints, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("engine", choices=("flink", "spark"))
+    parser.add_argument("--parallelism", type=int, default=1)
+    parser.add_argument("--log", type=Path, default=None, help="Flink: file for stdout (its print sink)")
+    args = parser.parse_args()
+    # The protocol keeps the real stdin and stdout; the JVM (which inherits them) gets /dev/null to read
+    # and stderr to write, so it can neither eat a request nor garble an answer.
+    requests, out = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(2, 1)
+    if args.engine == "flink":
+        log = args.log or Path(tempfile.mkstemp(prefix="peers-flink-", suffix=".log")[1])
+        engine: Flink | Spark = Flink(args.parallelism, log)
+    else:
+        engine = Spark(args.parallelism)
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in requests:
+        request = json.loads(line)
+        try:
+            if "run" in request:
+                if request["run"] not in SHAPES:
+                    raise ValueError(f"unknown shape {request['run']!r} (known: {', '.join(SHAPES)})")
+                engine.run(request["run"], int(request["records"]))
+                answer: dict[str, object] = {"done": True}
+            else:
+                answer = engine.summary()
+        except Exception as e:  # the harness reports it and goes on with the next configuration
+            answer = {"error": f"{type(e).__name__}: {e}"[:2000]}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
+    if isinstance(engine, Spark):
+        engine.close()
+
+
+if __name__ == "__main__":
+    main()
