@@ -26,7 +26,7 @@ Engines and configurations, all in one run on this machine, one after the other:
 - Structured Streaming on ``local[p]`` (``rate-micro-batch``, ``availableNow``: one micro-batch of the run's
   records), both in a warm worker process (bench/peers_worker.py).
 
-Per configuration and shape: a warm-up run of N records, then runs of N, 4N and N. Records per CPU-second
+Per configuration and shape: a warm-up run of N records, then runs of N, 4N and N (highcard: N / 4). Records per CPU-second
 are marginal (:func:`bench.runtime.marginal`, the slope of CPU against records, so start-up and per-run
 costs drop out) over the whole process trees (:func:`bench.runtime.cpu_seconds`: Python, JVMs, Python
 workers, and streamtopo's Valkey); wall time is the 4N run's. Results: docs/benchmarks.md, section "Peers
@@ -74,6 +74,10 @@ console = Console()
 TITLE = "Peers side by side (issue 33)"
 FACTOR = 4
 """The larger run's records, in units of N."""
+SHARE = {"highcard": 4}
+"""Shapes run with N / share records: the high-cardinality running aggregate costs 10-40x the others per
+record in every engine (about 100k records per CPU-second in streamtopo and Structured Streaming at 400k
+records), so at the full N it alone would take longer than the rest of the matrix."""
 RUN_TIMEOUT = 1800.0
 LABELS = {
     "running": "map -> filter -> running count/sum per key (partials can cross)",
@@ -252,13 +256,11 @@ class Worker:
 
 
 @contextmanager
-def streamtopo_engine(
-    url: str, work: Path, executors: int, shapes: list[str], sizes: list[tuple[str, int]]
-) -> Iterator[Run]:
+def streamtopo_engine(url: str, work: Path, executors: int, shapes: list[str], records: int) -> Iterator[Run]:
     """k executor processes over one topology holding every run's pipeline (one JVM start each)."""
     top = pipelines_topology(
         f"peers-{executors}",
-        [shape_ops(f"{shape}-{tag}", shape, n) for shape in shapes for tag, n in sizes],
+        [shape_ops(f"{shape}-{tag}", shape, n) for shape in shapes for tag, n in sizes(shape, records)],
     )
     with PeerGroup(top, work / f"streamtopo-{executors}", url, executors, clock=time.time() - 86400) as group:
 
@@ -321,10 +323,17 @@ class Point:
         return f"local[{self.parallelism}]"
 
 
+def sizes(shape: str, records: int) -> list[tuple[str, int]]:
+    """(tag, records) of a shape's runs in order: a warm-up run of N, then N, 4N and N, with N the shape's
+    share of ``--records`` (:data:`SHARE`)."""
+    n = records // SHARE.get(shape, 1)
+    return [("warm", n), ("run1", n), ("run2", FACTOR * n), ("run3", n)]
+
+
 def measure(run: Run, point: Point, records: int, step: Callable[[], None]) -> None:
-    """A warm-up run of N, then N, 4N, N; every run's output checked against the generator's definition."""
-    for i, n in enumerate((records, records, FACTOR * records, records)):
-        cpu, wall, summary = run(f"{point.shape}-{'warm' if i == 0 else f'run{i}'}", point.shape, n)
+    """The shape's runs (:func:`sizes`), every output checked against the generator's definition."""
+    for i, (tag, n) in enumerate(sizes(point.shape, records)):
+        cpu, wall, summary = run(f"{point.shape}-{tag}", point.shape, n)
         step()
         want = expected(point.shape, n)
         if summary != want:
@@ -344,8 +353,6 @@ def configurations(args: argparse.Namespace) -> list[tuple[str, int]]:
 
 
 def bench(args: argparse.Namespace, work: Path) -> list[Point]:
-    sizes = [("warm", args.records), ("run1", args.records), ("run2", FACTOR * args.records)]
-    sizes.append(("run3", args.records))
     points: list[Point] = []
     configs = configurations(args)
     with (
@@ -358,11 +365,11 @@ def bench(args: argparse.Namespace, work: Path) -> list[Point]:
             console=console,
         ) as progress,
     ):
-        task = progress.add_task("starting", total=len(configs) * len(args.shapes) * len(sizes))
+        task = progress.add_task("starting", total=len(configs) * len(args.shapes) * 4)
         for engine, parallelism in configs:
             progress.update(task, description=f"{ENGINE_NAMES[engine]} {parallelism}: starting")
             if engine == "streamtopo":
-                context = streamtopo_engine(valkey.url, work, parallelism, args.shapes, sizes)
+                context = streamtopo_engine(valkey.url, work, parallelism, args.shapes, args.records)
             else:
                 python = args.flink_python if engine == "flink" else sys.executable
                 context = worker_engine(python, engine, parallelism, work)
@@ -385,7 +392,7 @@ def bench(args: argparse.Namespace, work: Path) -> list[Point]:
                             console.print(
                                 f"  {ENGINE_NAMES[engine]} {point.label}, {shape}: {point.rate:,.0f} records "
                                 f"per CPU-second +- {point.error:.0%}, {point.wall:.1f} s wall at "
-                                f"{FACTOR * args.records:,}"
+                                f"{max(point.runs)[0]:,}"
                             )
             except Exception as e:  # start-up failed (no PyFlink virtualenv, a JVM that did not come up)
                 console.print(f"  [red]{engine} {parallelism}: {type(e).__name__}: {str(e)[:500]}[/red]")
@@ -432,7 +439,8 @@ def report(args: argparse.Namespace, command: str, points: list[Point], started:
         "records per CPU-second (marginal, +- standard error)",
         "vs the engine's first configuration",
         "streamtopo vs PyFlink at this parallelism",
-        f"wall seconds at {FACTOR * args.records:,} records",
+        f"wall seconds at {FACTOR}N ({FACTOR * args.records:,} records, highcard "
+        f"{FACTOR * args.records // SHARE['highcard']:,})",
         "wall vs the engine's first configuration",
         "output",
     )
@@ -526,7 +534,7 @@ def report(args: argparse.Namespace, command: str, points: list[Point], started:
             "`rate-micro-batch` with `availableNow` (one micro-batch of the "
             "run's records, as a backlogged streamtopo source generates what is due in one step), "
             "`shuffle.partitions` = n, memory sink in update mode (`repartition(account)` before the "
-            "re-keyed aggregate). Each configuration makes a warm-up run of N records, then N, "
+            "re-keyed aggregate). Each configuration makes a warm-up run of N records (highcard: N / 4), then N, "
             f"{FACTOR}N and N; records per CPU-second are 1 / the least-squares slope of CPU against "
             "records (bench/runtime.py's `marginal`), over the whole process trees (psutil user + system "
             "of Python, JVMs and any Python workers), so start-up and per-run costs drop out; the +- is "
