@@ -1,6 +1,6 @@
 """Peers side by side (issue 33, item 6): the same queries by streamtopo, PyFlink and Structured Streaming.
 
-    .venv/bin/python bench/peers.py [--quick] [--records N] [--shapes running,tumbling,rekey]
+    .venv/bin/python bench/peers.py [--quick] [--records N] [--shapes running,tumbling,...]
         [--executors 1,2] [--flink-python .venv-flink/bin/python]
 
 PyFlink is the ``bench`` extra, in a virtualenv of its own (it pins py4j and pyarrow below what PySpark 4
@@ -17,6 +17,11 @@ event-time second), each checked against the generator's definition in every eng
 3. ``rekey``: records re-keyed by a column computed from them, ``account = (seq div 4) % 1009`` (a keyed
    map in streamtopo), then 1 s tumbling count and sum per account: whole records cross (Flink:
    ``agg-phase-strategy = ONE_PHASE``; Spark: ``repartition(account)`` before the aggregate).
+4. ``sliding``: filter -> 4 s windows sliding by 1 s, count and sum per key (Flink: HOP).
+5. ``highcard``: as ``running`` with 1,000,003 keys: about one record per key, partials do not shrink.
+6. ``join``: a stream-stream join of two inputs (N / 2 records each), every pair of one key (100,003 keys)
+   in one 1 s tumbling window (streamtopo's windowed join; Flink's window join; Spark's join on equal
+   event-time windows).
 
 Engines and configurations, all in one run on this machine, one after the other:
 
@@ -26,9 +31,9 @@ Engines and configurations, all in one run on this machine, one after the other:
 - Structured Streaming on ``local[p]`` (``rate-micro-batch``, ``availableNow``: one micro-batch of the run's
   records), both in a warm worker process (bench/peers_worker.py).
 
-Per configuration and shape: a warm-up run of N records, then runs of N, 4N and N (highcard: N / 4). Records per CPU-second
-are marginal (:func:`bench.runtime.marginal`, the slope of CPU against records, so start-up and per-run
-costs drop out) over the whole process trees (:func:`bench.runtime.cpu_seconds`: Python, JVMs, Python
+Per configuration and shape: a warm-up run of N records, then runs of N, 4N and N (highcard, join: N / 4).
+Records per CPU-second are marginal (:func:`bench.runtime.marginal`, the slope of CPU against records, so
+start-up and per-run costs drop out) over the whole process trees (:func:`bench.runtime.cpu_seconds`: Python, JVMs, Python
 workers, and streamtopo's Valkey); wall time is the 4N run's. Results: docs/benchmarks.md, section "Peers
 side by side (issue 33)", and docs/img/peers.png.
 """
@@ -70,14 +75,14 @@ from streamtopo.runtime.embedded import EmbeddedValkey
 # The worker cannot import bench.runtime (PyFlink's virtualenv has no PySpark): its constants must agree.
 assert (KEYS, EVENT_RATE, SOURCE_KEY_GROUPS) == (runtime.SCALE_KEYS, runtime.EVENT_RATE, runtime.KEY_GROUPS)
 
-console = Console()
+console = Console(width=160)  # the table has eight columns; logs are not terminals
 TITLE = "Peers side by side (issue 33)"
 FACTOR = 4
 """The larger run's records, in units of N."""
-SHARE = {"highcard": 4}
-"""Shapes run with N / share records: the high-cardinality running aggregate costs 10-40x the others per
-record in every engine (about 100k records per CPU-second in streamtopo and Structured Streaming at 400k
-records), so at the full N it alone would take longer than the rest of the matrix."""
+SHARE = {"highcard": 4, "join": 4}
+"""Shapes run with N / share records: the high-cardinality running aggregate and the join cost 10-40x the
+others per record in every engine (50k-200k records per CPU-second at 400k records), so at the full N
+either alone would take longer than the rest of the matrix."""
 RUN_TIMEOUT = 1800.0
 LABELS = {
     "running": "map -> filter -> running count/sum per key (partials can cross)",
@@ -85,11 +90,12 @@ LABELS = {
     "rekey": "re-keyed by a computed column, then 1 s tumbling count/sum (whole records cross)",
     "sliding": "filter -> 4 s windows sliding by 1 s, count/sum per key",
     "highcard": "map -> filter -> running count/sum per key, 1,000,003 keys (partials do not shrink)",
+    "join": "stream-stream join, two inputs of N/2 records, pairs per key (100,003 keys) in 1 s windows",
 }
 NOT_YET = (
     "Not in this bench yet (issue 33, item 6): the VWAP example whole (Flink would need Spark's xxhash64, on "
     "which the trades and quotes generators are built, as a Java UDF to read the same records, and its window "
-    "join's rowtime is the window's end minus 1 ms where streamtopo's is the end), the stream-stream join, the "
+    "join's rowtime is the window's end minus 1 ms where streamtopo's is the end), the "
     "keyed pandas UDF and the map into a keyed named stream; and 4 executors / parallelism 4, which on 2 cores "
     "measure contention more than scale-out."
 )
@@ -111,11 +117,33 @@ Run = Callable[[str, str, int], tuple[float, float, Summary]]
 def shape_ops(prefix: str, name: str, count: int) -> list[dict]:
     """The streamtopo operators of shape ``name`` over ``count`` records, named ``<prefix>-...``."""
     shape = SHAPES[name]
-    source = {
-        "name": f"{prefix}-numbers",
-        "kind": "source",
-        "source": {"generator": "sequence", "ratePerSecond": EVENT_RATE, "keys": shape.keys, "count": count},
-    }
+    numbers = {"generator": "sequence", "ratePerSecond": EVENT_RATE, "keys": shape.keys}
+    source = {"name": f"{prefix}-numbers", "kind": "source", "source": {**numbers, "count": count}}
+    if shape.join:  # two inputs of count / 2 records, renamed so the join's output needs no prefixes
+        sides = [
+            op
+            for side in ("l", "r")
+            for op in (
+                {"name": f"{prefix}-{side}", "kind": "source", "source": {**numbers, "count": count // 2}},
+                {
+                    "name": f"{prefix}-{side}v",
+                    "kind": "map",
+                    "inputs": [f"{prefix}-{side}"],
+                    "select": ["key", f"value AS {side}v"],
+                },
+            )
+        ]
+        return [
+            *sides,
+            {
+                "name": f"{prefix}-pairs",
+                "kind": "join",
+                "inputs": [f"{prefix}-lv", f"{prefix}-rv"],
+                "keyBy": ["key"],
+                "window": {"size": 1.0},
+            },
+            {"name": f"{prefix}-out", "kind": "sink", "inputs": [f"{prefix}-pairs"], "sink": {"file": {}}},
+        ]
     middle: list[dict] = []
     key = "key"
     if shape.rekey:  # the keyed map reads the column its input computed, so whole records cross to it
@@ -155,6 +183,14 @@ def expected(name: str, count: int) -> Summary:
     their final counts and of their final sums (value = seq; a record counts once per window holding it)."""
     shape = SHAPES[name]
     seq = np.arange(count, dtype=np.int64)
+    if shape.join:  # both inputs are seq 0 .. count/2 - 1: c * c pairs and 2 c s of values per group
+        seq = seq[: count // 2]
+        _, group, c = np.unique(
+            (seq // EVENT_RATE) * shape.keys + seq % shape.keys, return_inverse=True, return_counts=True
+        )
+        s = np.bincount(group, weights=seq.astype(np.float64), minlength=len(c)).astype(np.int64)
+        pairs = int((c * c).sum())
+        return {"rows": pairs, "n": pairs, "total": int(2 * (c * s).sum())}
     if shape.kept:
         seq = seq[seq % 10 != 0]
     keys = (seq // SOURCE_KEY_GROUPS) % shape.keys if shape.rekey else seq % shape.keys
@@ -170,10 +206,13 @@ def expected(name: str, count: int) -> Summary:
 
 def summarise(rows: Iterator[dict]) -> Summary:
     """streamtopo's sink rows reduced as the workers reduce theirs: the last (largest) count and sum per
-    group (window start and key; a running aggregate emits a key's running value once per step)."""
+    group (window start and key; a running aggregate emits a key's running value once per step); a join's
+    pair is a group of its own with n = 1 and total = lv + rv."""
     final: dict[tuple, tuple[int, int]] = {}
     for row in rows:
-        group = (row.get("window_start"), row.get("key", row.get("account")))
+        if "n" not in row:  # a join's pair
+            row = {**row, "n": 1, "total": row["lv"] + row["rv"]}
+        group = tuple(sorted((k, v) for k, v in row.items() if k not in ("n", "total", "window_end", "_ts")))
         final[group] = max(final.get(group, (0, 0)), (int(row["n"]), int(row["total"])))
     return {
         "rows": len(final),
@@ -352,7 +391,9 @@ def configurations(args: argparse.Namespace) -> list[tuple[str, int]]:
     ]
 
 
-def bench(args: argparse.Namespace, work: Path) -> list[Point]:
+def bench(args: argparse.Namespace, work: Path, done: Callable[[list[Point]], None]) -> list[Point]:
+    """Every configuration's points; ``done`` gets those so far after each configuration, so a run stopped
+    early has recorded what it measured."""
     points: list[Point] = []
     configs = configurations(args)
     with (
@@ -404,14 +445,18 @@ def bench(args: argparse.Namespace, work: Path) -> list[Point]:
                         points.append(
                             Point(shape, engine, parallelism, problems=[f"did not start: {e}"[:300]])
                         )
+            done(points)
     return points
 
 
 # ------------------------------------------------------------------------------------- reporting
 
 
-def report(args: argparse.Namespace, command: str, points: list[Point], started: float) -> None:
-    """Prints the table; unless ``--no-write``, draws docs/img/peers.png and writes the section."""
+def report(
+    args: argparse.Namespace, command: str, points: list[Point], started: float, final: bool = True
+) -> None:
+    """Prints the table (at the end); unless ``--no-write``, draws docs/img/peers.png and writes the
+    section, naming the configurations not measured yet when not ``final``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -423,9 +468,14 @@ def report(args: argparse.Namespace, command: str, points: list[Point], started:
         )
 
     def ratio(a: Point | None, b: Point | None) -> str:
-        if a is None or b is None or not (a.ok and b.ok):
+        if a is None or b is None or not (a.ok and b.ok) or math.isnan(a.rate / b.rate):
             return "-"
         return f"{a.rate / b.rate:.2f}x"
+
+    def rate(p: Point) -> str:
+        if not p.ok:
+            return "-"
+        return "noise (no slope)" if math.isnan(p.rate) else f"{p.rate:,.0f} +- {p.error:.0%}"
 
     def wall_ratio(a: Point, b: Point | None) -> str:
         if a is b:
@@ -439,13 +489,14 @@ def report(args: argparse.Namespace, command: str, points: list[Point], started:
         "records per CPU-second (marginal, +- standard error)",
         "vs the engine's first configuration",
         "streamtopo vs PyFlink at this parallelism",
-        f"wall seconds at {FACTOR}N ({FACTOR * args.records:,} records, highcard "
-        f"{FACTOR * args.records // SHARE['highcard']:,})",
+        f"wall seconds at {FACTOR}N ({FACTOR * args.records:,} records, highcard and join "
+        f"{FACTOR * args.records // 4:,})",
         "wall vs the engine's first configuration",
         "output",
     )
     rows = []
-    for p in points:
+    order = {(e, n): i for i, (e, n) in enumerate(configurations(args))}
+    for p in sorted(points, key=lambda p: (args.shapes.index(p.shape), order[(p.engine, p.parallelism)])):
         first = find(p.shape, p.engine, (args.executors if p.engine == "streamtopo" else args.parallelism)[0])
         versus = ratio(p, find(p.shape, "flink", p.parallelism)) if p.engine == "streamtopo" else ""
         rows.append(
@@ -453,7 +504,7 @@ def report(args: argparse.Namespace, command: str, points: list[Point], started:
                 p.shape,
                 ENGINE_NAMES[p.engine],
                 p.label,
-                f"{p.rate:,.0f} +- {p.error:.0%}" if p.ok else "-",
+                rate(p),
                 ratio(p, first) if p is not first else "baseline",
                 versus,
                 f"{p.wall:.1f}" if p.runs else "-",
@@ -475,9 +526,10 @@ def report(args: argparse.Namespace, command: str, points: list[Point], started:
         table.add_column(column)
     for r in rows:
         table.add_row(*r[:7], "ok" if r[8] == "same as the definition" else "[red]FAILED[/red]")
-    console.print(table)
+    if final:
+        console.print(table)
     if args.no_write:
-        console.print("[yellow]--no-write: docs/ left alone[/yellow]")
+        console.print("[yellow]--no-write: docs/ left alone[/yellow]" if final else "")
         return
 
     fig, axes = plt.subplots(1, len(args.shapes), figsize=(4.2 * len(args.shapes), 4.2), squeeze=False)
@@ -534,7 +586,8 @@ def report(args: argparse.Namespace, command: str, points: list[Point], started:
             "`rate-micro-batch` with `availableNow` (one micro-batch of the "
             "run's records, as a backlogged streamtopo source generates what is due in one step), "
             "`shuffle.partitions` = n, memory sink in update mode (`repartition(account)` before the "
-            "re-keyed aggregate). Each configuration makes a warm-up run of N records (highcard: N / 4), then N, "
+            "re-keyed aggregate). Each configuration makes a warm-up run of N records (highcard, join: "
+            "N / 4), then N, "
             f"{FACTOR}N and N; records per CPU-second are 1 / the least-squares slope of CPU against "
             "records (bench/runtime.py's `marginal`), over the whole process trees (psutil user + system "
             "of Python, JVMs and any Python workers), so start-up and per-run costs drop out; the +- is "
@@ -549,6 +602,12 @@ def report(args: argparse.Namespace, command: str, points: list[Point], started:
     ]
     if missing:
         lines += ["", "Not measured in this run: " + ", ".join(missing) + "."]
+    measured = {(p.engine, p.parallelism) for p in points}
+    if pending := [f"{ENGINE_NAMES[e]} {n}" for e, n in configurations(args) if (e, n) not in measured]:
+        lines += [
+            "",
+            "**Partial record** (the run had not finished): not measured yet: " + ", ".join(pending),
+        ]
     lines += ["", NOT_YET]
     write_section(TITLE, lines)
 
@@ -580,7 +639,7 @@ def main() -> None:
     command = shlex.join(["python", "bench/peers.py", *sys.argv[1:]])
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
-        points = bench(args, Path(tmp))
+        points = bench(args, Path(tmp), lambda so_far: report(args, command, so_far, started, final=False))
     report(args, command, points, started)
 
 

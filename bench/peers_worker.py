@@ -33,6 +33,10 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 KEYS = 1009
 """Keys of every shape (bench/runtime.py's SCALE_KEYS, a prime: independent of the source's key group)."""
@@ -42,6 +46,8 @@ EVENT_RATE = 100_000
 """Records per event-time second (bench/runtime.py's EVENT_RATE)."""
 HIGH_KEYS = 1_000_003
 """Keys of the high-cardinality shape (a prime): about one record per key and step, partials do not shrink."""
+JOIN_KEYS = 100_003
+"""Keys of the join (a prime above the records of a 1 s window): each record meets its twin only."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,10 @@ class Shape:
     """(size, slide) in seconds, or a running aggregate."""
     rekey: bool = False
     """Keyed by ``(seq div 4) % keys``, a column computed from the record, and whole records cross."""
+    join: bool = False
+    """A stream-stream join instead of an aggregate: two inputs of N / 2 records each (the same sequence,
+    ``lv`` and ``rv``), every pair of one key in one tumbling window, written as ``(window start, key, lv,
+    rv, n = 1, total = lv + rv)`` so that the summary reads pairs as groups of one."""
 
     @property
     def key(self) -> str:
@@ -67,6 +77,7 @@ SHAPES = {
     "rekey": Shape(kept=False, window=(1, 1), rekey=True),
     "sliding": Shape(window=(4, 1)),
     "highcard": Shape(keys=HIGH_KEYS),
+    "join": Shape(keys=JOIN_KEYS, kept=False, window=(1, 1), join=True),
 }
 
 
@@ -106,17 +117,31 @@ class Flink:
         i = self.runs
         self.config.set("table.optimizer.agg-phase-strategy", "ONE_PHASE" if shape.rekey else "AUTO")
         sql = self.env.execute_sql
-        # rows-per-second: datagen's default paces at 10,000 records/s.
-        sql(
-            f"CREATE TEMPORARY TABLE src{i} (seq BIGINT, ts AS TO_TIMESTAMP_LTZ(seq / {EVENT_RATE // 1000}, 3),"
-            f" WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen', 'fields.seq.kind' = 'sequence',"
-            f" 'fields.seq.start' = '0', 'fields.seq.end' = '{records - 1}',"
-            " 'rows-per-second' = '1000000000000')"
-        )
         kept = " WHERE seq % 10 <> 0" if shape.kept else ""
         key = shape.key.replace(" div ", " / ")  # Flink's integer division of BIGINTs truncates
-        sql(f"CREATE TEMPORARY VIEW in{i} AS SELECT {key} AS key, seq AS `value`, ts FROM src{i}{kept}")
-        if shape.window is None:
+        for side in ("", "r") if shape.join else ("",):
+            # rows-per-second: datagen's default paces at 10,000 records/s.
+            sql(
+                f"CREATE TEMPORARY TABLE src{side}{i} (seq BIGINT, ts AS TO_TIMESTAMP_LTZ(seq /"
+                f" {EVENT_RATE // 1000}, 3), WATERMARK FOR ts AS ts) WITH ('connector' = 'datagen',"
+                " 'fields.seq.kind' = 'sequence', 'fields.seq.start' = '0', 'fields.seq.end' ="
+                f" '{(records // 2 if shape.join else records) - 1}', 'rows-per-second' = '1000000000000')"
+            )
+            sql(
+                f"CREATE TEMPORARY VIEW in{side}{i} AS SELECT {key} AS key, seq AS `value`, ts"
+                f" FROM src{side}{i}{kept}"
+            )
+        if shape.join:
+            sides = [
+                f"(SELECT * FROM TABLE(TUMBLE(TABLE in{side}{i}, DESCRIPTOR(ts), INTERVAL '1' SECOND)))"
+                for side in ("", "r")
+            ]
+            query = (
+                "SELECT L.window_start, L.key, L.`value`, R.`value`, CAST(1 AS BIGINT), L.`value` + R.`value`"
+                f" FROM {sides[0]} L JOIN {sides[1]} R ON L.key = R.key AND L.window_start = R.window_start"
+                " AND L.window_end = R.window_end"
+            )
+        elif shape.window is None:
             query = f"SELECT key, COUNT(*), SUM(`value`) FROM in{i} GROUP BY key"
         else:
             size, slide = shape.window
@@ -129,7 +154,11 @@ class Flink:
                 f"SELECT window_start, key, COUNT(*), SUM(`value`) FROM TABLE({windows})"
                 " GROUP BY window_start, window_end, key"
             )
-        columns = ("" if shape.window is None else "ws TIMESTAMP(3), ") + "k BIGINT, n BIGINT, total BIGINT"
+        columns = (
+            ("" if shape.window is None else "ws TIMESTAMP(3), ")
+            + ("k BIGINT, lv BIGINT, rv BIGINT, " if shape.join else "k BIGINT, ")
+            + "n BIGINT, total BIGINT"
+        )
         sql(f"CREATE TEMPORARY TABLE out{i} ({columns}) WITH ('connector' = 'print')")
         sys.stdout.flush()
         self.offset = self.log.stat().st_size
@@ -178,14 +207,31 @@ class Spark:
 
         shape = SHAPES[name]
         self.runs += 1
-        source = (
-            self.spark.readStream.format("rate-micro-batch")
-            .option("rowsPerBatch", records)
-            .option("numPartitions", self.parallelism)
-            .load()
-            .selectExpr("value AS seq", f"timestamp_micros(value * {1_000_000 // EVENT_RATE}) AS ts")
-        )
-        rows = (source.where("seq % 10 <> 0") if shape.kept else source).selectExpr(
+
+        def source(records: int) -> DataFrame:
+            return (
+                self.spark.readStream.format("rate-micro-batch")
+                .option("rowsPerBatch", records)
+                .option("numPartitions", self.parallelism)
+                .load()
+                .selectExpr("value AS seq", f"timestamp_micros(value * {1_000_000 // EVENT_RATE}) AS ts")
+            )
+
+        if shape.join:
+            left, right = (
+                source(records // 2)
+                .selectExpr(f"{shape.key} AS {side}key", f"seq AS {side}v", f"ts AS {side}ts")
+                .withWatermark(f"{side}ts", "0 seconds")
+                .withColumn(f"{side}w", F.window(f"{side}ts", "1 second"))
+                for side in ("l", "r")
+            )
+            frame = left.join(right, F.expr("lkey = rkey AND lw = rw")).selectExpr(
+                "lw.start AS ws", "lkey AS key", "lv", "rv", "1L AS n", "lv + rv AS total"
+            )
+            self.keys = ["ws", "key", "lv", "rv"]
+            self.start(frame, "append")
+            return
+        rows = (source(records).where("seq % 10 <> 0") if shape.kept else source(records)).selectExpr(
             f"{shape.key} AS key", "seq AS value", "ts"
         )
         if shape.rekey:  # whole records cross: partitioned by the computed column before the aggregate
@@ -199,10 +245,14 @@ class Spark:
             window = F.window("ts", f"{size} seconds", f"{slide} seconds").start.alias("ws")
             frame = rows.withWatermark("ts", "0 seconds").groupBy(window, "key").agg(*aggregates)
             self.keys = ["ws", "key"]
+        self.start(frame, "update")
+
+    def start(self, frame: DataFrame, mode: str) -> None:
+        """Runs ``frame`` over the run's micro-batch into the memory table ``out<run>``."""
         query = (
             frame.writeStream.format("memory")
             .queryName(f"out{self.runs}")
-            .outputMode("update")
+            .outputMode(mode)
             .option("checkpointLocation", str(self.checkpoints / str(self.runs)))
             .trigger(availableNow=True)
             .start()
