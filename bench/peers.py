@@ -83,7 +83,7 @@ SHARE = {"highcard": 4, "join": 4}
 """Shapes run with N / share records: the high-cardinality running aggregate and the join cost 10-40x the
 others per record in every engine (50k-200k records per CPU-second at 400k records), so at the full N
 either alone would take longer than the rest of the matrix."""
-RUN_TIMEOUT = 1800.0
+RUN_TIMEOUT = 600.0
 LABELS = {
     "running": "map -> filter -> running count/sum per key (partials can cross)",
     "tumbling": "filter -> 1 s tumbling count/sum per key",
