@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import functions as F
 
 from streamtopo.contracts import parse_unit, unit_key
@@ -576,7 +577,7 @@ class Dataflow(Emit):
         edge; each chain is recomputed, once per distinct frame: consumers of one output routed alike
         share it (Emit._emit), as VWAP's four symbol-group filters of the cleaned trades do."""
         index: dict[int, int] = {}  # id(frame) -> its place in the union
-        frames = []
+        frames: list[SparkFrame] = []
         for _, flow, _ in uncounted:
             if id(flow.frame) not in index:
                 index[id(flow.frame)] = len(frames)
