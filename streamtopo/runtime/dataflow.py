@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import functions as F
 
 from streamtopo.contracts import parse_unit, unit_key
@@ -573,19 +574,22 @@ class Dataflow(Emit):
     def _count_uncounted(self, uncounted: list[tuple[str, Flow, set[tuple[int, int]]]]) -> None:
         """Count the flows lazy consumers took (map, filter) in one Spark job: the union of their (producing
         unit, consuming unit) columns grouped once. A step pays one job for all of them instead of one per
-        edge; each chain is recomputed, which costs little next to a job's fixed cost."""
-        frames = [
-            flow.frame.select(F.lit(i).alias(EDGE), F.col(KG), F.col(DST))
-            for i, (_, flow, _) in enumerate(uncounted)
-        ]
+        edge; each chain is recomputed, once per distinct frame: consumers of one output routed alike
+        share it (Emit._emit), as VWAP's four symbol-group filters of the cleaned trades do."""
+        index: dict[int, int] = {}  # id(frame) -> its place in the union
+        frames: list[SparkFrame] = []
+        for _, flow, _ in uncounted:
+            if id(flow.frame) not in index:
+                index[id(flow.frame)] = len(frames)
+                frames.append(flow.frame.select(F.lit(len(frames)).alias(EDGE), F.col(KG), F.col(DST)))
         union = reduce(lambda a, b: a.unionByName(b), frames)
         rows = computed(lambda: union.groupBy(EDGE, KG, DST).count().collect())
         counts: dict[int, dict[tuple[int, int], int]] = defaultdict(dict)
         for edge, src, dst, n in rows:
             counts[int(edge)][(int(src), int(dst))] = int(n)
-        for i, (op, flow, pairs) in enumerate(uncounted):
+        for op, flow, pairs in uncounted:
             received: dict[str, int] = defaultdict(int)
-            self._counted(op, flow, pairs, counts[i], received)
+            self._counted(op, flow, pairs, counts[index[id(flow.frame)]], received)
             for key, n in received.items():
                 self._count_in(self.hosted[key], n)
 

@@ -87,6 +87,7 @@ class Emit:
         units = [self.hosted[key] for key in produced.units]
         claimed = False  # a deferred flow gives the producer's records out: no other edge books them
         shared: dict[int, pd.DataFrame] = {}
+        routed: dict[tuple[tuple[str, ...] | None, int], SparkFrame] = {}
         for v in self.downstream[op]:
             dest_key, dest_k = partition_key(self.spec, v), self.spec.key_groups_of(v)
             wanted = {unit_key((v, j)) for u in units for j in self.dests(op, u.kg).get(v, [])}
@@ -101,7 +102,12 @@ class Emit:
                     pair: Partials(rows) for pair, rows in _by_pair(group.member_rows(shared[id(group)], v))
                 }
             elif is_spark(produced.frame) and wanted <= set(self.hosted):
-                frame = produced.frame.withColumn(DST, route_column(dest_key, dest_k, F.col(KG)).cast("int"))
+                # Consumers routed alike share one frame object: the step's count job counts it once.
+                if (frame := routed.get((dest_key, dest_k))) is None:
+                    frame = produced.frame.withColumn(
+                        DST, route_column(dest_key, dest_k, F.col(KG)).cast("int")
+                    )
+                    routed[(dest_key, dest_k)] = frame
                 counts = self._one_to_one_counts(op, v, produced, units)
                 if counts is None:  # counted later, where the records are computed (Flow)
                     pairs = {(u.kg, j) for u in units for j in self.dests(op, u.kg).get(v, [])}

@@ -752,6 +752,79 @@ def numbers(count: int, rate: float, keys: int) -> dict:
     return {"name": "numbers", "kind": "source", "source": source}
 
 
+def finished_counts(
+    topology: StreamTopology, url: str, tmp_path, config: ExecutorConfig | None = None
+) -> dict[tuple[str, ...], float]:
+    """Run ``topology`` to its end on one executor; its records in and out per operator and kg traffic
+    per edge, summed over units from its /metrics."""
+    routing = tmp_path / "routing.json"
+    write_routing(routing, round_robin(topology, ["ex-0"]))
+    executor = Executor(topology, routing, "ex-0", url, output_dir=tmp_path / "out", config=config)
+    running = Running(executor)
+    try:
+        wait_finished(running.executor.store, topology)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{executor.server.server_port}/metrics").read()
+    finally:
+        running.stop()
+    sums: dict[tuple[str, ...], float] = {}
+    for family in text_string_to_metric_families(metrics.decode()):
+        for s in family.samples:
+            if s.name in ("streamtopo_unit_records_in_total", "streamtopo_unit_records_out_total"):
+                key = (s.name, s.labels["operator"])
+            elif s.name == "streamtopo_kg_records_total":
+                key = (s.name, s.labels["src_operator"], s.labels["dst_operator"])
+            else:
+                continue
+            sums[key] = sums.get(key, 0) + s.value
+    return sums
+
+
+def test_lazy_consumers_of_one_output_are_counted_exactly_from_one_shared_frame(valkey, spark, tmp_path):
+    """Two filters take one map's output lazily in large steps (no step materialises it): both flows share
+    one routed frame, counted once by the step's count job, and each consumer still books exactly what it
+    took (records in, kg traffic) and the map what it gave (records out, once)."""
+    count, rate, keys = 900, 3000, 7
+    topology = StreamTopology.model_validate(
+        {
+            "metadata": {"name": "ex-fanout-counts"},
+            "spec": {
+                "keyGroups": 4,
+                "operators": [
+                    numbers(count, rate, keys),
+                    {"name": "scaled", "kind": "map", "inputs": ["numbers"], "select": ["key", "value"]},
+                    {"name": "even", "kind": "filter", "inputs": ["scaled"], "expr": "value % 2 = 0"},
+                    {"name": "odd", "kind": "filter", "inputs": ["scaled"], "expr": "value % 2 = 1"},
+                    {"name": "evens", "kind": "sink", "inputs": ["even"], "sink": {"file": {}}},
+                    {"name": "odds", "kind": "sink", "inputs": ["odd"], "sink": {"file": {}}},
+                ],
+            },
+        }
+    )
+    sums = finished_counts(topology, valkey.url, tmp_path, ExecutorConfig(small_step_records=0))
+    evens = [int(line["value"]) for line in read_lines(tmp_path / "out", "evens")]
+    odds = [int(line["value"]) for line in read_lines(tmp_path / "out", "odds")]
+    assert len(evens) + len(odds) == count and all(v % 2 == 0 for v in evens) and all(v % 2 for v in odds)
+    records_in, records_out = "streamtopo_unit_records_in_total", "streamtopo_unit_records_out_total"
+    assert {op: sums[(records_in, op)] for op in ("scaled", "even", "odd", "evens", "odds")} == {
+        "scaled": count,
+        "even": count,
+        "odd": count,
+        "evens": len(evens),
+        "odds": len(odds),
+    }
+    assert {op: sums[(records_out, op)] for op in ("numbers", "scaled", "even", "odd")} == {
+        "numbers": count,
+        "scaled": count,
+        "even": len(evens),
+        "odd": len(odds),
+    }
+    traffic = "streamtopo_kg_records_total"
+    assert {edge: sums[(traffic, *edge)] for edge in [("scaled", "even"), ("scaled", "odd")]} == {
+        ("scaled", "even"): count,
+        ("scaled", "odd"): count,
+    }
+
+
 def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, tmp_path):
     """Records in and out and kg traffic stay exact when flows are counted where they are computed: by an
     aggregate's own job, in pandas by a sink that materialises them, and by the step's one count job for
@@ -780,32 +853,13 @@ def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, t
             },
         }
     )
-    routing = tmp_path / "routing.json"
-    write_routing(routing, round_robin(topology, ["ex-0"]))
-    running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
-    try:
-        wait_finished(running.executor.store, topology)
-        metrics = urllib.request.urlopen(
-            f"http://127.0.0.1:{running.executor.server.server_port}/metrics"
-        ).read()
-    finally:
-        running.stop()
+    sums = finished_counts(topology, valkey.url, tmp_path)
     kept = sum(1 for seq in range(count) if seq % 3)
     assert_exactly_once(
         read_lines(tmp_path / "out"),
         expected_totals(count, rate, keys, 0.05, dropped=lambda seq: seq % 3 == 0),
     )
     assert len(read_lines(tmp_path / "out", "raw")) == kept
-    sums: dict[tuple[str, ...], float] = {}
-    for family in text_string_to_metric_families(metrics.decode()):
-        for s in family.samples:
-            if s.name in ("streamtopo_unit_records_in_total", "streamtopo_unit_records_out_total"):
-                key = (s.name, s.labels["operator"])
-            elif s.name == "streamtopo_kg_records_total":
-                key = (s.name, s.labels["src_operator"], s.labels["dst_operator"])
-            else:
-                continue
-            sums[key] = sums.get(key, 0) + s.value
     records_in, records_out = "streamtopo_unit_records_in_total", "streamtopo_unit_records_out_total"
     assert {op: sums[(records_in, op)] for op in ("kept", "scaled", "totals", "raw")} == {
         "kept": count,
