@@ -35,7 +35,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import py4j
-from py4j.protocol import Py4JNetworkError
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import SparkSession
 
 from streamtopo.runtime import class_archive
@@ -229,12 +229,16 @@ def _signal_name(number: int) -> str:
 
 
 def _connection_failure(error: BaseException) -> bool:
-    """Whether ``error`` or an error it was raised from is a lost py4j connection."""
+    """Whether ``error`` or an error it was raised from may be a lost py4j connection: any py4j error but
+    a Java exception (the JVM answered). A dead gateway does not always say "network": a name lookup
+    whose answer never came reads "java does not exist in the JVM"."""
     seen: BaseException | None = error
     for _ in range(8):  # a cause chain is short; a cycle must not loop
         if seen is None:
             return False
-        if isinstance(seen, (Py4JNetworkError, ConnectionError, EOFError)):
+        if isinstance(seen, (ConnectionError, EOFError)):
+            return True
+        if isinstance(seen, Py4JError) and not isinstance(seen, Py4JJavaError):
             return True
         seen = seen.__cause__ or seen.__context__
     return False

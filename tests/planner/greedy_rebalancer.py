@@ -11,7 +11,7 @@ def greedy_rebalance(
     state: AllocationState, *, max_migrations, max_migration_cost, config, seed=0
 ) -> Rebalance:
     cap = {e.name: e.capacity for e in state.executors}
-    marked = {e.name for e in state.executors if e.marked_for_removal}
+    marked = [e.name for e in state.executors if e.marked_for_removal]  # in order: a set's is the hash seed's
     active = [n for n in cap if n not in marked]
     load_of = {kg.id: kg.load for kg in state.key_groups}
     assignment = dict(state.assignment)

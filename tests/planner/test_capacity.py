@@ -5,6 +5,7 @@ skipped (planner/capacity.py, planner/deployment.py, planner/scaling/policy.py, 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from streamtopo.planner.scaling.policy import (
     ScalingObservation,
     ScalingState,
     decide_target,
+    overprovisioned,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,6 +176,16 @@ def test_two_executors_of_one_core_request_that_each_want_more_than_half_the_hos
     roomy = (HostLoad("vm", executors=2, used=3.0, wait=0.05),)
     kept, _ = decide_target(obs(2, 1.8, hosts=roomy, placeable=0), ScalingState(), CFG)
     assert kept.direction != "down" or "over-provisioned" not in kept.reason
+
+
+def test_a_host_whose_cores_used_land_a_rounding_error_below_a_half_keeps_its_executors():
+    """Two active and three draining executors used 1.5 cores between them (a sum of measurements that
+    landed at 1.4999999999999998), each wanting a core: once the draining ones leave, the cores run the two, as
+    1.5 exactly says. The simulator's crowded host once scaled 2 -> 1 on that rounding error."""
+    used = math.nextafter(1.5, 0.0)
+    host = HostLoad("vm", executors=5, used=used, wait=1.59, draining=3)
+    assert overprovisioned([host], 1.0) == overprovisioned([replace(host, used=1.5)], 1.0) == 0
+    assert overprovisioned([replace(host, used=1.45)], 1.0) == 1
 
 
 def test_room_books_what_executors_use_beyond_their_requests():

@@ -86,8 +86,10 @@ PROBE = """
 import json, pandas as pd
 from streamtopo.runtime.operators.base import RecordError, computed, guarded
 from streamtopo.runtime.operators.records import to_pandas, to_spark
-from streamtopo.runtime.spark import JvmLost, get_spark
+from streamtopo.runtime.spark import JvmLost, get_spark, jvm_lost
 from pyspark import SparkContext
+from py4j.protocol import Py4JError
+import threading
 
 spark = get_spark()
 work = lambda b: to_pandas(to_spark(spark, b).selectExpr("CAST(s AS INT) AS i"))
@@ -103,7 +105,9 @@ def outcome(call):
 
 batch = pd.DataFrame({"s": ["1", "x", "3", "4"]})
 seen = {"alive": outcome(lambda: guarded("cast", "select", work, batch))}
-SparkContext._gateway.proc.kill()
+# A name lookup on a gateway that is dying fails before the JVM's exit can be seen: the kill lands later.
+threading.Timer(0.5, SparkContext._gateway.proc.kill).start()
+seen["lookup"] = str(jvm_lost(Py4JError("java does not exist in the JVM")))
 seen["guarded"] = outcome(lambda: guarded("cast", "select", work, batch))
 seen["computed"] = outcome(lambda: computed(lambda: work(batch)))
 print(json.dumps(seen))
@@ -113,7 +117,8 @@ print(json.dumps(seen))
 def test_no_failure_is_blamed_on_records_once_the_jvm_is_gone():
     """A failing record is found by bisection while the JVM runs; with the JVM killed, the same call raises
     JvmLost (from guarded's bisection and from a lazy chain) instead of sending every record it probes to
-    the dead-letter stream, or redoing the step."""
+    the dead-letter stream, or redoing the step. A py4j lookup failing while the JVM is still dying (CI
+    once saw "java does not exist in the JVM" win that race, and the executor exit 1) waits for the exit."""
     import json
     import subprocess
     import sys
@@ -122,6 +127,7 @@ def test_no_failure_is_blamed_on_records_once_the_jvm_is_gone():
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["alive"] == "records 1"
+    assert seen["lookup"].startswith("the JVM") and "SIGKILL" in seen["lookup"], seen
     for call in ("guarded", "computed"):
         assert seen[call].startswith("jvm lost: the JVM") and "SIGKILL" in seen[call], seen
 

@@ -456,9 +456,15 @@ def overprovisioned(hosts: list[HostLoad], per_executor: float) -> int:
     speed (at least one per host), once the draining ones have left: more processes on those cores only
     wait for each other. An executor takes its footprint, its share of the host's demand (cores used
     plus waited for), or ``per_executor`` cores if that is more; the cores used are rounded to the
-    nearest count of footprints (an executor more than half of whose footprint is not there goes)."""
+    nearest count of footprints (an executor more than half of whose footprint is not there goes; exactly
+    half stays, also when the cores are a sum of measurements that lands a rounding error below it)."""
     return sum(
-        max(0, h.executors - max(1, math.floor(h.used / max(per_executor, h.footprint) + 0.5)) - h.draining)
+        max(
+            0,
+            h.executors
+            - max(1, math.floor(h.used / max(per_executor, h.footprint) + 0.5 + EPS))
+            - h.draining,
+        )
         for h in hosts
     )
 
