@@ -202,14 +202,38 @@ def partition_key(spec: StreamTopologySpec, name: str) -> tuple[str, ...] | None
     return None
 
 
+STATELESS_KINDS = frozenset({"map", "filter"})
+"""Kinds whose output does not depend on which key group ran them (a UDF may group its batch by key)."""
+
+
+def routing_key(spec: StreamTopologySpec, name: str) -> tuple[str, ...] | None:
+    """The columns records are routed to ``name``'s key groups by: its partition key, except for a
+    stateless map or filter every consumer of which is an aggregate keyed by its own keyBy.
+
+    There the keyBy can only cost: the aggregates re-partition the map's output anyway, and nothing
+    inherits its partitioning. Routed forward instead, like an unkeyed operator, it runs where its input
+    was produced, and what crosses is the aggregates' partial aggregates (the runtime's map-side
+    combine) rather than whole records: partial aggregation pushed below the keyed map. Its keyBy is
+    still checked against its input's columns (schema.py), as written."""
+    key = partition_key(spec, name)
+    op = spec.operator(name)
+    if key is None or op.kind not in STATELESS_KINDS or not op.key_by:
+        return key
+    consumers = [o for o in spec.operators if name in o.inputs]
+    if consumers and all(o.kind == "aggregate" and o.key_by for o in consumers):
+        return None
+    return key
+
+
 def unit_edges(spec: StreamTopologySpec, u: str, v: str) -> list[tuple[int, int, float]]:
     """(kg of u, kg of v, share of the u->v stream) for every kg-to-kg pair that carries records.
 
-    One-to-one when u and v share a partition key and K; forward (i -> i mod K_v) into an unkeyed v;
-    all-to-all otherwise (hash partitioning spreads each upstream kg over every downstream kg).
+    One-to-one when u and v are routed by the same key (:func:`routing_key`) with the same K; forward
+    (i -> i mod K_v) into an unkeyed v; all-to-all otherwise (hash partitioning spreads each upstream
+    kg over every downstream kg).
     """
     ku, kv = spec.key_groups_of(u), spec.key_groups_of(v)
-    key_u, key_v = partition_key(spec, u), partition_key(spec, v)
+    key_u, key_v = routing_key(spec, u), routing_key(spec, v)
     if key_v is not None and key_u == key_v and ku == kv:
         return [(i, i, 1.0 / ku) for i in range(ku)]
     if key_v is None:
@@ -220,7 +244,7 @@ def unit_edges(spec: StreamTopologySpec, u: str, v: str) -> list[tuple[int, int,
 def unit_arcs(spec: StreamTopologySpec, u: str, v: str) -> int:
     """How many pairs :func:`unit_edges` gives, without listing them."""
     ku, kv = spec.key_groups_of(u), spec.key_groups_of(v)
-    key_u, key_v = partition_key(spec, u), partition_key(spec, v)
+    key_u, key_v = routing_key(spec, u), routing_key(spec, v)
     if key_v is None or (key_u == key_v and ku == kv):
         return ku
     return ku * kv

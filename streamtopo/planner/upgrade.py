@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from streamtopo.planner.graph import partition_key
+from streamtopo.planner.graph import partition_key, routing_key
 from streamtopo.planner.model import Operator, StreamTopologySpec, UpgradeMode, format_duration
 
 Action = Literal["keep", "reset", "refuse"]
@@ -251,7 +251,7 @@ def _route(spec: StreamTopologySpec, u: str, v: str) -> str:
     """Which of ``v``'s key groups ``u``'s records reach: a keyed ``v`` hashes its key (its ``key`` and
     ``keyGroups`` facts; a one-to-one edge is the same hash), an unkeyed one takes ``u``'s key group
     modulo its count (graph.unit_edges)."""
-    if partition_key(spec, v) is not None:
+    if routing_key(spec, v) is not None:
         return "by key"
     return f"forward from {spec.key_groups_of(u)} key groups"
 

@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import functions as F
 
 from streamtopo.contracts import Keys, RoutingTable, unit_key
-from streamtopo.planner.graph import partition_key, unit_edges
+from streamtopo.planner.graph import routing_key, unit_edges
 from streamtopo.planner.model import StreamTopologySpec
 from streamtopo.planner.scaling.aeolus import default_batch_records
 from streamtopo.runtime.flows import Delivery, Flow, LazyPart, Part, Partials, Produced, part_size
@@ -89,7 +89,7 @@ class Emit:
         shared: dict[int, pd.DataFrame] = {}
         routed: dict[tuple[tuple[str, ...] | None, int], SparkFrame] = {}
         for v in self.downstream[op]:
-            dest_key, dest_k = partition_key(self.spec, v), self.spec.key_groups_of(v)
+            dest_key, dest_k = routing_key(self.spec, v), self.spec.key_groups_of(v)
             wanted = {unit_key((v, j)) for u in units for j in self.dests(op, u.kg).get(v, [])}
             parts: dict[tuple[int, int], Part] = {}
             group = next((g for g in self.sharing if g.input == op and v in g.members), None)

@@ -14,7 +14,7 @@ from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.placement.baselines import BASELINES, fint_plan, metis_plan, none_plan, single_plan
 from streamtopo.planner.placement.cola import ColaOptions
 from streamtopo.planner.placement.constraints import GraphConstraints, HAGroup, violations
-from streamtopo.planner.placement.exact import NoFeasiblePlan, exact_plan
+from streamtopo.planner.placement.exact import NoFeasiblePlan, capacity_units, exact_plan, units
 from streamtopo.planner.placement.fusion import plan_topology
 
 
@@ -236,18 +236,27 @@ def set_partitions(items: list):
 def brute_force(
     graph: nx.DiGraph, cluster: Cluster, constraints: GraphConstraints, options: ColaOptions
 ) -> float | None:
-    """min f(U, C) over every partition and every host assignment, U <= 1 and no violation."""
+    """min f(U, C) over every partition and every host assignment, U <= 1 and no violation. Fitting is
+    judged at the exact planner's resolution (micro-cores, loads rounded up: exact.units), so an arc of
+    5e-9 cores cannot decide it either way."""
     best = None
     hosts = list(cluster.capacity)
+    micro = nx.DiGraph()
+    micro.add_nodes_from((n, {"w": units(w)}) for n, w in graph.nodes(data="w"))
+    micro.add_edges_from((u, v, {"w": units(w)}) for u, v, w in graph.edges(data="w"))
     for groups in set_partitions(list(graph.nodes)):
         sizes = [size_by_hand(graph, g) for g in groups]
+        sizes_micro = [size_by_hand(micro, g) for g in groups]
         cut = sum(w for u, v, w in graph.edges(data="w") if not any(u in g and v in g for g in groups))
         for assignment in product(hosts, repeat=len(groups)):
             load = dict.fromkeys(hosts, 0.0)
-            for size, host in zip(sizes, assignment):
+            load_micro = dict.fromkeys(hosts, 0)
+            for size, size_micro, host in zip(sizes, sizes_micro, assignment):
                 load[host] += size
+                load_micro[host] += size_micro
             utilization = max(load[h] / cluster.capacity[h] for h in hosts)
-            if utilization > 1 + 1e-9 or violations(groups, list(assignment), constraints):
+            fits = all(load_micro[h] <= capacity_units(cluster.capacity[h]) for h in hosts)
+            if not fits or violations(groups, list(assignment), constraints):
                 continue
             value = options.objective(utilization, cut, cluster.capacity)
             best = value if best is None else min(best, value)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from streamtopo.documents import load_topology
-from streamtopo.planner.graph import CommCostModel, OperatorCostModel, logical_graph, rates, unit_graph
+from streamtopo.planner.graph import (
+    CommCostModel,
+    OperatorCostModel,
+    logical_graph,
+    partition_key,
+    rates,
+    routing_key,
+    unit_graph,
+)
 
 COMM = CommCostModel(per_record=1e-6, per_byte=1e-8)
 OPS = OperatorCostModel(
@@ -144,6 +152,37 @@ def test_unit_edges_forward_into_unkeyed_operator():
     graph = unit_graph(spec, COMM, OPS)
     # a map fed by a source has no partition key: kg i goes to kg i mod 2
     assert edges_between(graph, "src", "m") == {(0, 0), (1, 1), (2, 0), (3, 1)}
+
+
+def test_a_keyed_stateless_map_feeding_only_aggregates_runs_where_its_input_is():
+    """A map or filter keyed by ``symbol`` whose consumers are all aggregates with keyBy of their own is
+    routed forward, so the aggregates' partials cross instead of whole records; a sink or UDF consumer
+    (which would inherit its partitioning) or a keyed UDF keeps the keyBy's hash routing."""
+
+    def rekey(kind: str, *consumers: dict) -> object:
+        keyed = {"name": "m", "kind": kind, "inputs": ["src"], "keyBy": ["symbol"], "keyGroups": 4}
+        keyed |= {
+            "map": {"select": ["*"]},
+            "filter": {"expr": "price > 0"},
+            "udf": {"function": "mypkg.f:g"},
+        }[kind]
+        return spec_of([{**SRC, "keyGroups": 4}, keyed, *consumers])
+
+    totals = {"name": "t", "kind": "aggregate", "inputs": ["m"], "keyBy": ["symbol"], "keyGroups": 4}
+    totals |= {"aggregations": ["count(*) AS n"]}
+    by_volume = {**totals, "name": "s", "keyBy": ["volume"]}
+    every = {(i, j) for i in range(4) for j in range(4)}
+    for kind in ("map", "filter"):
+        spec = rekey(kind, totals, by_volume)
+        assert routing_key(spec, "m") is None and partition_key(spec, "m") == ("symbol",)
+        graph = unit_graph(spec, COMM, OPS)
+        assert edges_between(graph, "src", "m") == {(i, i) for i in range(4)}
+        assert edges_between(graph, "m", "t") == every and edges_between(graph, "m", "s") == every
+    sink = {"name": "out", "kind": "sink", "inputs": ["m"], "sink": {"console": {}}, "keyGroups": 4}
+    unkeyed = {**totals, "keyBy": None}
+    for spec in (rekey("map", totals, sink), rekey("map", unkeyed), rekey("udf", totals)):
+        assert routing_key(spec, "m") == ("symbol",)
+        assert edges_between(unit_graph(spec, COMM, OPS), "src", "m") == every
 
 
 def test_unit_graph_preserves_logical_weights():

@@ -10,6 +10,7 @@ import json
 import math
 import time
 import urllib.request
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -754,9 +755,9 @@ def numbers(count: int, rate: float, keys: int) -> dict:
 
 def finished_counts(
     topology: StreamTopology, url: str, tmp_path, config: ExecutorConfig | None = None
-) -> dict[tuple[str, ...], float]:
+) -> dict[tuple[str, ...], Any]:
     """Run ``topology`` to its end on one executor; its records in and out per operator and kg traffic
-    per edge, summed over units from its /metrics."""
+    per edge, summed over units from its /metrics (and under ``(..., "pairs")`` per kg pair)."""
     routing = tmp_path / "routing.json"
     write_routing(routing, round_robin(topology, ["ex-0"]))
     executor = Executor(topology, routing, "ex-0", url, output_dir=tmp_path / "out", config=config)
@@ -766,13 +767,16 @@ def finished_counts(
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{executor.server.server_port}/metrics").read()
     finally:
         running.stop()
-    sums: dict[tuple[str, ...], float] = {}
+    sums: dict[tuple[str, ...], Any] = {}
     for family in text_string_to_metric_families(metrics.decode()):
         for s in family.samples:
             if s.name in ("streamtopo_unit_records_in_total", "streamtopo_unit_records_out_total"):
                 key = (s.name, s.labels["operator"])
             elif s.name == "streamtopo_kg_records_total":
                 key = (s.name, s.labels["src_operator"], s.labels["dst_operator"])
+                pair = (s.name, s.labels["src_operator"], s.labels["dst_operator"], "pairs")
+                pairs = sums.setdefault(pair, {})  # kg pairs that carried records, one edge's
+                pairs[(int(s.labels["src_kg"]), int(s.labels["dst_kg"]))] = s.value
             else:
                 continue
             sums[key] = sums.get(key, 0) + s.value
@@ -823,6 +827,84 @@ def test_lazy_consumers_of_one_output_are_counted_exactly_from_one_shared_frame(
         ("scaled", "even"): count,
         ("scaled", "odd"): count,
     }
+
+
+def rekeyed(name: str, count: int, rate: float, window: float) -> StreamTopology:
+    """numbers -> accounts (a computed key) -> kept (a map keyed by it) -> totals (tumbling count and sum
+    by it) -> out: the keyed map feeds only an aggregate with its own keyBy (graph.routing_key)."""
+    return StreamTopology.model_validate(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "keyGroups": 4,
+                "operators": [
+                    numbers(count, rate, 13),
+                    {
+                        "name": "accounts",
+                        "kind": "map",
+                        "inputs": ["numbers"],
+                        "select": ["value", "(seq div 4) % 7 AS key"],
+                    },
+                    {
+                        "name": "kept",
+                        "kind": "map",
+                        "inputs": ["accounts"],
+                        "keyBy": ["key"],
+                        "select": ["*"],
+                    },
+                    {
+                        "name": "totals",
+                        "kind": "aggregate",
+                        "inputs": ["kept"],
+                        "keyBy": ["key"],
+                        "window": {"size": window},
+                        "aggregations": ["count(*) AS n", "sum(value) AS total"],
+                    },
+                    {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
+                ],
+            },
+        }
+    )
+
+
+def rekeyed_totals(count: int, rate: float, window: float) -> dict[tuple[int, float], tuple[int, int]]:
+    """(account, window start) -> (count, sum of value) for :func:`rekeyed`: account = (seq div 4) % 7."""
+    out: dict[tuple[int, float], tuple[int, int]] = {}
+    for seq in range(count):
+        cell = ((seq // 4) % 7, math.floor(seq / rate / window) * window)
+        n, total = out.get(cell, (0, 0))
+        out[cell] = (n + 1, total + seq)
+    return out
+
+
+def test_a_keyed_map_feeding_an_aggregate_runs_where_its_records_are(valkey, spark, tmp_path):
+    """The keyed map takes its input forward (kg i from kg i: no record crosses to it) and the aggregate's
+    partials are what is routed by the key; every count stays exact, and the output is the windows'."""
+    count, rate, window = 1200, 3000, 0.1
+    sums = finished_counts(rekeyed("ex-rekey-counts", count, rate, window), valkey.url, tmp_path)
+    assert_exactly_once(read_lines(tmp_path / "out"), rekeyed_totals(count, rate, window))
+    traffic = "streamtopo_kg_records_total"
+    forward = sums[(traffic, "accounts", "kept", "pairs")]
+    assert set(forward) == {(i, i) for i in range(4)} and sum(forward.values()) == count
+    assert len(sums[(traffic, "kept", "totals", "pairs")]) == 16  # every kept kg holds every account
+    records_in = "streamtopo_unit_records_in_total"
+    assert {op: sums[(records_in, op)] for op in ("accounts", "kept", "totals")} == dict.fromkeys(
+        ("accounts", "kept", "totals"), count
+    )
+
+
+def test_partials_of_a_keyed_map_cross_executors_exactly_once(valkey, spark, tmp_path):
+    """The same pipeline on two executors: the kept -> totals edge crosses (combined before the wire)
+    while units move and an executor crashes; every window is written once, with its exact totals."""
+    count, rate, window = 3000, 400, 1.0
+    topology = rekeyed("ex-rekey", count, rate, window)
+    routing_path = tmp_path / "routing.json"
+    table = round_robin(topology, ["ex-0", "ex-1"])
+    write_routing(routing_path, table)
+    out = tmp_path / "out"
+    moves = [("kept", 1), ("totals", 2), ("kept", 0), ("numbers", 3)]
+    migrate_crash_and_finish(topology, routing_path, table, valkey.url, out, moves)
+    assert_exactly_once(read_lines(out), rekeyed_totals(count, rate, window))
 
 
 def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, tmp_path):

@@ -12,12 +12,15 @@ arc leaving or entering a PE counts at its end's host (SIZE = w(S) + w(delta(S))
 constraints one slot per host suffices: fusing two PEs on one host removes their common arcs from
 both SIZEs and from C, so it never worsens U or C. PE exlocation, PE/host dedication and isomorphic
 HA make PE structure matter, and then each host gets as many slots as there are nodes.
-Weights are scaled to integers (micro-cores); the returned plan is re-scored in floats by
-``plan.evaluate``.
+Weights are scaled to integers (micro-cores, :func:`units`): loads rounded up and capacities down, so a
+plan within the integer capacities is within the float ones (``Plan.feasible``; rounding to nearest once
+let a 5e-9-core arc vanish and a plan 5e-9 over a host pass as optimal). The optimum is exact at that
+resolution; the returned plan is re-scored in floats by ``plan.evaluate``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from itertools import combinations
 
@@ -36,6 +39,18 @@ SCALE = 1_000_000
 WEIGHT_SCALE = 100_000
 """Integer resolution of the objective's coefficients."""
 MAX_NODES = 16
+ROUNDING = 1e-6
+"""Micro-cores of float error in ``weight * SCALE`` forgiven before rounding (0.3 * SCALE is 300000.00000000006)."""
+
+
+def units(weight: float) -> int:
+    """A node's or arc's cores as integer micro-cores, rounded up."""
+    return math.ceil(weight * SCALE - ROUNDING)
+
+
+def capacity_units(cpu: float) -> int:
+    """A host's cores as integer micro-cores, rounded down."""
+    return math.floor(cpu * SCALE + ROUNDING)
 
 
 class NoFeasiblePlan(ValueError):
@@ -116,9 +131,9 @@ def exact_plan(
     def same_pe(u: int, v: int) -> LinearExpr:
         return LinearExpr.sum([b for row in both(u, v) for b in row])
 
-    w_node = [round(graph.nodes[n]["w"] * SCALE) for n in nodes]
-    arcs = [(index[u], index[v], round(d["w"] * SCALE)) for u, v, d in graph.edges(data=True)]
-    capacity = [round(cluster.capacity[host] * SCALE) for host in hosts]
+    w_node = [units(graph.nodes[n]["w"]) for n in nodes]
+    arcs = [(index[u], index[v], units(d["w"])) for u, v, d in graph.edges(data=True)]
+    capacity = [capacity_units(cluster.capacity[host]) for host in hosts]
     loads = []
     for h in range(len(hosts)):
         # A variable of its own (domain: U <= 1, within capacity). Multiplying the raw expression by
