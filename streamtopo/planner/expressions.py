@@ -416,6 +416,11 @@ HIGHER_ORDER: frozenset[str] = frozenset(
 )
 """Allowed functions that take a lambda (``x -> x + 1``): lambdas appear nowhere else."""
 
+GENERATORS: frozenset[str] = frozenset(
+    ["explode", "explode_outer", "posexplode", "posexplode_outer", "inline", "inline_outer", "json_tuple"]
+)
+"""Allowed functions that make rows (Spark's generators): a select using one is not a row per row."""
+
 TS, KG, INPUT = "_ts", "_kg", "_input"
 """The record fields the runtime adds: event time, key group, and which input a join's record came from."""
 INTERNAL_PREFIX = "__"
@@ -690,6 +695,14 @@ def parse_aggregation(text: str) -> ParsedAggregation:
     if any(token.comments for token in _tokens(arg)):
         raise ExpressionError("has a comment inside the aggregation's argument")
     return ParsedAggregation(fn, parse_expression(arg), alias)
+
+
+def makes_rows(parsed: Parsed) -> bool:
+    """Whether a select item calls a generator (:data:`GENERATORS`): its map's output is then not one
+    record per input record."""
+    return any(
+        isinstance(node, exp.Anonymous) and node.name.lower() in GENERATORS for node in parsed.node.walk()
+    )
 
 
 def expression_problem(text: str, role: Role = "expr") -> str | None:

@@ -501,6 +501,7 @@ class Dataflow(Emit):
             wm = min((unit.rec.wm_in.get(p, -math.inf) for p in producers), default=idle)
             unit.rec.watermark = max(unit.rec.watermark, wm)
         frames, by_operator = [], []
+        sized = all(flow.counts is not None for _, flow, _ in lazy.values())  # received is every record
         for name, flow, pairs in lazy.values():
             if not operator.lazy_input:  # the records come out here anyway: counted on the way
                 records = materialize(consumed(flow, pairs, keep_source=True))
@@ -529,9 +530,16 @@ class Dataflow(Emit):
             self._count_in(unit, received[unit.key])
         output = result.output
         if is_spark(output):
-            return Produced(
-                output, {u.key: (None, self._output_watermark(u)) for u in active}, dict(received)
-            )
+            if not (operator.keeps_count and sized):
+                return Produced(
+                    output, {u.key: (None, self._output_watermark(u)) for u in active}, dict(received)
+                )
+            for unit in active:  # as many out as in: the consumers' flows are sized without a job
+                self._count_out(unit, received[unit.key])
+            known: dict[str, tuple[int | None, float]] = {
+                u.key: (received[u.key], self._output_watermark(u)) for u in active
+            }
+            return Produced(output, known, dict(received))
         out: dict[str, tuple[int | None, float]] = {}
         groups = dict(iter(output.groupby(KG))) if len(output) else {}
         for unit in active:

@@ -879,18 +879,58 @@ def rekeyed_totals(count: int, rate: float, window: float) -> dict[tuple[int, fl
 
 def test_a_keyed_map_feeding_an_aggregate_runs_where_its_records_are(valkey, spark, tmp_path):
     """The keyed map takes its input forward (kg i from kg i: no record crosses to it) and the aggregate's
-    partials are what is routed by the key; every count stays exact, and the output is the windows'."""
+    partials are what is routed by the key; every count stays exact, and the output is the windows'.
+    Large steps (no small-step path): the lazy chain is sized from the source's counts through the maps."""
     count, rate, window = 1200, 3000, 0.1
-    sums = finished_counts(rekeyed("ex-rekey-counts", count, rate, window), valkey.url, tmp_path)
+    config = ExecutorConfig(small_step_records=0)
+    sums = finished_counts(rekeyed("ex-rekey-counts", count, rate, window), valkey.url, tmp_path, config)
     assert_exactly_once(read_lines(tmp_path / "out"), rekeyed_totals(count, rate, window))
     traffic = "streamtopo_kg_records_total"
     forward = sums[(traffic, "accounts", "kept", "pairs")]
     assert set(forward) == {(i, i) for i in range(4)} and sum(forward.values()) == count
     assert len(sums[(traffic, "kept", "totals", "pairs")]) == 16  # every kept kg holds every account
-    records_in = "streamtopo_unit_records_in_total"
+    records_in, records_out = "streamtopo_unit_records_in_total", "streamtopo_unit_records_out_total"
     assert {op: sums[(records_in, op)] for op in ("accounts", "kept", "totals")} == dict.fromkeys(
         ("accounts", "kept", "totals"), count
     )
+    # the maps' outputs are sized from their inputs (no generator): booked once, without a count job
+    assert {op: sums[(records_out, op)] for op in ("numbers", "accounts", "kept")} == dict.fromkeys(
+        ("numbers", "accounts", "kept"), count
+    )
+
+
+def test_a_map_that_makes_rows_is_counted_as_it_makes_them(valkey, spark, tmp_path):
+    """A map calling a generator (``explode``) gives two records per record: its output is counted,
+    not taken for its input's size, and the aggregate after it sees every record it made."""
+    count, rate, keys = 600, 3000, 5
+    select = ["key", "explode(array(value, value + 1)) AS value"]
+    topology = StreamTopology.model_validate(
+        {
+            "metadata": {"name": "ex-explode"},
+            "spec": {
+                "keyGroups": 4,
+                "operators": [
+                    numbers(count, rate, keys),
+                    {"name": "pairs", "kind": "map", "inputs": ["numbers"], "select": select},
+                    {
+                        "name": "totals",
+                        "kind": "aggregate",
+                        "inputs": ["pairs"],
+                        "keyBy": ["key"],
+                        "window": {"size": 0.05},
+                        "aggregations": ["count(*) AS n", "sum(value) AS total"],
+                    },
+                    {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
+                ],
+            },
+        }
+    )
+    sums = finished_counts(topology, valkey.url, tmp_path, ExecutorConfig(small_step_records=0))
+    lines = read_lines(tmp_path / "out")
+    assert sum(int(line["n"]) for line in lines) == 2 * count
+    assert sum(int(line["total"]) for line in lines) == 2 * sum(range(count)) + count
+    assert sums[("streamtopo_unit_records_out_total", "pairs")] == 2 * count
+    assert sums[("streamtopo_unit_records_in_total", "totals")] == 2 * count
 
 
 def test_partials_of_a_keyed_map_cross_executors_exactly_once(valkey, spark, tmp_path):

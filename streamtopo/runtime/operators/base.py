@@ -88,6 +88,8 @@ class UnitOperator:
     combines = False
     """Whether a producer may combine records for this operator before the wire (``partials``, then
     ``process(partials=...)``): Spark's map-side combine, for aggregates."""
+    keeps_count = False
+    """Whether each key group's records out are its records in (a map without generators)."""
 
     def __init__(self, op: Operator, spec: StreamTopologySpec):
         self.op = op

@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from streamtopo.planner.expressions import KG, makes_rows, parse_expression
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime.operators.base import (
     RESERVED,
@@ -43,6 +44,9 @@ class MapOperator(UnitOperator):
         assert op.select is not None  # a map has its select list (the model's validator)
         self.select = op.select
         self.evaluate = Evaluator(self._select, op.name, "select")
+        items = [parse_expression(text, "select") for text in op.select]
+        # no generator, and ``_kg`` not redefined: a lazy output's size is known without a Spark job
+        self.keeps_count = not any(makes_rows(item) or item.name == KG for item in items)
 
     def process(
         self, spark: SparkSession, batch: Batch, states: dict[int, Any], watermarks: dict[int, float]
