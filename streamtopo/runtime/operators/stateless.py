@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from streamtopo.planner.expressions import KG, makes_rows, parse_expression
+from streamtopo.planner.expressions import KG, ExpressionError, makes_rows, parse_expression
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime.operators.base import (
     RESERVED,
@@ -44,9 +44,7 @@ class MapOperator(UnitOperator):
         assert op.select is not None  # a map has its select list (the model's validator)
         self.select = op.select
         self.evaluate = Evaluator(self._select, op.name, "select")
-        items = [parse_expression(text, "select") for text in op.select]
-        # no generator, and ``_kg`` not redefined: a lazy output's size is known without a Spark job
-        self.keeps_count = not any(makes_rows(item) or item.name == KG for item in items)
+        self.keeps_count = _keeps_count(op.select)
 
     def process(
         self, spark: SparkSession, batch: Batch, states: dict[int, Any], watermarks: dict[int, float]
@@ -71,6 +69,18 @@ class MapOperator(UnitOperator):
         return frame.toDF(*[f"__c{i}" for i in range(len(names))]).select(
             *[F.col(f"__c{i}").alias(names[i]) for i in keep]
         )
+
+
+def _keeps_count(select: list[str]) -> bool:
+    """Whether a select list gives one record per record of the same key group: no generator, and
+    ``_kg`` not redefined (a lazy output's size is then known without a Spark job). A list the door
+    refuses (an operator built past the model's validator) is not: Spark's plan guard refuses it when it
+    runs, with the operator's error."""
+    try:
+        items = [parse_expression(text, "select") for text in select]
+    except ExpressionError:
+        return False
+    return not any(makes_rows(item) or item.name == KG for item in items)
 
 
 class FilterOperator(UnitOperator):
