@@ -83,16 +83,16 @@ def sequence_topology(
 
 
 def expected_totals(
-    count: int, rate: float, keys: int, window: float, dropped=lambda seq: False
+    count: int, rate: float, keys: int, window: float, dropped=lambda seq: False, key=None
 ) -> dict[tuple[int, float], tuple[int, int]]:
-    """(key, window start) -> (count, sum of value) for seq = 0..count-1, key = seq % keys, ts = seq / rate,
-    leaving out the records ``dropped`` says."""
+    """(key, window start) -> (count, sum of value) for seq = 0..count-1, key = seq % keys (or ``key(seq)``),
+    ts = seq / rate, leaving out the records ``dropped`` says."""
     out: dict[tuple[int, float], list[int]] = defaultdict(lambda: [0, 0])
     for seq in range(count):
         if dropped(seq):
             continue
         start = math.floor((seq / rate) / window) * window
-        cell = out[(seq % keys, start)]
+        cell = out[(seq % keys if key is None else key(seq), start)]
         cell[0] += 1
         cell[1] += seq
     return {k: (c, s) for k, (c, s) in out.items()}

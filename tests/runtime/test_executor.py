@@ -869,12 +869,7 @@ def rekeyed(name: str, count: int, rate: float, window: float) -> StreamTopology
 
 def rekeyed_totals(count: int, rate: float, window: float) -> dict[tuple[int, float], tuple[int, int]]:
     """(account, window start) -> (count, sum of value) for :func:`rekeyed`: account = (seq div 4) % 7."""
-    out: dict[tuple[int, float], tuple[int, int]] = {}
-    for seq in range(count):
-        cell = ((seq // 4) % 7, math.floor(seq / rate / window) * window)
-        n, total = out.get(cell, (0, 0))
-        out[cell] = (n + 1, total + seq)
-    return out
+    return expected_totals(count, rate, 7, window, key=lambda seq: (seq // 4) % 7)
 
 
 def test_a_keyed_map_feeding_an_aggregate_runs_where_its_records_are(valkey, spark, tmp_path):
