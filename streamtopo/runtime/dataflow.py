@@ -58,6 +58,7 @@ from streamtopo.runtime.operators.records import (
     SRC,
     TS,
     clear_scratch,
+    concat,
     from_arrow,
     to_spark,
 )
@@ -494,7 +495,7 @@ class Dataflow(Emit):
         if not active:
             return Produced(None, {}, {})
         combined = parts.pop(COMBINED, None)
-        partials = pd.concat(combined, ignore_index=True) if combined else None
+        partials = concat(combined) if combined else None
         for unit in active:
             producers = list(unit.rec.wm_in) if named else self.producers(op, unit.kg)
             idle = math.inf if not named and not producers else -math.inf
@@ -519,7 +520,7 @@ class Dataflow(Emit):
                     outcome.uncounted.append((op, flow, pairs))
                 frames.append(consumed(flow, pairs, keep_source=False))
         if frames:
-            frames += [to_spark(self.spark, pd.concat(p, ignore_index=True)) for p in parts.values()]
+            frames += [to_spark(self.spark, concat(p)) for p in parts.values()]
             batch: Batch = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
         else:
             batch = self._pandas_batch(spec_op.kind, parts)
@@ -603,12 +604,12 @@ class Dataflow(Emit):
 
     @staticmethod
     def _pandas_batch(kind: str, parts: dict[str, list[pd.DataFrame]]) -> pd.DataFrame:
-        frames = {name: pd.concat(p, ignore_index=True) for name, p in parts.items()}
+        frames = {name: concat(p) for name, p in parts.items()}
         if kind == "join":
             batch = combine_inputs(frames) if frames else pd.DataFrame({KG: [], TS: [], INPUT: []})
         else:
             batch = (
-                pd.concat(frames.values(), ignore_index=True)
+                concat(frames.values())
                 if frames
                 else pd.DataFrame({KG: pd.Series(dtype="int32"), TS: pd.Series(dtype="float64")})
             )

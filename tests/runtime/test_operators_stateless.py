@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -94,6 +96,23 @@ def test_records_that_fail_are_isolated(spark, make_spec):
     assert info.value.operator == "op" and "DIVIDE_BY_ZERO" in info.value.error
     rest = op.process(spark, df.drop(index=info.value.rows.index), {}, {}).output
     assert len(rest) == len(df) - 3
+
+
+def test_records_holding_a_date_python_lacks_are_isolated_too(spark, make_spec):
+    """Spark's dates run past Python's (``date_add(DATE'9999-12-31', 1)``): the bisection that finds the
+    failing records keeps them as Arrow and never reads one as a Python date."""
+    past = (dt.date(9999, 12, 31) - dt.date(1970, 1, 1)).days + 1
+    df = trades(8).assign(
+        day=pd.array(pa.array([past] * 8, pa.int32()).cast(pa.date32()), pd.ArrowDtype(pa.date32()))
+    )
+    volume = np.full(8, 4)
+    volume[[0, 6]] = 3
+    df["volume"] = pd.array(volume, pd.ArrowDtype(pa.int64()))
+    op = operator(make_spec, kind="map", select=["day", "price / (volume - 3) AS x"])
+    with pytest.raises(RecordError) as info:
+        op.process(spark, df, {}, {})
+    assert sorted(info.value.rows.index) == [0, 6]
+    assert info.value.rows["day"].array._pa_array.cast(pa.int32()).to_pylist() == [past, past]
 
 
 def test_union_of_inputs_drops_the_input_marker(spark, make_spec):

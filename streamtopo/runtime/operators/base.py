@@ -229,7 +229,10 @@ def _bisect(check: Callable[[pd.DataFrame], Any], batch: pd.DataFrame) -> pd.Dat
     if len(batch) == 1:
         return batch
     half = len(batch) // 2
-    return pd.concat([_bisect(check, batch.iloc[:half]), _bisect(check, batch.iloc[half:])])
+    # by label, not pd.concat: pandas' concat reads Arrow scalars as Python objects (a date past 9999
+    # would not convert), and the caller drops the culprits by their labels
+    bad = _bisect(check, batch.iloc[:half]).index.append(_bisect(check, batch.iloc[half:]).index)
+    return batch.loc[bad]
 
 
 def _first_line(error: BaseException) -> str:

@@ -305,6 +305,17 @@ MINIMAL: dict[str, Case] = {
         (_aggregate(("f",), "sum(i + i) AS s"), _filter("true")),
         key_groups=2,
     ),
+    "date-past-9999-in-a-join": Case(
+        _records(dt=("date", [dt.date(9999, 12, 31), dt.date(2024, 1, 2)]), i=("int", [1, 1])),
+        (
+            Join(
+                (Stage("map", select=("i", "seq", "date_add(dt, 1) AS c")),),
+                (_filter("true").stages[0],),
+                "i",
+                (1, 1),
+            ),
+        ),
+    ),
 }
 """One case per failure the harness found on main (2026-11-27), each as small as it shows: the report's
 list, kept so each fix can be checked on its own (``test_minimal_cases``)."""
@@ -312,11 +323,14 @@ list, kept so each fix can be checked on its own (``test_minimal_cases``)."""
 REGRESSIONS = {
     "sliding-window-double-keys": ("driver-batch",),
     "aggregate-argument-raising-before-the-wire": ("named-stream-crossing-2", "crossing-2-small-steps"),
+    "date-past-9999-in-a-join": ("driver-batch",),
 }
 """Failures found on merged main (issue 30 items 1-3) and fixed with it, run in every profile: a sliding
 window's panes merged under the first double key's group (folds.normalized_keys lost the rows' labels),
 and records whose aggregation argument raises while a producer combines them before the wire ending the
-run instead of going to the dead-letter stream (Dataflow._without_failing)."""
+run instead of going to the dead-letter stream (Dataflow._without_failing); and (2026-11-28) a join's
+batch whose first record holds a date Spark has and Python has not (``date_add(DATE'9999-12-31', 1)``),
+which pandas' concatenation read as a Python date and the executor crashed on."""
 
 MINIMAL_PATHS = {
     **REGRESSIONS,

@@ -554,13 +554,20 @@ def aggregates(draw: st.DrawFn, scope: Scope) -> Stage:
 
 @st.composite
 def chains(draw: st.DrawFn, base: Scope, aggregate: bool | None = None) -> Branch:
-    """Over the records: filter? then a windowed aggregate, or filter? map? filter? (the map sometimes
-    keyed, so its input crosses executors; sometimes narrow, so numpy evaluates it in the driver)."""
+    """Over the records: filter? keyed map? then a windowed aggregate (a keyed map feeding only an
+    aggregate runs where its input is, and the partials cross: planner/graph.py ``routing_key``), or
+    filter? map? filter? (the map sometimes keyed, so its input crosses executors; sometimes narrow, so
+    numpy evaluates it in the driver)."""
     stages: list[Stage] = []
     scope = base
     if draw(st.booleans()):
         stages.append(draw(filters(scope)))
     if aggregate if aggregate is not None else draw(st.booleans()):
+        if draw(st.booleans()):
+            key = draw(st.sampled_from([k for k in KEYABLE if k in base.names()]))
+            stage, mapped = draw(maps(scope))
+            stages.append(keyed(stage, key))
+            scope = Scope(((key, dict(base.columns)[key]), *mapped.columns), mapped.rich)
         return Branch((*stages, draw(aggregates(scope))))
     if draw(st.booleans()) or not stages:
         stage, scope = draw(maps(scope, narrow=draw(st.booleans())))
