@@ -5,8 +5,8 @@ nothing but its offset. So every field is a pure function of ``(seed, seq)``: a 
 (Spark's ``xxhash64`` of the record's sequence number and a salt) instead of a stateful RNG. Any slice
 of the sequence can be regenerated independently, in any process.
 
-Generation runs in the JVM (``spark.range`` plus SQL expressions, whole-stage code generation) and stays
-lazy: building a Spark DataFrame from pandas costs ~100k records per CPU-second, ``spark.range`` plus
+Generation runs in the JVM (a sequence of ids plus SQL expressions, whole-stage code generation) and stays
+lazy: building a Spark DataFrame from pandas costs ~100k records per CPU-second, generated ids plus
 expressions ~2M. Only IEEE basic arithmetic, ``floor`` and ``xxhash64`` touch the values (no ``sin`` or
 ``pow`` in the JVM, whose results may differ in the last bit between JVMs), so the same
 ``(name, seed, keys, seq)`` gives bit-identical records everywhere.
@@ -57,9 +57,8 @@ VOCABULARY = (  # noqa: SIM905 - a paragraph reads better than 200 quoted words
     "picture try us again animal point mother world near build self earth father stream window key group"
 ).split()
 ZIPF_EXPONENT = 1.1
-# A filtered range over the seq span beats a union of per-key-group ranges while at most this share of the
-# span is filtered away (the filter costs a few arithmetic operations per id, a record several hashes).
-MAX_FILTERED_SHARE = 0.75
+RUN_CHUNK = 1 << 16
+"""Records per row of a step's seq runs (runs are exploded as arrays: this bounds an array's memory)."""
 
 
 def splitmix64(x: int) -> int:
@@ -199,68 +198,49 @@ GENERATORS: dict[str, Callable[[DataFrame, int, int | None], DataFrame]] = {
 
 
 def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -> DataFrame:
-    """Columns ``seq`` (long) and ``_kg`` (int) of the parts' records, behind a code-generation boundary.
+    """Columns ``seq`` (long) and ``_kg`` (int) of the parts' records, generated from data, not literals.
 
-    Spark writes a range's bounds into its generated Java as literals, so a step whose range fused with
-    the operators after it compiled a class of its own each step and the JIT compiled it anew: measured
-    0.83-0.98 against 0.62-0.65 JVM CPU-seconds per 4M-record step with identical code. ``coalesce`` to
-    the range's own partition count changes no partitioning but ends the whole-stage code there: only
-    the range's small loop is new each step, and the operators after it reuse one compiled class
-    (0.72-0.79 s per step).
+    Spark writes a ``spark.range``'s bounds into its generated Java as literals, and the optimizer pushes
+    the filters after a source down to the range, into its code-generation stage, whatever boundary is put
+    between them (a ``coalesce`` was one): every step's bounds made new classes of the source's whole chain,
+    which Janino compiled and the JIT compiled anew. VWAP on one executor compiled 24 classes a step. Here
+    the bounds are rows of a small relation (:func:`_runs`, at most :data:`RUN_CHUNK` records a row)
+    exploded by ``sequence``: the generated code is the same from step to step, so each class is compiled
+    once per process, and the range fuses with the operators after it.
     """
-    slices = spark.sparkContext.defaultParallelism
-    return _seq_ranges(spark, parts, k, slices).coalesce(slices)
+    rows = [
+        (lo, min(lo + (RUN_CHUNK - 1) * step, last), step)
+        for first, last, step in _runs(parts, k)
+        for lo in range(first, last + 1, RUN_CHUNK * step)
+    ]
+    bounds = spark.createDataFrame(rows, "lo long, hi long, step long")
+    ids = bounds.select(F.explode(F.sequence("lo", "hi", "step")).alias("id"))
+    return ids.selectExpr("id AS seq", f"CAST(id % {k}L AS INT) AS _kg")
 
 
-def _seq_ranges(spark: SparkSession, parts: list[tuple[int, int, int]], k: int, slices: int) -> DataFrame:
-    """The parts' ``seq`` and ``_kg`` as few ``spark.range`` as the layout allows.
+def _runs(parts: list[tuple[int, int, int]], k: int) -> list[tuple[int, int, int]]:
+    """The parts' seqs as few arithmetic runs ``(first, last, step)`` (``last`` included) as the layout
+    allows, each seq in exactly one run: no record is generated only to be dropped.
 
-    The records of all key groups up to some event time are one contiguous seq range, so the common case
-    is one ``spark.range`` (a union of per-key-group ranges measured 1.2-1.6x the CPU). Key groups one
-    residue apart (an executor hosting every d-th of them, as round-robin placement gives) at the same
-    progress are one range with step d: no record is generated only to be filtered out, which made an
-    executor with half the units generate twice its records. A near-contiguous request (key groups a
-    record or so apart, or most of the key groups) is one range over the span filtered by per-key-group
-    bounds; anything sparser is a union of strided ranges, one per part.
+    Part ``(kg, first, n)`` is ``kg + (first + i) * k`` for ``i < n``, a run of step ``k``. The records of
+    all key groups up to some event time are one run of step 1; key groups one residue apart (an executor
+    hosting every d-th of them, as round-robin placement gives) at the same progress are one run of step
+    d. Anything else is a run per part: rows of one relation, not a union of plans.
     """
     parts = [p for p in parts if p[2] > 0]
     if not parts:
-        return spark.range(0, 0, 1, slices).selectExpr("id AS seq", "CAST(0 AS INT) AS _kg")
+        return []
     total = sum(n for _, _, n in parts)
     lo = min(kg + first * k for kg, first, _ in parts)
-    hi = max(kg + (first + n - 1) * k for kg, first, n in parts) + 1
-    kg_of = f"CAST(id % {k}L AS INT) AS _kg"
+    hi = max(kg + (first + n - 1) * k for kg, first, n in parts)
     distinct = len({kg for kg, _, _ in parts}) == len(parts)
-    if distinct and hi - lo == total:  # no gaps: exactly the span
-        return spark.range(lo, hi, 1, slices).selectExpr("id AS seq", kg_of)
+    if distinct and hi - lo + 1 == total:  # no gaps: exactly the span
+        return [(lo, hi, 1)]
     if distinct and k % len(parts) == 0 and len({(first, n) for _, first, n in parts}) == 1:
-        # kg + (first + i) * k over kg = a, a + d, ...: every d-th seq from a + first * k.
-        step, (a, first, n) = k // len(parts), min(parts)
-        if {kg for kg, _, _ in parts} == set(range(a % step, k, step)):
-            return spark.range(a + first * k, a + (first + n) * k, step, slices).selectExpr(
-                "id AS seq", kg_of
-            )
-    if distinct and hi - lo - total <= MAX_FILTERED_SHARE * (hi - lo):
-        starts, ends = [0] * k, [0] * k
-        for kg, first, n in parts:
-            starts[kg], ends[kg] = first, first + n
-        arrays = (f"array({', '.join(f'{v}L' for v in bounds)})" for bounds in (starts, ends))
-        start, end = (f"element_at({a}, CAST(id % {k}L + 1 AS INT))" for a in arrays)
-        return (
-            spark.range(lo, hi, 1, slices)
-            .where(f"id div {k}L >= {start} AND id div {k}L < {end}")
-            .selectExpr("id AS seq", kg_of)
-        )
-    frames = [
-        spark.range(kg + first * k, kg + (first + n) * k, k, slices).selectExpr(
-            "id AS seq", f"CAST({kg} AS INT) AS _kg"
-        )
-        for kg, first, n in parts
-    ]
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionAll(f)
-    return out
+        step = k // len(parts)
+        if {kg for kg, _, _ in parts} == set(range(lo % step, k, step)):
+            return [(lo, hi, step)]
+    return [(kg + first * k, kg + (first + n - 1) * k, k) for kg, first, n in parts]
 
 
 def frame(

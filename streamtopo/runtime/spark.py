@@ -118,6 +118,9 @@ def spark_conf(
         "spark.sql.session.timeZone": "UTC",
         "spark.python.worker.reuse": "true",
         "spark.sql.codegen.wholeStage": "true",
+        # Classes named without their stage number: the same pipeline in another plan (a step's count job
+        # unions its flows in the step's order) is the same code, compiled once per process, not per step.
+        "spark.sql.codegen.useIdInClassName": "false",
         # Small batches: skip the broadcast-size estimation dance in joins.
         "spark.sql.autoBroadcastJoinThreshold": "-1",
         "spark.driver.extraJavaOptions": java,

@@ -15,7 +15,7 @@ from streamtopo.runtime import generators
 pytestmark = pytest.mark.spark
 
 K = 4
-# Part layouts that take each way of building the seq range: contiguous, filtered span, strided union.
+# Part layouts that take each way of building the seq runs: contiguous, strided, one per part.
 LAYOUTS = {
     "aligned": [(kg, 5, 30) for kg in range(K)],
     "near-aligned": [(0, 6, 29), (1, 5, 30), (2, 5, 29), (3, 5, 30)],
@@ -43,12 +43,20 @@ def test_sequence_is_exact_for_any_parts(spark, layout):
     np.testing.assert_array_equal(df._ts.to_numpy(), df.seq.to_numpy() / 50.0)
 
 
-def test_every_dth_key_group_is_one_strided_range_without_a_filter(spark):
-    """Round-robin placement gives an executor every d-th key group: one range with step d, generating
-    only its records (a filtered span would compute the others too and drop them)."""
-    for parts, step in ((LAYOUTS["every other kg"], 2), (LAYOUTS["every fourth kg"], 4)):
-        plan = generators._seq_frame(spark, parts, K)._jdf.queryExecution().optimizedPlan().toString()
-        assert f"step={step}" in plan.replace(" ", "") and "Filter" not in plan and "Union" not in plan, plan
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_runs_generate_each_record_once_and_nothing_else(layout):
+    """The runs a step explodes hold exactly the parts' seqs: none twice, none generated to be dropped."""
+    parts = LAYOUTS[layout]
+    seqs = [s for first, last, step in generators._runs(parts, K) for s in range(first, last + 1, step)]
+    assert sorted(seqs) == expected_seq(parts, K)
+
+
+def test_every_dth_key_group_is_one_strided_run():
+    """Round-robin placement gives an executor every d-th key group: one run with step d; the records of
+    all key groups up to some event time, one run of step 1."""
+    assert generators._runs(LAYOUTS["every other kg"], K) == [(1 + 4 * K, 3 + 28 * K, 2)]
+    assert generators._runs(LAYOUTS["every fourth kg"], K) == [(2 + 7 * K, 2 + 17 * K, 4)]
+    assert generators._runs(LAYOUTS["aligned"], K) == [(5 * K, 35 * K - 1, 1)]
 
 
 def _generated_code(df) -> list[str]:
@@ -58,15 +66,18 @@ def _generated_code(df) -> list[str]:
     return [sub.split("Generated code:", 1)[1] for sub in text.split("== Subtree ")[1:]]
 
 
-def test_steps_reuse_the_generated_code_after_the_source(spark):
-    """Two steps of the same key groups differ in their range bounds only, which Spark writes into the
-    generated Java: the operators after the source must be a stage of their own, whose code (compiled
-    and JIT-compiled once) is the same from step to step."""
+def test_steps_reuse_the_generated_code_of_the_source_and_what_follows(spark, monkeypatch):
+    """Two steps of the same key groups differ in their bounds only, which must not reach the generated
+    Java (Spark writes a range's bounds into it, and pushes the filters after a source down into the
+    range's stage): the same code each step, compiled and JIT-compiled once per process. The second
+    step's runs span several rows."""
     from pyspark.sql import functions as F
+
+    monkeypatch.setattr(generators, "RUN_CHUNK", 256)
 
     def step(first: int, n: int) -> list[str]:
         parts = [(kg, first, n) for kg in range(K)]
-        df = generators.frame(spark, "sequence", parts, K, 50.0, keys=7)
+        df = generators.frame(spark, "sequence", parts, K, 50.0, keys=7).where("value % 10 <> 0")
         return _generated_code(df.groupBy("key").agg(F.sum("value")))
 
     # Whole-stage code generation as for a large step (executors run in this process switch it per step).
@@ -76,10 +87,7 @@ def test_steps_reuse_the_generated_code_after_the_source(spark):
         one, two = step(0, 1_000), step(1_000, 500)
     finally:
         spark.conf.set("spark.sql.codegen.wholeStage", before)
-    assert len(one) == len(two) >= 2
-    differing = [i for i, (a, b) in enumerate(zip(one, two, strict=True)) if a != b]
-    assert len(differing) == 1 and "initRange" in one[differing[0]], differing
-    assert all("initRange" not in code for i, code in enumerate(one) if i not in differing)
+    assert len(one) >= 2 and one == two
 
 
 @pytest.mark.parametrize("name", ["trades", "quotes", "words", "sequence"])
