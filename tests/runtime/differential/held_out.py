@@ -316,9 +316,37 @@ MINIMAL: dict[str, Case] = {
             ),
         ),
     ),
+    "timestamp-past-9999": Case(
+        _records(t=("timestamp", [ts(9999, 12, 31, 23, 59, 59, 999999), ts(2024, 1, 2)]), i=("int", [1, 1])),
+        (
+            Join(
+                (
+                    Stage(
+                        "map",
+                        select=("i", "seq", "timestamp_seconds(CAST(i AS BIGINT) + 253402300800L) AS c"),
+                    ),
+                ),
+                (_filter("true").stages[0],),
+                "i",
+                (1, 1),
+            ),
+            Branch(
+                (
+                    Stage(
+                        "aggregate",
+                        key_by=("i",),
+                        window=(1, 1),
+                        aggregations=("max(timestamp_seconds(CAST(i AS BIGINT) + 253402300800L)) AS m",),
+                    ),
+                )
+            ),
+        ),
+    ),
 }
 """One case per failure the harness found on main (2026-11-27), each as small as it shows: the report's
-list, kept so each fix can be checked on its own (``test_minimal_cases``)."""
+list, kept so each fix can be checked on its own (``test_minimal_cases``); and ``timestamp-past-9999``,
+beside the date past 9999 that crashed an executor (2026-11-28): a timestamp Python cannot hold either,
+through a join and an aggregate, which pass."""
 
 REGRESSIONS = {
     "sliding-window-double-keys": ("driver-batch",),
