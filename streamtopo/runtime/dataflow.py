@@ -532,8 +532,13 @@ class Dataflow(Emit):
         output = result.output
         if is_spark(output):
             if not (operator.keeps_count and sized):
+                # Out = in, known once the flows it took are counted, when they were all it took.
+                only_flows = operator.keeps_count and not any(parts.values()) and partials is None
                 return Produced(
-                    output, {u.key: (None, self._output_watermark(u)) for u in active}, dict(received)
+                    output,
+                    {u.key: (None, self._output_watermark(u)) for u in active},
+                    dict(received),
+                    took=[(flow, pairs) for _, flow, pairs in lazy.values()] if only_flows else None,
                 )
             for unit in active:  # as many out as in: the consumers' flows are sized without a job
                 self._count_out(unit, received[unit.key])
@@ -585,20 +590,27 @@ class Dataflow(Emit):
         unit, consuming unit) columns grouped once. A step pays one job for all of them instead of one per
         edge; each chain is recomputed, once per distinct frame: consumers of one output routed alike
         share it (Emit._emit), as VWAP's four symbol-group filters of the cleaned trades do."""
+        # A flow from a count-keeping map is sized by what the map took (Flow.took) when those flows are
+        # counted here or before it: VWAP's cleaned trades and quotes are then counted once, not twice.
         index: dict[int, int] = {}  # id(frame) -> its place in the union
         frames: list[SparkFrame] = []
+        known = {id(flow) for _, flow, _ in uncounted}
+        taken: set[int] = set()
         for _, flow, _ in uncounted:
-            if id(flow.frame) not in index:
+            if flow.took is not None and all(f.counts is not None or id(f) in known for f, _ in flow.took):
+                taken.add(id(flow))
+            elif id(flow.frame) not in index:
                 index[id(flow.frame)] = len(frames)
                 frames.append(flow.frame.select(F.lit(len(frames)).alias(EDGE), F.col(KG), F.col(DST)))
-        union = reduce(lambda a, b: a.unionByName(b), frames)
-        rows = computed(lambda: union.groupBy(EDGE, KG, DST).count().collect())
         counts: dict[int, dict[tuple[int, int], int]] = defaultdict(dict)
-        for edge, src, dst, n in rows:
-            counts[int(edge)][(int(src), int(dst))] = int(n)
-        for op, flow, pairs in uncounted:
+        if frames:
+            union = reduce(lambda a, b: a.unionByName(b), frames)
+            for edge, src, dst, n in computed(lambda: union.groupBy(EDGE, KG, DST).count().collect()):
+                counts[int(edge)][(int(src), int(dst))] = int(n)
+        for op, flow, pairs in uncounted:  # in the order taken: a map's input flows come before its output
+            got = flow.taken_counts() if id(flow) in taken else counts[index[id(flow.frame)]]
             received: dict[str, int] = defaultdict(int)
-            self._counted(op, flow, pairs, counts[index[id(flow.frame)]], received)
+            self._counted(op, flow, pairs, got or {}, received)
             for key, n in received.items():
                 self._count_in(self.hosted[key], n)
 

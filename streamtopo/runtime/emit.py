@@ -113,7 +113,8 @@ class Emit:
                     pairs = {(u.kg, j) for u in units for j in self.dests(op, u.kg).get(v, [])}
                     gives_out = not claimed and any(produced.units[u.key][0] is None for u in units)
                     claimed |= gives_out
-                    flow = Flow(op, frame, pairs, None, gives_out)
+                    one_each = all(len(self.dests(op, u.kg).get(v, [])) == 1 for u in units)
+                    flow = Flow(op, frame, pairs, None, gives_out, produced.took if one_each else None)
                 else:
                     flow = Flow(op, frame, set(counts), counts)
                 parts = {pair: LazyPart(flow, *pair) for pair in flow.pairs}

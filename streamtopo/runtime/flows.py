@@ -3,6 +3,7 @@ aggregates combined before the wire, in-memory deliveries and an operator's outp
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property, reduce
 from pathlib import Path
@@ -35,6 +36,21 @@ class Flow:
     producer_uncounted: bool = False
     """The producer's own output size is unknown too (a lazy map/filter) and this flow's count gives it
     (one flow per producer does: each record goes to one unit of every consumer)."""
+    took: list[tuple[Flow, set[tuple[int, int]]]] | None = None
+    """For a producer that gives as many records as it takes (``keeps_count``) from flows still uncounted,
+    on an edge where each producing unit feeds one consuming unit: those flows and the pairs it accepted.
+    Each pair then carries what its producing unit took, known once they are counted, and the step's count
+    job counts them, not this frame (:meth:`taken_counts`)."""
+
+    def taken_counts(self) -> dict[tuple[int, int], int] | None:
+        """Records per pair from what each producing unit took (None while a flow it took is uncounted)."""
+        if self.took is None or any(flow.counts is None for flow, _ in self.took):
+            return None
+        took: dict[int, int] = defaultdict(int)  # producing unit -> records it took
+        for flow, accepted in self.took:
+            for pair in accepted:
+                took[pair[1]] += (flow.counts or {}).get(pair, 0)
+        return {(src, dst): took[src] for src, dst in self.pairs}
 
 
 @dataclass(frozen=True)
@@ -109,6 +125,9 @@ class Produced:
     work: dict[str, int]
     """Records each unit handled (its input, a source's output): splits the operator's busy time."""
     _pandas: pd.DataFrame | None = None
+    took: list[tuple[Flow, set[tuple[int, int]]]] | None = None
+    """The uncounted flows (and pairs accepted) that were all a count-keeping operator took: its units'
+    output sizes are what they took from them (:attr:`Flow.took`)."""
 
     def pandas(self) -> pd.DataFrame | None:
         if self._pandas is None and self.frame is not None:

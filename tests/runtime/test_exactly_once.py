@@ -118,7 +118,9 @@ def test_suspend_and_resume_lose_and_duplicate_nothing(tmp_path):
     same routing table continues from the offsets and state kept in Valkey: the output is exact."""
     from streamtopo.controller.platform import DesiredState
 
-    count, rate, keys, window = 1200, 60, 7, 1.0  # 20 s of event time
+    # 40 s of event time, so the suspension comes mid-stream even on a slow start: with 20 s the stream
+    # had sometimes ended when the suspension came (3 of 9 runs on 2026-11-28)
+    count, rate, keys, window = 2400, 60, 7, 1.0
     topology = sequence_topology("eo-suspend", count=count, rate=rate, keys=keys, window=window)
     suspended = topology.model_copy(update={"spec": topology.spec.model_copy(update={"suspend": True})})
     out = tmp_path / "out"

@@ -33,6 +33,7 @@ from streamtopo.local.runner import finalize_sinks, finished
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.executor import Executor, ExecutorConfig
+from streamtopo.runtime.flows import Flow
 from streamtopo.runtime.handover import Pause
 from streamtopo.runtime.operators.base import LazyFailure, OperatorError
 from streamtopo.runtime.operators.state import ipc_to_frame
@@ -783,6 +784,35 @@ def finished_counts(
     return sums
 
 
+METRICS = {
+    "in": "streamtopo_unit_records_in_total",
+    "out": "streamtopo_unit_records_out_total",
+    "traffic": "streamtopo_kg_records_total",
+}
+
+
+def booked(sums: dict[tuple[str, ...], Any], metric: str, names: list) -> dict:
+    """:func:`finished_counts`' sums of ``metric`` (in, out: per operator; traffic: per edge) for ``names``."""
+    return {
+        n: sums[(METRICS[metric], *n)] if isinstance(n, tuple) else sums[(METRICS[metric], n)] for n in names
+    }
+
+
+def kept_and_scaled(
+    name: str, count: int, rate: float, keys: int, value: str, *after: dict
+) -> StreamTopology:
+    """numbers -> kept (drops every third record) -> scaled (``key`` and ``value``, a lazy map after a
+    filter) -> ``after``, on 4 key groups."""
+    scaled = {"name": "scaled", "kind": "map", "inputs": ["kept"], "select": ["key", value]}
+    kept = {"name": "kept", "kind": "filter", "inputs": ["numbers"], "expr": "value % 3 <> 0"}
+    return StreamTopology.model_validate(
+        {
+            "metadata": {"name": name},
+            "spec": {"keyGroups": 4, "operators": [numbers(count, rate, keys), kept, scaled, *after]},
+        }
+    )
+
+
 def test_lazy_consumers_of_one_output_are_counted_exactly_from_one_shared_frame(valkey, spark, tmp_path):
     """Two filters take one map's output lazily in large steps (no step materialises it): both flows share
     one routed frame, counted once by the step's count job, and each consumer still books exactly what it
@@ -827,6 +857,58 @@ def test_lazy_consumers_of_one_output_are_counted_exactly_from_one_shared_frame(
         ("scaled", "even"): count,
         ("scaled", "odd"): count,
     }
+
+
+def test_a_maps_lazy_outputs_are_sized_by_what_it_took_from_uncounted_flows(
+    valkey, spark, tmp_path, monkeypatch
+):
+    """A filter feeds a map whose output two filters take lazily (VWAP's cleaned trades -> notional ->
+    symbol groups): the step's count job counts the first filter's output, and the map's flows take their
+    sizes from what each of its units took (Flow.took) instead of being counted again; every record in and
+    out and all kg traffic stay exact."""
+    sized: list[dict[tuple[int, int], int]] = []
+    taken_counts = Flow.taken_counts
+
+    def spy(flow: Flow) -> dict[tuple[int, int], int] | None:
+        counts = taken_counts(flow)
+        if counts is not None:
+            sized.append(counts)
+        return counts
+
+    monkeypatch.setattr(Flow, "taken_counts", spy)
+    count = 900
+    topology = kept_and_scaled(
+        "ex-taken-counts",
+        count,
+        3000,
+        7,
+        "value * 2 AS value",
+        {"name": "low", "kind": "filter", "inputs": ["scaled"], "expr": "value % 4 = 0"},
+        {"name": "high", "kind": "filter", "inputs": ["scaled"], "expr": "value % 4 = 2"},
+        {"name": "lows", "kind": "sink", "inputs": ["low"], "sink": {"file": {}}},
+        {"name": "highs", "kind": "sink", "inputs": ["high"], "sink": {"file": {}}},
+    )
+    sums = finished_counts(topology, valkey.url, tmp_path, ExecutorConfig(small_step_records=0))
+    kept = [2 * seq for seq in range(count) if seq % 3]
+    lows = sorted(int(line["value"]) for line in read_lines(tmp_path / "out", "lows"))
+    highs = sorted(int(line["value"]) for line in read_lines(tmp_path / "out", "highs"))
+    assert lows == [v for v in kept if v % 4 == 0] and highs == [v for v in kept if v % 4 == 2]
+    assert sized and sum(sum(c.values()) for c in sized) == 2 * len(kept)  # both flows, every record once
+    n = len(kept)
+    assert booked(sums, "in", ["kept", "scaled", "low", "high"]) == {
+        "kept": count,
+        "scaled": n,
+        "low": n,
+        "high": n,
+    }
+    assert booked(sums, "out", ["kept", "scaled", "low", "high"]) == {
+        "kept": n,
+        "scaled": n,
+        "low": len(lows),
+        "high": len(highs),
+    }
+    edges = [("kept", "scaled"), ("scaled", "low"), ("scaled", "high")]
+    assert booked(sums, "traffic", edges) == dict.fromkeys(edges, n)
 
 
 def rekeyed(name: str, count: int, rate: float, window: float) -> StreamTopology:
@@ -947,28 +1029,22 @@ def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, t
     aggregate's own job, in pandas by a sink that materialises them, and by the step's one count job for
     flows a map or filter takes lazily (a filter feeding a map whose output has two consumers)."""
     count, rate, keys = 900, 3000, 7
-    topology = StreamTopology.model_validate(
+    topology = kept_and_scaled(
+        "ex-counts",
+        count,
+        rate,
+        keys,
+        "value",
         {
-            "metadata": {"name": "ex-counts"},
-            "spec": {
-                "keyGroups": 4,
-                "operators": [
-                    numbers(count, rate, keys),
-                    {"name": "kept", "kind": "filter", "inputs": ["numbers"], "expr": "value % 3 <> 0"},
-                    {"name": "scaled", "kind": "map", "inputs": ["kept"], "select": ["key", "value"]},
-                    {
-                        "name": "totals",
-                        "kind": "aggregate",
-                        "inputs": ["scaled"],
-                        "keyBy": ["key"],
-                        "window": {"size": 0.05},
-                        "aggregations": ["count(*) AS n", "sum(value) AS total"],
-                    },
-                    {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
-                    {"name": "raw", "kind": "sink", "inputs": ["scaled"], "sink": {"file": {}}},
-                ],
-            },
-        }
+            "name": "totals",
+            "kind": "aggregate",
+            "inputs": ["scaled"],
+            "keyBy": ["key"],
+            "window": {"size": 0.05},
+            "aggregations": ["count(*) AS n", "sum(value) AS total"],
+        },
+        {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
+        {"name": "raw", "kind": "sink", "inputs": ["scaled"], "sink": {"file": {}}},
     )
     sums = finished_counts(topology, valkey.url, tmp_path)
     kept = sum(1 for seq in range(count) if seq % 3)
@@ -977,28 +1053,19 @@ def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, t
         expected_totals(count, rate, keys, 0.05, dropped=lambda seq: seq % 3 == 0),
     )
     assert len(read_lines(tmp_path / "out", "raw")) == kept
-    records_in, records_out = "streamtopo_unit_records_in_total", "streamtopo_unit_records_out_total"
-    assert {op: sums[(records_in, op)] for op in ("kept", "scaled", "totals", "raw")} == {
+    assert booked(sums, "in", ["kept", "scaled", "totals", "raw"]) == {
         "kept": count,
         "scaled": kept,
         "totals": kept,
         "raw": kept,
     }
-    assert {op: sums[(records_out, op)] for op in ("numbers", "kept", "scaled")} == {
+    assert booked(sums, "out", ["numbers", "kept", "scaled"]) == {
         "numbers": count,
         "kept": kept,
         "scaled": kept,
     }
-    traffic = "streamtopo_kg_records_total"
-    assert {
-        edge: sums[(traffic, *edge)]
-        for edge in [("numbers", "kept"), ("kept", "scaled"), ("scaled", "totals"), ("scaled", "raw")]
-    } == {
-        ("numbers", "kept"): count,
-        ("kept", "scaled"): kept,
-        ("scaled", "totals"): kept,
-        ("scaled", "raw"): kept,
-    }
+    edges = [("numbers", "kept"), ("kept", "scaled"), ("scaled", "totals"), ("scaled", "raw")]
+    assert booked(sums, "traffic", edges) == {**dict.fromkeys(edges, kept), ("numbers", "kept"): count}
 
 
 def test_executors_run_as_their_topologys_acl_user_through_migrations_and_a_crash(
