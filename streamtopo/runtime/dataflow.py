@@ -147,7 +147,11 @@ class Dataflow(Emit):
                 self._read_late(units, inputs, allotted)
                 produced = self._consume(op, units, inputs, local, commit, outcome)
             if self.spec.operator(op).kind != "sink":
-                if self.small_step and is_spark(produced.frame) and len(self.downstream[op]) > 1:
+                if (
+                    is_spark(produced.frame)
+                    and len(self.downstream[op]) > 1
+                    and (self.small_step or self._taken_out_by_all(op))
+                ):
                     produced = self._shared(produced)
                 self._emit(op, produced, local, commit, now)
             busy = self.clock() - started
@@ -373,9 +377,11 @@ class Dataflow(Emit):
 
     def _shared(self, produced: Produced) -> Produced:
         """A lazy output several operators read, computed once (one Spark job) into the driver. Left lazy,
-        each reader would run its own job over the whole chain before it (VWAP's cleaned trades feed four
-        groups' filters: four jobs over the chain for a few thousand records); in the driver they run
-        in numpy (numpy_eval.py). For small steps only: a large one stays in the JVM."""
+        each reader would run its own job over the whole chain before it, the source's generator included
+        (VWAP's cleaned trades feed four groups' filters: four jobs over the chain); in the driver they run
+        in numpy (numpy_eval.py). For small steps, and for large ones where every reader would take its
+        share out of the JVM anyway (:meth:`_taken_out_by_all`): a large output some reader keeps in the
+        JVM stays there."""
         records = materialize(produced.frame)
         sizes = records.groupby(KG).size()
         units: dict[str, tuple[int | None, float]] = {}
@@ -414,13 +420,22 @@ class Dataflow(Emit):
     def _stays_in_jvm(self, op: str) -> bool:
         """Whether ``op``'s output never reaches Python this step: each consumer folds it into partials in
         this JVM (an aggregate, wherever it runs), or takes it lazily here and passes it on likewise."""
+        return all(self._kept_in_jvm_by(op, v) for v in self.downstream[op])
+
+    def _taken_out_by_all(self, op: str) -> bool:
+        """Whether every reader of ``op``'s output takes its share of it out of the JVM this step (VWAP's
+        cleaned quotes: each group's filter feeds a join, which runs in pandas): then one job for all
+        costs less than one per reader, each regenerating the chain before it."""
+        return not any(self._kept_in_jvm_by(op, v) for v in self.downstream[op])
+
+    def _kept_in_jvm_by(self, op: str, v: str) -> bool:
+        """Whether reader ``v`` keeps ``op``'s output in the JVM: it folds it into partials there, or takes
+        it lazily on this executor and its own output stays in the JVM likewise."""
+        if self.operators[v].combines:
+            return True
         mine = [unit.kg for unit in self.hosted.values() if unit.op == op]
-
-        def lazy_here(v: str) -> bool:
-            fed = {unit_key((v, j)) for kg in mine for j in self.dests(op, kg).get(v, [])}
-            return self.operators[v].lazy_input and fed <= set(self.hosted) and self._stays_in_jvm(v)
-
-        return all(self.operators[v].combines or lazy_here(v) for v in self.downstream[op])
+        fed = {unit_key((v, j)) for kg in mine for j in self.dests(op, kg).get(v, [])}
+        return self.operators[v].lazy_input and fed <= set(self.hosted) and self._stays_in_jvm(v)
 
     def _consume(
         self,

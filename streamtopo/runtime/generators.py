@@ -219,28 +219,15 @@ def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -
 
 
 def _runs(parts: list[tuple[int, int, int]], k: int) -> list[tuple[int, int, int]]:
-    """The parts' seqs as few arithmetic runs ``(first, last, step)`` (``last`` included) as the layout
-    allows, each seq in exactly one run: no record is generated only to be dropped.
+    """The parts' seqs as arithmetic runs ``(first, last, step)`` (``last`` included), one per part in
+    key-group order: part ``(kg, first, n)`` is ``kg + (first + i) * k`` for ``i < n``, a run of step ``k``.
 
-    Part ``(kg, first, n)`` is ``kg + (first + i) * k`` for ``i < n``, a run of step ``k``. The records of
-    all key groups up to some event time are one run of step 1; key groups one residue apart (an executor
-    hosting every d-th of them, as round-robin placement gives) at the same progress are one run of step
-    d. Anything else is a run per part: rows of one relation, not a union of plans.
+    Each seq is in exactly one run (no record is generated only to be dropped), and the records come out
+    grouped by key group, in seq order within each: a step's output taken to pandas is already in the
+    order the emitter cuts it into unit pairs (emit.py), where records of interleaved key groups (one run
+    of step 1 over all of them) cost a sort and a copy of every column.
     """
-    parts = [p for p in parts if p[2] > 0]
-    if not parts:
-        return []
-    total = sum(n for _, _, n in parts)
-    lo = min(kg + first * k for kg, first, _ in parts)
-    hi = max(kg + (first + n - 1) * k for kg, first, n in parts)
-    distinct = len({kg for kg, _, _ in parts}) == len(parts)
-    if distinct and hi - lo + 1 == total:  # no gaps: exactly the span
-        return [(lo, hi, 1)]
-    if distinct and k % len(parts) == 0 and len({(first, n) for _, first, n in parts}) == 1:
-        step = k // len(parts)
-        if {kg for kg, _, _ in parts} == set(range(lo % step, k, step)):
-            return [(lo, hi, step)]
-    return [(kg + first * k, kg + (first + n - 1) * k, k) for kg, first, n in parts]
+    return [(kg + first * k, kg + (first + n - 1) * k, k) for kg, first, n in sorted(parts) if n > 0]
 
 
 def frame(

@@ -10,6 +10,7 @@ import json
 import math
 import time
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -798,6 +799,21 @@ def booked(sums: dict[tuple[str, ...], Any], metric: str, names: list) -> dict:
     }
 
 
+KEPT_IN_JVM = (
+    {
+        "name": "totals",
+        "kind": "aggregate",
+        "inputs": ["scaled"],
+        "keyBy": ["key"],
+        "window": {"size": 1.0},
+        "aggregations": ["count(*) AS n"],
+    },
+    {"name": "totals-out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
+)
+"""A reader of ``scaled`` that keeps its share in the JVM (an aggregate combines it there), so a large
+step leaves ``scaled``'s output lazy for its other readers rather than computing it once for all."""
+
+
 def kept_and_scaled(
     name: str, count: int, rate: float, keys: int, value: str, *after: dict
 ) -> StreamTopology:
@@ -814,9 +830,10 @@ def kept_and_scaled(
 
 
 def test_lazy_consumers_of_one_output_are_counted_exactly_from_one_shared_frame(valkey, spark, tmp_path):
-    """Two filters take one map's output lazily in large steps (no step materialises it): both flows share
-    one routed frame, counted once by the step's count job, and each consumer still books exactly what it
-    took (records in, kg traffic) and the map what it gave (records out, once)."""
+    """Two filters take one map's output lazily in large steps (no step materialises it: an aggregate
+    keeps its share in the JVM): both flows share one routed frame, counted once by the step's count job,
+    and each consumer still books exactly what it took (records in, kg traffic) and the map what it gave
+    (records out, once)."""
     count, rate, keys = 900, 3000, 7
     topology = StreamTopology.model_validate(
         {
@@ -830,6 +847,7 @@ def test_lazy_consumers_of_one_output_are_counted_exactly_from_one_shared_frame(
                     {"name": "odd", "kind": "filter", "inputs": ["scaled"], "expr": "value % 2 = 1"},
                     {"name": "evens", "kind": "sink", "inputs": ["even"], "sink": {"file": {}}},
                     {"name": "odds", "kind": "sink", "inputs": ["odd"], "sink": {"file": {}}},
+                    *KEPT_IN_JVM,
                 ],
             },
         }
@@ -887,6 +905,7 @@ def test_a_maps_lazy_outputs_are_sized_by_what_it_took_from_uncounted_flows(
         {"name": "high", "kind": "filter", "inputs": ["scaled"], "expr": "value % 4 = 2"},
         {"name": "lows", "kind": "sink", "inputs": ["low"], "sink": {"file": {}}},
         {"name": "highs", "kind": "sink", "inputs": ["high"], "sink": {"file": {}}},
+        *KEPT_IN_JVM,
     )
     sums = finished_counts(topology, valkey.url, tmp_path, ExecutorConfig(small_step_records=0))
     kept = [2 * seq for seq in range(count) if seq % 3]
@@ -1111,10 +1130,9 @@ def test_a_small_step_computes_a_shared_output_once_and_the_rest_without_spark(v
     filters and the aggregates' partials in numpy (numpy_eval.py); totals stay exact. The file sink's lines
     are Spark's JSON writer's (one more job in a step that writes)."""
     count, rate, keys = 900, 3000, 7
-    branches = [
-        op
-        for r in range(3)
-        for op in (
+
+    def branch(r: int) -> tuple[dict, ...]:
+        return (
             {"name": f"r{r}", "kind": "filter", "inputs": ["scaled"], "expr": f"value % 3 = {r}"},
             {
                 "name": f"t{r}",
@@ -1125,29 +1143,41 @@ def test_a_small_step_computes_a_shared_output_once_and_the_rest_without_spark(v
                 "aggregations": ["count(*) AS n", "sum(value) AS total"],
             },
         )
-    ]
-    topology = StreamTopology.model_validate(
+
+    out = {"name": "out", "kind": "sink", "inputs": ["t0", "t1", "t2"], "sink": {"file": {}}}
+    topology = fanned_out("ex-shared", numbers(count, rate, keys), ["key", "value * 2 AS value"], branch, out)
+    jobs = jobs_per_step(topology, valkey.url, spark, tmp_path)
+    lines = read_lines(tmp_path / "out")
+    assert sum(line["n"] for line in lines) == count
+    assert sum(line["total"] for line in lines) == 2 * sum(range(count))
+    assert jobs and max(jobs) <= 2, f"Spark jobs per step: {jobs}"
+
+
+def fanned_out(
+    name: str, source: dict, select: list[str], branch: Callable[[int], tuple[dict, ...]], *after: dict
+) -> StreamTopology:
+    """``source`` -> ``scaled`` (a map of ``select``) -> three branches, ``branch(r)``'s operators each,
+    then ``after``."""
+    scaled = {"name": "scaled", "kind": "map", "inputs": [source["name"]], "select": select}
+    return StreamTopology.model_validate(
         {
-            "metadata": {"name": "ex-shared"},
+            "metadata": {"name": name},
             "spec": {
                 "keyGroups": 4,
-                "operators": [
-                    numbers(count, rate, keys),
-                    {
-                        "name": "scaled",
-                        "kind": "map",
-                        "inputs": ["numbers"],
-                        "select": ["key", "value * 2 AS value"],
-                    },
-                    *branches,
-                    {"name": "out", "kind": "sink", "inputs": ["t0", "t1", "t2"], "sink": {"file": {}}},
-                ],
+                "operators": [source, scaled, *(op for r in range(3) for op in branch(r)), *after],
             },
         }
     )
+
+
+def jobs_per_step(
+    topology: StreamTopology, url: str, spark, tmp_path, config: ExecutorConfig | None = None
+) -> list[int]:
+    """Run ``topology`` to its end on one executor in this process; the Spark jobs of each step that
+    worked."""
     routing = tmp_path / "routing.json"
     write_routing(routing, round_robin(topology, ["ex-0"]))
-    executor = Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out")
+    executor = Executor(topology, routing, "ex-0", url, output_dir=tmp_path / "out", config=config)
     jobs: list[int] = []
     step = executor.step
 
@@ -1165,7 +1195,27 @@ def test_a_small_step_computes_a_shared_output_once_and_the_rest_without_spark(v
         wait_finished(executor.store, topology)
     finally:
         running.stop()
-    lines = read_lines(tmp_path / "out")
-    assert sum(line["n"] for line in lines) == count
-    assert sum(line["total"] for line in lines) == 2 * sum(range(count))
-    assert jobs and max(jobs) <= 2, f"Spark jobs per step: {jobs}"
+    return jobs
+
+
+def test_an_output_every_reader_takes_out_is_computed_once_in_a_large_step_too(valkey, spark, tmp_path):
+    """A map read by three filters, each into a sink (which takes records out of the JVM): left lazy, each
+    filter's output would be a job over the whole chain, the source's generator included. Where every
+    reader takes its share out anyway, a large step computes the map's output once and the filters run in
+    numpy; each sink's records stay exact."""
+    count, rate, keys = 3000, 3000, 7
+
+    def branch(r: int) -> tuple[dict, ...]:
+        return (
+            {"name": f"r{r}", "kind": "filter", "inputs": ["scaled"], "expr": f"value % 3 = {r}"},
+            {"name": f"out{r}", "kind": "sink", "inputs": [f"r{r}"], "sink": {"file": {}}},
+        )
+
+    topology = fanned_out(
+        "ex-shared-large", numbers(count, rate, keys), ["seq", "value * 2 AS value"], branch
+    )
+    jobs = jobs_per_step(topology, valkey.url, spark, tmp_path, ExecutorConfig(small_step_records=0))
+    for r in range(3):
+        seqs = sorted(line["seq"] for line in read_lines(tmp_path / "out", f"out{r}"))
+        assert seqs == [s for s in range(count) if 2 * s % 3 == r]
+    assert jobs and max(jobs) <= 1, f"Spark jobs per step: {jobs}"  # one per filter when left lazy

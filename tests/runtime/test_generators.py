@@ -15,7 +15,7 @@ from streamtopo.runtime import generators
 pytestmark = pytest.mark.spark
 
 K = 4
-# Part layouts that take each way of building the seq runs: contiguous, strided, one per part.
+# Part layouts: all key groups at one progress, near it, a subset, every d-th, sparse, a key group twice.
 LAYOUTS = {
     "aligned": [(kg, 5, 30) for kg in range(K)],
     "near-aligned": [(0, 6, 29), (1, 5, 30), (2, 5, 29), (3, 5, 30)],
@@ -51,12 +51,16 @@ def test_runs_generate_each_record_once_and_nothing_else(layout):
     assert sorted(seqs) == expected_seq(parts, K)
 
 
-def test_every_dth_key_group_is_one_strided_run():
-    """Round-robin placement gives an executor every d-th key group: one run with step d; the records of
-    all key groups up to some event time, one run of step 1."""
-    assert generators._runs(LAYOUTS["every other kg"], K) == [(1 + 4 * K, 3 + 28 * K, 2)]
-    assert generators._runs(LAYOUTS["every fourth kg"], K) == [(2 + 7 * K, 2 + 17 * K, 4)]
-    assert generators._runs(LAYOUTS["aligned"], K) == [(5 * K, 35 * K - 1, 1)]
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_records_come_out_grouped_by_key_group_in_seq_order(spark, layout):
+    """As the step takes them out of the JVM (Arrow), unsorted: key group by key group, each in seq order,
+    the order the emitter cuts records into unit pairs in (it sorts only records that are not)."""
+    parts = LAYOUTS[layout]
+    table = generators.frame(spark, "sequence", parts, K, 50.0, keys=7).toArrow()
+    kg, seq = table["_kg"].to_numpy(), table["seq"].to_numpy()
+    assert sorted(seq.tolist()) == expected_seq(parts, K)
+    assert (np.diff(kg) >= 0).all()
+    assert all((np.diff(seq[kg == g]) > 0).all() for g in np.unique(kg))
 
 
 def _generated_code(df) -> list[str]:

@@ -109,9 +109,10 @@ def combine_inputs(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
 def split_inputs(batch: pd.DataFrame, name: str) -> pd.DataFrame:
     """The records of input ``name``, with its own columns under their own names."""
     own = batch.attrs.get(INPUTS, {}).get(name) or [(c, c) for c in batch.columns if c != INPUT]
-    rows = batch[batch[INPUT].to_numpy() == name]
-    present = [(column_name, target) for column_name, target in own if target in rows.columns]
-    out = rows[[target for _, target in present]].reset_index(drop=True)
+    present = [(column_name, target) for column_name, target in own if target in batch.columns]
+    mine = batch[INPUT].to_numpy() == name
+    # Only this input's columns are taken (the other input's are null in these rows anyway).
+    out = batch.loc[mine, [target for _, target in present]].reset_index(drop=True)
     out.columns = [column_name for column_name, _ in present]
     return out
 
@@ -356,9 +357,10 @@ class JoinOperator(UnitOperator):
             alive = self._window_ends(frame)[1] > frame[KG].map(now).to_numpy(dtype=np.float64)
             for kg, part in frame[alive].groupby(KG):
                 kept[name][kg] = part.drop(columns=[KG]).reset_index(drop=True)
+        empty = {name: _no_records(frame) for name, frame in rows.items()}  # once, not per key group
         return {
             kg: {
-                **{name: kept[name].get(kg, _no_records(rows[name])) for name in rows},
+                **{name: kept[name].get(kg, empty[name]) for name in rows},
                 "wm": now[kg],
                 **({PENDING: pending[kg]} if kg in pending else {}),
             }
@@ -404,7 +406,7 @@ def _row_bytes(frame: pd.DataFrame) -> float:
 
 def _no_records(frame: pd.DataFrame | None) -> pd.DataFrame:
     """A side's state without records, its columns and types kept (so a restored state's are the same)."""
-    return pd.DataFrame() if frame is None else frame.drop(columns=[KG]).iloc[:0]
+    return pd.DataFrame() if frame is None else frame.iloc[:0].drop(columns=[KG])
 
 
 def _key_type(series: pd.Series) -> pa.DataType:
