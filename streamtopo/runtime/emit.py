@@ -133,9 +133,9 @@ class Emit:
                 # frame per group, about a millisecond each; the sort copies every column).
                 src = records[KG].to_numpy(dtype=np.int64)
                 dest = route(records, dest_key, dest_k, src).astype(np.int64)
-                by_pair = (src << 32) | dest
-                if (np.diff(by_pair) < 0).any():
-                    order = np.argsort(by_pair, kind="stable")
+                code = _pair_code(src, dest)
+                if (np.diff(code) < 0).any():
+                    order = np.argsort(code, kind="stable")
                     records, src, dest = records.iloc[order], src[order], dest[order]
                 rows = records.reset_index(drop=True)
                 parts = {pair: rows.iloc[a:b] for pair, a, b in _pair_runs(src, dest)}
@@ -307,8 +307,12 @@ def _by_pair(rows: pd.DataFrame) -> Iterator[tuple[tuple[int, int], pd.DataFrame
         yield pair, body.iloc[a:b]
 
 
+def _pair_code(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """One int64 per row that orders rows by unit pair (src, dst): key groups fit 32 bits each."""
+    return (src.astype(np.int64) << 32) | dst.astype(np.int64)
+
+
 def _pair_runs(src: np.ndarray, dst: np.ndarray) -> list[tuple[tuple[int, int], int, int]]:
     """((src, dst), first row, end row) of each run of one unit pair in rows sorted by pair."""
-    src, dst = src.astype(np.int64), dst.astype(np.int64)
-    starts = np.flatnonzero(np.diff((src << 32) | dst, prepend=-1)).tolist()
+    starts = np.flatnonzero(np.diff(_pair_code(src, dst), prepend=-1)).tolist()
     return [((int(src[a]), int(dst[a])), a, b) for a, b in zip(starts, [*starts[1:], len(src)])]

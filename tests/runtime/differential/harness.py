@@ -8,9 +8,12 @@ own file sink, so one executor start serves several queries. Operator names: ``r
 its sink.
 
 How a path is forced:
-- *lazy JVM* (generator, ``small_step_records=0``): every step is a large one, so lazy outputs are never
-  computed into the driver: maps, filters and aggregates' partials run as Spark plans over the generated
-  records (and a failing record makes the step redo eagerly);
+- *lazy JVM* (generator, ``small_step_records=0``): every step is a large one, so lazy outputs stay in
+  the JVM: maps, filters and aggregates' partials run as Spark plans over the generated records (and a
+  failing record makes the step redo eagerly). One exception: an output every reader takes out of the
+  JVM anyway is computed into the driver once (Dataflow._taken_out_by_all), so the records' map stays
+  lazy only in cases where some branch keeps it in the JVM (an aggregate's partials: every case of three
+  or more branches);
 - *driver batch* (generator with ``small_step_records`` huge, or a stream source): the records' map feeds
   several branches, so a small step computes it once into the driver (Dataflow._shared), and every branch
   runs on pandas: numpy_eval.py where it can, Spark from pandas otherwise; a named stream's records start
