@@ -15,11 +15,13 @@ SIZE(S) = w(S) + w(delta(S)) compares directly with a host's capacity.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import networkx as nx
 
+from streamtopo.planner.expressions import ExpressionError, parse_expression
 from streamtopo.planner.model import Operator, StreamTopologySpec
 
 Node = str | tuple[str, int]
@@ -192,14 +194,44 @@ def partition_key(spec: StreamTopologySpec, name: str) -> tuple[str, ...] | None
 
     A stateless operator fed by one keyed operator keeps that partitioning, so the pair is one-to-one
     in the unit graph; a source without keyBy, or an operator with several unkeyed inputs, has none.
+    Nor does one whose input is a map that drops a key column: its records no longer carry the key, so
+    nothing downstream can be partitioned by it (a sink after ``keyBy: [i]`` and ``select: [s]`` is
+    unkeyed and fed forward, as a Flink stream is no longer keyed after a map).
     The runtime routes records with the same rule, so the planner's unit graph is the real traffic.
     """
     op = spec.operator(name)
     if op.key_by:
         return tuple(op.key_by)
-    if len(op.inputs) == 1 and spec.operator(op.inputs[0]).kind != "source":
-        return partition_key(spec, op.inputs[0])
+    if len(op.inputs) != 1 or (producer := spec.operator(op.inputs[0])).kind == "source":
+        return None
+    key = partition_key(spec, producer.name)
+    if key is None or not _drops(producer, key):
+        return key
     return None
+
+
+def _drops(op: Operator, key: tuple[str, ...]) -> bool:
+    """Whether a map's select certainly leaves out a column of ``key``. Spark names an unaliased computed
+    item after its text (``(n + 1)``, ``upper(s)``), which is never a plain identifier; so such an item
+    can hold the key only when a key column's name is not one, and then it keeps the key, as a ``*`` or
+    an item that does not parse does (the door's and the analyser's key checks name the field)."""
+    if op.kind != "map" or not op.select:
+        return False
+    plain = all(_IDENTIFIER.fullmatch(k) for k in key)
+    names: set[str] = set()
+    for text in op.select:
+        try:
+            parsed = parse_expression(text, "select")
+        except ExpressionError:
+            return False
+        if parsed.star or (parsed.name is None and not plain):
+            return False
+        if parsed.name is not None:
+            names.add(parsed.name.casefold())
+    return not {k.casefold() for k in key} <= names  # Spark resolves names case-insensitively
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 STATELESS_KINDS = frozenset({"map", "filter"})

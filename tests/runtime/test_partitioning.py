@@ -228,3 +228,32 @@ def test_partition_key_inherits_through_a_single_input(make_spec):
     assert partition_key(spec, "agg") == ("symbol",)
     assert partition_key(spec, "f") == ("symbol",)
     assert partition_key(spec, "m") is None and partition_key(spec, "src") is None
+
+
+@pytest.mark.parametrize(
+    ("select", "inherited"),
+    [
+        (["n"], None),  # the key is gone: the sink is fed forward
+        (["n", "SYMBOL"], ("symbol",)),  # Spark resolves names case-insensitively
+        (["upper(symbol) AS symbol", "n"], ("symbol",)),
+        (["*"], ("symbol",)),
+        (["n", "concat(symbol, 'x')"], None),  # Spark names it after its text, never `symbol`
+    ],
+)
+def test_a_key_a_map_drops_is_not_inherited_past_it(make_spec, select, inherited):
+    """A stateless consumer keeps a partitioning only while its records carry the key: after a map that
+    leaves the key out, a sink has none (and is not refused for a key nobody asked it to have)."""
+    spec = make_spec(
+        {"name": "src", "kind": "source", "source": {"generator": "trades"}},
+        {
+            "name": "agg",
+            "kind": "aggregate",
+            "inputs": ["src"],
+            "keyBy": ["symbol"],
+            "aggregations": ["count(*) AS n"],
+        },
+        {"name": "m", "kind": "map", "inputs": ["agg"], "select": select},
+        {"name": "out", "kind": "sink", "inputs": ["m"], "sink": {"console": {}}},
+    )
+    assert partition_key(spec, "m") == ("symbol",)  # the map itself runs where its input's key put it
+    assert partition_key(spec, "out") == inherited

@@ -111,15 +111,6 @@ BAD_PIPELINES = {
         "spec.operators[1].aggregations[1]: 'sum(valu) AS total' reads column 'valu', which 'numbers' does "
         "not have (columns: seq, key, value)",
     ),
-    "key dropped under an inherited keyBy": (
-        [
-            numbers(),
-            op("totals", "aggregate", ["numbers"], keyBy=["key"], aggregations=["sum(value) AS n"]),
-            op("only", "map", ["totals"], select=["n"]),
-            console("only"),
-        ],
-        "spec.operators[3].keyBy (inherited from 'totals'): input 'only' has no column 'key'",
-    ),
     "join keys of different types": (
         [
             numbers("left"),
