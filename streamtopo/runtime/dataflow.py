@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import zlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from functools import reduce
 from pathlib import Path
@@ -152,7 +152,7 @@ class Dataflow(Emit):
                     and len(self.downstream[op]) > 1
                     and (self.small_step or self._taken_out_by_all(op))
                 ):
-                    produced = self._shared(produced)
+                    produced = self._shared(op, produced)
                 self._emit(op, produced, local, commit, now)
             busy = self.clock() - started
             # The operator ran once for all its units: split the time by records (+1 for the call itself).
@@ -375,7 +375,7 @@ class Dataflow(Emit):
         self.pacing.generated(sum(counts.values()))
         return Produced(frame, out, counts)
 
-    def _shared(self, produced: Produced) -> Produced:
+    def _shared(self, op: str, produced: Produced) -> Produced:
         """A lazy output several operators read, computed once (one Spark job) into the driver. Left lazy,
         each reader would run its own job over the whole chain before it, the source's generator included
         (VWAP's cleaned trades feed four groups' filters: four jobs over the chain); in the driver they run
@@ -390,7 +390,25 @@ class Dataflow(Emit):
                 n = int(sizes.get(self.hosted[key].kg, 0))
                 self._count_out(self.hosted[key], n)
             units[key] = (n, wm)
+        if produced.took is not None:
+            self._sized_by_output(op, produced.took, sizes)
         return Produced(records, units, produced.work, _pandas=records)
+
+    def _sized_by_output(
+        self, op: str, took: list[tuple[Flow, set[tuple[int, int]]]], sizes: pd.Series
+    ) -> None:
+        """Count the flows a count-keeping operator took from its output, computed into the driver: where
+        each of its units took from one producing unit, that pair carried what the unit put out. VWAP's
+        cleaned quotes: their filter's output is then not counted again in the step's count job, which
+        regenerated every quote only to count them."""
+        feeds = Counter(dst for _, pairs in took for _, dst in pairs)
+        if any(n > 1 for n in feeds.values()):
+            return
+        received: dict[str, int] = defaultdict(int)
+        for flow, pairs in took:
+            self._counted(op, flow, pairs, {(s, d): int(sizes.get(d, 0)) for s, d in pairs}, received)
+        for key, n in received.items():
+            self._count_in(self.hosted[key], n)
 
     def _source_cap(self, op: str, units: int) -> int:
         """Records one unit of source ``op`` may generate this step at most: everything due up to a cap, so
@@ -607,6 +625,7 @@ class Dataflow(Emit):
         share it (Emit._emit), as VWAP's four symbol-group filters of the cleaned trades do."""
         # A flow from a count-keeping map is sized by what the map took (Flow.took) when those flows are
         # counted here or before it: VWAP's cleaned trades and quotes are then counted once, not twice.
+        uncounted = [taken for taken in uncounted if taken[1].counts is None]  # some sized since taken
         index: dict[int, int] = {}  # id(frame) -> its place in the union
         frames: list[SparkFrame] = []
         known = {id(flow) for _, flow, _ in uncounted}

@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable
 from functools import cache
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -213,7 +214,14 @@ def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -
         for first, last, step in _runs(parts, k)
         for lo in range(first, last + 1, RUN_CHUNK * step)
     ]
-    bounds = spark.createDataFrame(rows, "lo long, hi long, step long")
+    # From Arrow: a list of tuples becomes a pickled RDD that the JVM unpickles again in every job that
+    # reads it (each of a step's jobs over the source), about 0.15 s of wall time per job on this machine.
+    columns = list(zip(*rows, strict=True)) if rows else [(), (), ()]
+    bounds = spark.createDataFrame(
+        pa.table(
+            {name: pa.array(c, pa.int64()) for name, c in zip(("lo", "hi", "step"), columns, strict=True)}
+        )
+    )
     ids = bounds.select(F.explode(F.sequence("lo", "hi", "step")).alias("id"))
     return ids.selectExpr("id AS seq", f"CAST(id % {k}L AS INT) AS _kg")
 

@@ -1219,3 +1219,57 @@ def test_an_output_every_reader_takes_out_is_computed_once_in_a_large_step_too(v
         seqs = sorted(line["seq"] for line in read_lines(tmp_path / "out", f"out{r}"))
         assert seqs == [s for s in range(count) if 2 * s % 3 == r]
     assert jobs and max(jobs) <= 1, f"Spark jobs per step: {jobs}"  # one per filter when left lazy
+
+
+def test_a_count_keeping_map_computed_once_sizes_what_it_took_without_a_count_job(valkey, spark, tmp_path):
+    """numbers -> kept (a filter: its output size is unknown) -> scaled (a map) -> two filters into sinks.
+    Every reader takes ``scaled`` out, so a large step computes it into the driver; its units' output
+    sizes are then what each took from ``kept``, so the step runs no count job for ``kept`` (it ran two
+    jobs a step before: ``scaled``, then the count, which regenerated every record), and every count the
+    metrics book stays exact."""
+    count, rate, keys = 3000, 3000, 7
+
+    def taken_out(name: str) -> StreamTopology:
+        return kept_and_scaled(
+            name,
+            count,
+            rate,
+            keys,
+            "value * 2 AS value",
+            *(
+                op
+                for r in range(2)
+                for op in (
+                    {"name": f"r{r}", "kind": "filter", "inputs": ["scaled"], "expr": f"value % 4 = {2 * r}"},
+                    {"name": f"out{r}", "kind": "sink", "inputs": [f"r{r}"], "sink": {"file": {}}},
+                )
+            ),
+        )
+
+    large = ExecutorConfig(small_step_records=0)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "counts").mkdir()
+    jobs = jobs_per_step(taken_out("ex-sized-jobs"), valkey.url, spark, tmp_path / "jobs", large)
+    assert jobs and max(jobs) <= 1, f"Spark jobs per step: {jobs}"
+    sums = finished_counts(taken_out("ex-sized-counts"), valkey.url, tmp_path / "counts", large)
+    kept = [2 * seq for seq in range(count) if seq % 3]
+    outs = [
+        sorted(int(line["value"]) for line in read_lines(tmp_path / "counts" / "out", f"out{r}"))
+        for r in (0, 1)
+    ]
+    assert outs == [[v for v in kept if v % 4 == 0], [v for v in kept if v % 4 == 2]]
+    n = len(kept)
+    assert booked(sums, "in", ["kept", "scaled", "r0", "r1"]) == {
+        "kept": count,
+        "scaled": n,
+        "r0": n,
+        "r1": n,
+    }
+    assert booked(sums, "out", ["kept", "scaled", "r0", "r1"]) == {
+        "kept": n,
+        "scaled": n,
+        "r0": len(outs[0]),
+        "r1": len(outs[1]),
+    }
+    edges = [("kept", "scaled"), ("scaled", "r0"), ("scaled", "r1")]
+    assert booked(sums, "traffic", edges) == dict.fromkeys(edges, n)
