@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import zlib
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from functools import reduce
 from pathlib import Path
@@ -28,8 +28,6 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame as SparkFrame
-from pyspark.sql import functions as F
 
 from streamtopo.contracts import parse_unit, unit_key
 from streamtopo.planner.graph import unit_edges
@@ -48,10 +46,8 @@ from streamtopo.runtime.flows import (
 from streamtopo.runtime.hosting import Hosted
 from streamtopo.runtime.metrics import SourcePace, observe_all
 from streamtopo.runtime.operators import OperatorResult, RecordError, combine_inputs
-from streamtopo.runtime.operators.base import Batch, computed, is_spark, materialize
+from streamtopo.runtime.operators.base import Batch, is_spark, materialize
 from streamtopo.runtime.operators.records import (
-    DST,
-    EDGE,
     INPUT,
     KG,
     LINE,
@@ -394,22 +390,6 @@ class Dataflow(Emit):
             self._sized_by_output(op, produced.took, sizes)
         return Produced(records, units, produced.work, _pandas=records)
 
-    def _sized_by_output(
-        self, op: str, took: list[tuple[Flow, set[tuple[int, int]]]], sizes: pd.Series
-    ) -> None:
-        """Count the flows a count-keeping operator took from its output, computed into the driver: where
-        each of its units took from one producing unit, that pair carried what the unit put out. VWAP's
-        cleaned quotes: their filter's output is then not counted again in the step's count job, which
-        regenerated every quote only to count them."""
-        feeds = Counter(dst for _, pairs in took for _, dst in pairs)
-        if any(n > 1 for n in feeds.values()):
-            return
-        received: dict[str, int] = defaultdict(int)
-        for flow, pairs in took:
-            self._counted(op, flow, pairs, {(s, d): int(sizes.get(d, 0)) for s, d in pairs}, received)
-        for key, n in received.items():
-            self._count_in(self.hosted[key], n)
-
     def _source_cap(self, op: str, units: int) -> int:
         """Records one unit of source ``op`` may generate this step at most: everything due up to a cap, so
         the step follows the backlog. The cap is short while units wait to be acquired (a released unit
@@ -593,60 +573,6 @@ class Dataflow(Emit):
 
     def _output_watermark(self, unit: Hosted) -> float:
         return self.operators[unit.op].output_watermark(unit.state, unit.rec.watermark)
-
-    def _counted(
-        self,
-        op: str,
-        flow: Flow,
-        pairs: set[tuple[int, int]],
-        counts: dict[tuple[int, int], int],
-        received: dict[str, int],
-    ) -> None:
-        """Book a deferred flow's sizes once they are counted: records into ``received`` (per consuming
-        unit), kg traffic, and the producer's records out when this flow gives them."""
-        flow.counts = {pair: counts.get(pair, 0) for pair in pairs}
-        produced: dict[int, int] = defaultdict(int)
-        for (src, dst), n in flow.counts.items():
-            received[unit_key((op, dst))] += n
-            produced[src] += n
-            if n:
-                self.metrics.kg_edge(flow.producer, src, op, dst).inc(n)
-        for src, n in produced.items():
-            if (
-                flow.producer_uncounted
-                and (unit := self.hosted.get(unit_key((flow.producer, src)))) is not None
-            ):
-                self._count_out(unit, n)
-
-    def _count_uncounted(self, uncounted: list[tuple[str, Flow, set[tuple[int, int]]]]) -> None:
-        """Count the flows lazy consumers took (map, filter) in one Spark job: the union of their (producing
-        unit, consuming unit) columns grouped once. A step pays one job for all of them instead of one per
-        edge; each chain is recomputed, once per distinct frame: consumers of one output routed alike
-        share it (Emit._emit), as VWAP's four symbol-group filters of the cleaned trades do."""
-        # A flow from a count-keeping map is sized by what the map took (Flow.took) when those flows are
-        # counted here or before it: VWAP's cleaned trades and quotes are then counted once, not twice.
-        uncounted = [taken for taken in uncounted if taken[1].counts is None]  # some sized since taken
-        index: dict[int, int] = {}  # id(frame) -> its place in the union
-        frames: list[SparkFrame] = []
-        known = {id(flow) for _, flow, _ in uncounted}
-        taken: set[int] = set()
-        for _, flow, _ in uncounted:
-            if flow.took is not None and all(f.counts is not None or id(f) in known for f, _ in flow.took):
-                taken.add(id(flow))
-            elif id(flow.frame) not in index:
-                index[id(flow.frame)] = len(frames)
-                frames.append(flow.frame.select(F.lit(len(frames)).alias(EDGE), F.col(KG), F.col(DST)))
-        counts: dict[int, dict[tuple[int, int], int]] = defaultdict(dict)
-        if frames:
-            union = reduce(lambda a, b: a.unionByName(b), frames)
-            for edge, src, dst, n in computed(lambda: union.groupBy(EDGE, KG, DST).count().collect()):
-                counts[int(edge)][(int(src), int(dst))] = int(n)
-        for op, flow, pairs in uncounted:  # in the order taken: a map's input flows come before its output
-            got = flow.taken_counts() if id(flow) in taken else counts[index[id(flow.frame)]]
-            received: dict[str, int] = defaultdict(int)
-            self._counted(op, flow, pairs, got or {}, received)
-            for key, n in received.items():
-                self._count_in(self.hosted[key], n)
 
     @staticmethod
     def _pandas_batch(kind: str, parts: dict[str, list[pd.DataFrame]]) -> pd.DataFrame:

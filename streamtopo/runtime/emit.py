@@ -28,6 +28,7 @@ from streamtopo.contracts import Keys, RoutingTable, unit_key
 from streamtopo.planner.graph import routing_key, unit_edges
 from streamtopo.planner.model import StreamTopologySpec
 from streamtopo.planner.scaling.aeolus import default_batch_records
+from streamtopo.runtime.counting import Counting
 from streamtopo.runtime.flows import Delivery, Flow, LazyPart, Part, Partials, Produced, part_size
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
 from streamtopo.runtime.metrics import ExecutorMetrics
@@ -40,7 +41,7 @@ from streamtopo.runtime.state_store import Commit
 from streamtopo.runtime.transport import entry_fields
 
 
-class Emit:
+class Emit(Counting):
     """Routing an operator's output to its downstream units (see the module docstring)."""
 
     spec: StreamTopologySpec
@@ -215,14 +216,6 @@ class Emit:
         pairs = _pair_runs(table.column(KG).to_numpy(), table.column(DST).to_numpy())
         body = table.drop_columns([DST])
         return {pair: body.slice(a, b - a) for pair, a, b in pairs}
-
-    def _count_in(self, unit: Hosted, n: int) -> None:
-        unit.rec.records_in += n
-        self.metrics.unit(self.metrics.records_in, unit.op, unit.kg).inc(n)
-
-    def _count_out(self, unit: Hosted, n: int) -> None:
-        unit.rec.records_out += n
-        self.metrics.unit(self.metrics.records_out, unit.op, unit.kg).inc(n)
 
     def _silent(self, producer: str, target: str, n: int, wm: float, sent: float, now: float) -> bool:
         """True when an entry would say nothing new (no records, watermark not past what was sent) or be
