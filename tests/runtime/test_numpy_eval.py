@@ -117,6 +117,17 @@ def test_a_projection_computes_what_spark_computes(spark, exprs):
     assert same_rows(out, spark_select(spark, frame, exprs), ordered=True)
 
 
+def test_columns_a_filter_passes_on_come_out_in_spark_s_types(spark):
+    """A filter passes its columns on unchanged: one already of Spark's type is the batch's own, one that is
+    not (a ``large_string``, as a UDF may return) is rebuilt, so both come out as Spark's would."""
+    frame = batch().assign(wide=lambda f: f["symbol"].astype(pd.ArrowDtype(pa.large_string())))
+    out = Evaluator(lambda f: f.filter("volume > 10"), "op", "expr")(spark, frame)
+    expected = spark_filter(spark, frame, "volume > 10")
+    assert out is not None and same_rows(out, expected, ordered=True)
+    assert out.dtypes.astype(str).to_dict() == expected.dtypes.astype(str).to_dict()
+    assert str(out["wide"].dtype) == "string[pyarrow]"
+
+
 @pytest.mark.parametrize(
     "build",
     [
