@@ -8,7 +8,8 @@ its sources given counts in the declared 40:60 ratio. Each configuration is a fr
 processes (bench/runtime.py's ``ExecutorGroup``: started as ``streamtopo run`` starts them, Spark
 ``local[1]`` each, units round-robin over them) whose topology holds one copy of the pipeline per run,
 named ``r<i>-...``, so every run starts from empty state in warm JVMs; the clock is set a day back so the
-sources are backlogged (flat out). Warm-up runs of N and 4N records, then ``R`` runs alternating N and 4N.
+sources are backlogged (flat out). Warm-up runs of N and 4N records, more 4N runs until two in a row
+cost within 10 % of each other (at most 4), then ``R`` runs alternating N and 4N.
 Records per CPU-second are 1 / the least-squares slope of CPU against records
 (:func:`bench.runtime.marginal`) over every executor's process tree and the Valkey server.
 
@@ -17,8 +18,8 @@ bench fails (a faster answer that differs measured nothing). Sums of doubles are
 Spark's ``sum`` of doubles depends on the order partials meet, so its last bits vary with step boundaries,
 as they do in Spark between two partitionings.
 
-PyFlink's figure for the same pipeline (Flink SQL, an interval join, about 400k records per CPU-second at
-parallelism 1) comes from issue 33; it is not in this run (docs/benchmarks.md, "Peers side by side",
+PyFlink's figures for the same pipeline (Flink SQL, an interval join, about 400k records per CPU-second at
+parallelism 1, 300k at 2) come from issue 33; they are not in this run (docs/benchmarks.md, "Peers side by side",
 says why).
 """
 
@@ -30,6 +31,7 @@ import math
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,21 +50,30 @@ from streamtopo.runtime.embedded import EmbeddedValkey
 
 console = Console(width=140)
 TITLE = "VWAP example on executor processes (issue 33)"
-PYFLINK_P1 = 400_000.0
-"""PyFlink 2.3's marginal records per CPU-second on the same pipeline at parallelism 1 (issue 33's table)."""
+PYFLINK = {1: 400_000.0, 2: 300_000.0}
+"""PyFlink 2.3's marginal records per CPU-second on the same pipeline at parallelism 1 and 2 (issue 33's
+table: Flink SQL, an interval join, blackhole sinks, 10M -> 50M records), not measured in this run."""
 READING = (
     "Reading: examples/vwap.yaml whole, its sources counted (40:60), backlogged; each configuration a fresh "
     "group of executor processes (Spark local[1] each, units round-robin), one copy of the pipeline per run so "
     "every run starts from empty state in warm JVMs. Records per CPU-second: 1 / the least-squares slope of "
-    "CPU (every executor's process tree and Valkey) against records over the runs after the warm-up (N, 4N, "
-    "N, ...), so start-up and per-run costs drop out; the +- is the slope's standard error. The JIT and the "
-    "step sizes make single runs vary by 10-30 % (a configuration whose runs still get cheaper, as two "
-    "executors' do, carries some warm-up in its slope): compare configurations measured in the same run, and "
-    "code versions interleaved. PyFlink's ~400k is issue 33's figure (Flink SQL, an interval join, "
-    "parallelism 1), not measured here: the trades and quotes generators are built on Spark's xxhash64."
+    "CPU (every executor's process tree and Valkey) against records over the runs after the warm-up (N and 4N, "
+    "then 4N until two in a row agree within 10 %, at most 4 more), alternating N, 4N, N, ..., so start-up "
+    "and per-run costs drop out; the +- is the slope's standard error. The JIT and the "
+    "step sizes make single runs vary by 10-30 % (a configuration whose warm-up did not settle carries some "
+    "warm-up in its slope): compare configurations measured in the same run, and "
+    "code versions interleaved. PyFlink's ~400k and ~300k are issue 33's figures (Flink SQL, an interval join, "
+    "parallelism 1 and 2), not measured here: the trades and quotes generators are built on Spark's xxhash64."
 )
 WARM_UP = (1, 4)
 """Warm-up runs (multiples of N) before the measured ones: the JIT still compiles through the second run."""
+MORE_WARM_UP = 4
+SETTLED = 0.10
+"""Then up to this many more 4N runs, until two 4N runs in a row cost within 10 % of each other: the JVMs
+were still getting cheaper after the fixed warm-up (one executor's 2M runs: 20.5, 9.6, 6.5, 6.3 CPU-s;
+two executors': 35.9, 19.3, 12.8, 10.0, then 8.4), and a marginal over such runs halved two executors'
+figure (173k against 389k on the same code). At most 4: a topology holds at most 512 operators, one
+pipeline copy (37) per run."""
 SHARES = {"trades": 0.4, "quotes": 0.6}
 """Each source's share of a run's records: the declared rates' 40:60."""
 
@@ -129,18 +140,64 @@ def same(a: Rows, b: Rows) -> bool:
     )
 
 
-def measure(url: str, work: Path, executors: int, sizes: list[int], progress: Progress) -> tuple[list, dict]:
-    """One configuration: its runs (records, CPU-s, wall s) and sink rows, in a fresh group of executors."""
-    task = progress.add_task(f"{executors} executor(s)", total=len(sizes))
-    runs = []
-    with VwapGroup(
-        topology(sizes), work / f"ex{executors}", url, executors, clock=time.time() - 86400
-    ) as group:
-        for i, n in enumerate(sizes):
-            cpu, wall = group.run(f"r{i}", "vwap", n, executors)
-            runs.append((n, cpu, wall))
+@dataclass
+class Configuration:
+    """One executor count's runs, in order: (pipeline copy, records, CPU-s, wall s); the first ``warm``
+    were warm-up runs. ``rows`` holds each copy's sink rows."""
+
+    runs: list[tuple[int, int, float, float]]
+    warm: int
+    rows: dict[str, Rows]
+
+    @property
+    def settled(self) -> bool:
+        """Whether the warm-up ended on two 4N runs whose CPU agreed within :data:`SETTLED`."""
+        big = [cpu for _, n, cpu, _ in self.runs[: self.warm] if n == max(n for _, n, _, _ in self.runs)]
+        return len(big) >= 2 and abs(big[-1] - big[-2]) <= SETTLED * big[-2]
+
+    @property
+    def measured(self) -> list[tuple[int, float, float]]:
+        return [(n, cpu, wall) for _, n, cpu, wall in self.runs[self.warm :]]
+
+
+def plan(records: int, runs: int) -> tuple[list[int], list[int]]:
+    """Every pipeline copy's records (fixed warm-up, the optional warm-up, the measured runs) and the
+    measured runs' copies."""
+    warm = [records * f for f in WARM_UP] + [4 * records] * MORE_WARM_UP
+    measured = [records * (4 if i % 2 else 1) for i in range(runs)]
+    return warm + measured, list(range(len(warm), len(warm) + runs))
+
+
+def measure(
+    url: str, work: Path, executors: int, sizes: list[int], measured: list[int], progress: Progress
+) -> Configuration:
+    """One configuration in a fresh group of executors: the fixed warm-up runs, more 4N runs until two
+    in a row agree within :data:`SETTLED`, then the measured runs."""
+    total = len(WARM_UP) + len(measured)
+    task = progress.add_task(f"{executors} executor(s)", total=total)
+    runs: list[tuple[int, int, float, float]] = []
+    group = VwapGroup(topology(sizes), work / f"ex{executors}", url, executors, clock=time.time() - 86400)
+    with group:
+
+        def run(copy: int) -> None:
+            n = sizes[copy]
+            cpu, wall = group.run(f"r{copy}", "vwap", n, executors)
+            runs.append((copy, n, cpu, wall))
             progress.update(task, advance=1, description=f"{executors} executor(s): {n:,} in {wall:.1f} s")
-    return runs, group.rows
+
+        for copy in range(len(WARM_UP)):
+            run(copy)
+        for copy in range(len(WARM_UP), measured[0]):
+            big = [cpu for _, n, cpu, _ in runs if n == sizes[len(WARM_UP) - 1]]
+            if len(big) >= 2 and abs(big[-1] - big[-2]) <= SETTLED * big[-2]:
+                break
+            total += 1
+            progress.update(task, total=total)
+            run(copy)
+        warm = len(runs)
+        for copy in measured:
+            run(copy)
+    return Configuration(runs, warm, group.rows)
 
 
 def main() -> None:
@@ -155,17 +212,15 @@ def main() -> None:
     )
     args = parser.parse_args()
     counts = [int(c) for c in args.executors.split(",")]
-    sizes = [args.records * f for f in WARM_UP] + [
-        args.records * (4 if i % 2 else 1) for i in range(args.runs)
-    ]
-    results: dict[int, tuple[list, dict]] = {}
+    sizes, measured = plan(args.records, args.runs)
+    results: dict[int, Configuration] = {}
     with (
         tempfile.TemporaryDirectory(prefix="vwap-bench-") as tmp,
         EmbeddedValkey() as valkey,
         Progress(console=console) as progress,
     ):
         for executors in counts:
-            results[executors] = measure(valkey.url, Path(tmp), executors, sizes, progress)
+            results[executors] = measure(valkey.url, Path(tmp), executors, sizes, measured, progress)
     table, verdict = report(results)
     console.print("\n".join(table))
     console.print(verdict)
@@ -179,18 +234,18 @@ def main() -> None:
         raise SystemExit(1)
 
 
-def report(results: dict[int, tuple[list, dict]]) -> tuple[list[str], str]:
+def report(results: dict[int, Configuration]) -> tuple[list[str], str]:
     """The markdown table (one row per executor count) and the outputs' verdict."""
     first: dict[int, Rows] = {}  # a run's rows depend only on its size, whatever the executors or the run
     differing: set[int] = set()
-    for runs, kept in results.values():
-        for i, (n, _, _) in enumerate(runs):
-            if not same(first.setdefault(n, kept[f"r{i}"]), kept[f"r{i}"]):
+    for config in results.values():
+        for copy, n, _, _ in config.runs:
+            if not same(first.setdefault(n, config.rows[f"r{copy}"]), config.rows[f"r{copy}"]):
                 differing.add(n)
     base = None
     rows = []
-    for executors, (runs, _) in results.items():
-        measured = runs[len(WARM_UP) :]
+    for executors, config in results.items():
+        measured = config.measured
         slope, se = marginal(measured)
         rate = 1 / slope
         base = base or rate
@@ -201,21 +256,25 @@ def report(results: dict[int, tuple[list, dict]]) -> tuple[list[str], str]:
                 f"{executors}",
                 f"{rate:,.0f} +- {se / slope:.0%}",
                 f"{rate / base:.2f}x",
-                f"{rate / PYFLINK_P1:.2f}x",
+                f"{rate / PYFLINK[executors]:.2f}x" if executors in PYFLINK else "-",
                 f"{big / wall:,.0f}",
                 f"{wall:.1f}",
-                ", ".join(f"{cpu:.1f}" for _, cpu, _ in runs),
+                "yes" if config.settled else "no",
+                ", ".join(f"{cpu:.1f}" for _, _, cpu, _ in config.runs[: config.warm])
+                + " | "
+                + ", ".join(f"{cpu:.1f}" for _, cpu, _ in measured),
             )
         )
-    big = max(n for runs, _ in results.values() for n, _, _ in runs)
+    big = max(n for config in results.values() for n, _, _ in config.measured)
     columns = (
         "executors",
         "records per CPU-second (marginal, +- standard error)",
         "vs the first row",
-        "vs PyFlink p=1 (~400k, issue 33)",
+        "vs PyFlink at parallelism = executors (~400k, ~300k: issue 33, not this run)",
         f"records per second at {big:,} (wall)",
         f"wall seconds at {big:,}",
-        "CPU-seconds per run (warm-up runs first)",
+        "warm-up settled",
+        "CPU-seconds per run (warm-up | measured)",
     )
     verdict = (
         f"Outputs: runs of the same size gave the same sink rows in every run and on every executor count "
@@ -226,7 +285,7 @@ def report(results: dict[int, tuple[list, dict]]) -> tuple[list[str], str]:
     return markdown(columns, rows), verdict
 
 
-def plot(results: dict[int, tuple[list, dict]], path: Path) -> None:
+def plot(results: dict[int, Configuration], path: Path) -> None:
     """CPU-seconds against records per run and executor count, with the fitted marginal line."""
     import matplotlib
 
@@ -234,8 +293,8 @@ def plot(results: dict[int, tuple[list, dict]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for executors, (runs, _) in results.items():
-        measured = runs[len(WARM_UP) :]
+    for executors, config in results.items():
+        measured = config.measured
         x = np.array([n for n, _, _ in measured], dtype=float)
         y = np.array([cpu for _, cpu, _ in measured])
         slope, _ = marginal(measured)
