@@ -205,9 +205,7 @@ def partition_key(spec: StreamTopologySpec, name: str) -> tuple[str, ...] | None
     if len(op.inputs) != 1 or (producer := spec.operator(op.inputs[0])).kind == "source":
         return None
     key = partition_key(spec, producer.name)
-    if key is None or not _drops(producer, key):
-        return key
-    return None
+    return None if key is not None and _drops(producer, key) else key
 
 
 def _drops(op: Operator, key: tuple[str, ...]) -> bool:

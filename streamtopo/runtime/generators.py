@@ -216,10 +216,12 @@ def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -
     ]
     # From Arrow: a list of tuples becomes a pickled RDD that the JVM unpickles again in every job that
     # reads it (each of a step's jobs over the source), about 0.15 s of wall time per job on this machine.
-    columns = list(zip(*rows, strict=True)) if rows else [(), (), ()]
     bounds = spark.createDataFrame(
         pa.table(
-            {name: pa.array(c, pa.int64()) for name, c in zip(("lo", "hi", "step"), columns, strict=True)}
+            {
+                name: pa.array([row[i] for row in rows], pa.int64())
+                for i, name in enumerate(("lo", "hi", "step"))
+            }
         )
     )
     ids = bounds.select(F.explode(F.sequence("lo", "hi", "step")).alias("id"))

@@ -11,6 +11,7 @@ import math
 import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -829,6 +830,40 @@ def kept_and_scaled(
     )
 
 
+LOW_AND_HIGH = (
+    {"name": "low", "kind": "filter", "inputs": ["scaled"], "expr": "value % 4 = 0"},
+    {"name": "high", "kind": "filter", "inputs": ["scaled"], "expr": "value % 4 = 2"},
+    {"name": "lows", "kind": "sink", "inputs": ["low"], "sink": {"file": {}}},
+    {"name": "highs", "kind": "sink", "inputs": ["high"], "sink": {"file": {}}},
+)
+"""Two filters of :func:`kept_and_scaled`'s ``scaled`` (with ``value * 2 AS value``), each into a sink."""
+
+
+def assert_low_and_high_exact(sums: dict[tuple[str, ...], Any], out: Path, count: int) -> int:
+    """:data:`LOW_AND_HIGH`'s sinks hold exactly their records, and every record in and out and all kg
+    traffic of the chain is booked once; the records ``kept`` let through."""
+    kept = [2 * seq for seq in range(count) if seq % 3]
+    lows = sorted(int(line["value"]) for line in read_lines(out, "lows"))
+    highs = sorted(int(line["value"]) for line in read_lines(out, "highs"))
+    assert lows == [v for v in kept if v % 4 == 0] and highs == [v for v in kept if v % 4 == 2]
+    n = len(kept)
+    assert booked(sums, "in", ["kept", "scaled", "low", "high"]) == {
+        "kept": count,
+        "scaled": n,
+        "low": n,
+        "high": n,
+    }
+    assert booked(sums, "out", ["kept", "scaled", "low", "high"]) == {
+        "kept": n,
+        "scaled": n,
+        "low": len(lows),
+        "high": len(highs),
+    }
+    edges = [("kept", "scaled"), ("scaled", "low"), ("scaled", "high")]
+    assert booked(sums, "traffic", edges) == dict.fromkeys(edges, n)
+    return n
+
+
 def test_lazy_consumers_of_one_output_are_counted_exactly_from_one_shared_frame(valkey, spark, tmp_path):
     """Two filters take one map's output lazily in large steps (no step materialises it: an aggregate
     keeps its share in the JVM): both flows share one routed frame, counted once by the step's count job,
@@ -901,33 +936,12 @@ def test_a_maps_lazy_outputs_are_sized_by_what_it_took_from_uncounted_flows(
         3000,
         7,
         "value * 2 AS value",
-        {"name": "low", "kind": "filter", "inputs": ["scaled"], "expr": "value % 4 = 0"},
-        {"name": "high", "kind": "filter", "inputs": ["scaled"], "expr": "value % 4 = 2"},
-        {"name": "lows", "kind": "sink", "inputs": ["low"], "sink": {"file": {}}},
-        {"name": "highs", "kind": "sink", "inputs": ["high"], "sink": {"file": {}}},
+        *LOW_AND_HIGH,
         *KEPT_IN_JVM,
     )
     sums = finished_counts(topology, valkey.url, tmp_path, ExecutorConfig(small_step_records=0))
-    kept = [2 * seq for seq in range(count) if seq % 3]
-    lows = sorted(int(line["value"]) for line in read_lines(tmp_path / "out", "lows"))
-    highs = sorted(int(line["value"]) for line in read_lines(tmp_path / "out", "highs"))
-    assert lows == [v for v in kept if v % 4 == 0] and highs == [v for v in kept if v % 4 == 2]
-    assert sized and sum(sum(c.values()) for c in sized) == 2 * len(kept)  # both flows, every record once
-    n = len(kept)
-    assert booked(sums, "in", ["kept", "scaled", "low", "high"]) == {
-        "kept": count,
-        "scaled": n,
-        "low": n,
-        "high": n,
-    }
-    assert booked(sums, "out", ["kept", "scaled", "low", "high"]) == {
-        "kept": n,
-        "scaled": n,
-        "low": len(lows),
-        "high": len(highs),
-    }
-    edges = [("kept", "scaled"), ("scaled", "low"), ("scaled", "high")]
-    assert booked(sums, "traffic", edges) == dict.fromkeys(edges, n)
+    n = assert_low_and_high_exact(sums, tmp_path / "out", count)
+    assert sized and sum(sum(c.values()) for c in sized) == 2 * n  # both flows, every record once
 
 
 def rekeyed(name: str, count: int, rate: float, window: float) -> StreamTopology:
@@ -1230,21 +1244,7 @@ def test_a_count_keeping_map_computed_once_sizes_what_it_took_without_a_count_jo
     count, rate, keys = 3000, 3000, 7
 
     def taken_out(name: str) -> StreamTopology:
-        return kept_and_scaled(
-            name,
-            count,
-            rate,
-            keys,
-            "value * 2 AS value",
-            *(
-                op
-                for r in range(2)
-                for op in (
-                    {"name": f"r{r}", "kind": "filter", "inputs": ["scaled"], "expr": f"value % 4 = {2 * r}"},
-                    {"name": f"out{r}", "kind": "sink", "inputs": [f"r{r}"], "sink": {"file": {}}},
-                )
-            ),
-        )
+        return kept_and_scaled(name, count, rate, keys, "value * 2 AS value", *LOW_AND_HIGH)
 
     large = ExecutorConfig(small_step_records=0)
     (tmp_path / "jobs").mkdir()
@@ -1252,24 +1252,4 @@ def test_a_count_keeping_map_computed_once_sizes_what_it_took_without_a_count_jo
     jobs = jobs_per_step(taken_out("ex-sized-jobs"), valkey.url, spark, tmp_path / "jobs", large)
     assert jobs and max(jobs) <= 1, f"Spark jobs per step: {jobs}"
     sums = finished_counts(taken_out("ex-sized-counts"), valkey.url, tmp_path / "counts", large)
-    kept = [2 * seq for seq in range(count) if seq % 3]
-    outs = [
-        sorted(int(line["value"]) for line in read_lines(tmp_path / "counts" / "out", f"out{r}"))
-        for r in (0, 1)
-    ]
-    assert outs == [[v for v in kept if v % 4 == 0], [v for v in kept if v % 4 == 2]]
-    n = len(kept)
-    assert booked(sums, "in", ["kept", "scaled", "r0", "r1"]) == {
-        "kept": count,
-        "scaled": n,
-        "r0": n,
-        "r1": n,
-    }
-    assert booked(sums, "out", ["kept", "scaled", "r0", "r1"]) == {
-        "kept": n,
-        "scaled": n,
-        "r0": len(outs[0]),
-        "r1": len(outs[1]),
-    }
-    edges = [("kept", "scaled"), ("scaled", "r0"), ("scaled", "r1")]
-    assert booked(sums, "traffic", edges) == dict.fromkeys(edges, n)
+    assert_low_and_high_exact(sums, tmp_path / "counts" / "out", count)

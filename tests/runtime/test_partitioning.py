@@ -212,16 +212,22 @@ def test_keys_spread_over_key_groups(make):
     assert counts.min() > 0.9 * 1250 and counts.max() < 1.1 * 1250  # binomial sd ~ 33 around 1250
 
 
+COUNTED_BY_SYMBOL = (
+    {"name": "src", "kind": "source", "source": {"generator": "trades"}},
+    {
+        "name": "agg",
+        "kind": "aggregate",
+        "inputs": ["src"],
+        "keyBy": ["symbol"],
+        "aggregations": ["count(*) AS n"],
+    },
+)
+"""Trades counted per symbol: ``agg`` is keyed by ``symbol``, ``src`` by nothing."""
+
+
 def test_partition_key_inherits_through_a_single_input(make_spec):
     spec = make_spec(
-        {"name": "src", "kind": "source", "source": {"generator": "trades"}},
-        {
-            "name": "agg",
-            "kind": "aggregate",
-            "inputs": ["src"],
-            "keyBy": ["symbol"],
-            "aggregations": ["count(*) AS n"],
-        },
+        *COUNTED_BY_SYMBOL,
         {"name": "f", "kind": "filter", "inputs": ["agg"], "expr": "n > 1"},
         {"name": "m", "kind": "map", "inputs": ["src"], "select": ["symbol"]},
     )
@@ -244,14 +250,7 @@ def test_a_key_a_map_drops_is_not_inherited_past_it(make_spec, select, inherited
     """A stateless consumer keeps a partitioning only while its records carry the key: after a map that
     leaves the key out, a sink has none (and is not refused for a key nobody asked it to have)."""
     spec = make_spec(
-        {"name": "src", "kind": "source", "source": {"generator": "trades"}},
-        {
-            "name": "agg",
-            "kind": "aggregate",
-            "inputs": ["src"],
-            "keyBy": ["symbol"],
-            "aggregations": ["count(*) AS n"],
-        },
+        *COUNTED_BY_SYMBOL,
         {"name": "m", "kind": "map", "inputs": ["agg"], "select": select},
         {"name": "out", "kind": "sink", "inputs": ["m"], "sink": {"console": {}}},
     )
