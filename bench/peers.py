@@ -4,7 +4,7 @@
         [--executors 1,2] [--flink-python .venv-flink/bin/python]
 
 PyFlink is the ``bench`` extra, in a virtualenv of its own (it pins py4j and pyarrow below what PySpark 4
-needs): ``python3 -m venv .venv-flink && .venv-flink/bin/pip install -e '.[bench]'``.
+needs): ``python3 -m venv .venv-flink && .venv-flink/bin/pip install 'apache-flink>=2.1' 'psutil>=5.9'``.
 
 Shapes (records of the sequence generator: ``key = seq % 1009``, ``value = seq``, 100,000 records per
 event-time second), each checked against the generator's definition in every engine:
@@ -93,9 +93,8 @@ LABELS = {
     "join": "stream-stream join, two inputs of N/2 records, pairs per key (100,003 keys) in 1 s windows",
 }
 NOT_YET = (
-    "Not in this bench yet (issue 33, item 6): the VWAP example whole (Flink would need Spark's xxhash64, on "
-    "which the trades and quotes generators are built, as a Java UDF to read the same records, and its window "
-    "join's rowtime is the window's end minus 1 ms where streamtopo's is the end), the "
+    "Not in this bench yet (issue 33, item 6): the VWAP example whole is bench/vwap.py's (section \"VWAP "
+    'example on executor processes", PyFlink side by side on the same records), the '
     "keyed pandas UDF and the map into a keyed named stream; and 4 executors / parallelism 4, which on 2 cores "
     "measure contention more than scale-out."
 )
@@ -242,11 +241,13 @@ class PeerGroup(ExecutorGroup):
 class Worker:
     """A peer engine in a warm process of its own (bench/peers_worker.py), one JSON line each way."""
 
-    def __init__(self, python: str, engine: str, parallelism: int, work: Path):
+    def __init__(self, python: str, engine: str, parallelism: int, work: Path, udf: Path | None = None):
         self.log = work / f"{engine}-{parallelism}.log"
         command = [python, str(ROOT / "bench" / "peers_worker.py"), engine, "--parallelism", str(parallelism)]
         if engine == "flink":
             command += ["--log", str(work / f"flink-{parallelism}-print.log")]
+        if udf is not None:
+            command += ["--udf", str(udf)]
         self.stderr = self.log.open("w")
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd=work

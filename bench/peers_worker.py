@@ -13,7 +13,12 @@ on stdin and answers one JSON line on stdout:
   process tree around this request only);
 - ``{"summary": true}``: the last run's output reduced to ``{"rows", "n", "total"}``: output groups (key,
   or window and key) and the sum over them of each group's final count and sum (an update stream's last
-  value per group).
+  value per group);
+- Flink only, a query the harness wrote (bench/vwap_flink.py): ``{"statements": [...], "inserts": [...]}``
+  runs the statements, then the inserts as one job to its end (``{"done": true}``); ``{"printed": true}``
+  answers ``{"rows": [[print identifier, row kind, fields], ...]}``, what that job's ``print`` tables
+  wrote. ``--udf File.java`` compiles a scalar function against PyFlink's jars first (``javac``: a JDK),
+  runs its ``main`` (its self-check) and adds it to the job's jars.
 
 Records are the sequence generator's: ``seq`` 0 .. N-1, ``key = seq % keys``, ``value = seq``, event time
 ``seq / 100,000`` s (streamtopo's ``_ts = seq / ratePerSecond``); :data:`SHAPES` are the queries. Flink
@@ -29,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -89,9 +95,10 @@ class Flink:
     Why print: the running aggregate is an update stream, which Flink's filesystem sink refuses and whose
     ``collect()`` crosses py4j row by row (10k rows took ~15 s)."""
 
-    ROW = re.compile(r"^(?:\d+> )?([+-][IUD])\[(.*)\]$")
+    ROW = re.compile(r"^(?:(\w*)(?::\d+)?> )?([+-][IUD])\[(.*)\]$")
+    """A ``print`` row: ``[identifier[:subtask]> ]+I[fields]``."""
 
-    def __init__(self, parallelism: int, log: Path):
+    def __init__(self, parallelism: int, log: Path, udf: Path | None = None):
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(fd, 1)
         self.log = log
@@ -99,6 +106,9 @@ class Flink:
 
         self.env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
         config = self.env.get_config()
+        config.set("table.local-time-zone", "UTC")
+        if udf is not None:
+            config.set("pipeline.jars", compile_udf(udf).as_uri())
         config.set("parallelism.default", str(parallelism))
         config.set("pipeline.object-reuse", "true")
         # Flink's own advice for aggregation throughput: mini-batches (one update per key and batch, not per
@@ -167,20 +177,50 @@ class Flink:
         self.offset = self.log.stat().st_size
         sql(f"INSERT INTO out{i} {query}").wait()
 
-    def summary(self) -> dict[str, int]:
-        final: dict[str, tuple[int, int]] = {}
+    def statements(self, ddl: list[str], inserts: list[str]) -> None:
+        """A query written by the harness: its statements, then its inserts as one job, to the end."""
+        for statement in ddl:
+            self.env.execute_sql(statement)
+        job = self.env.create_statement_set()
+        for insert in inserts:
+            job.add_insert_sql(insert)
+        sys.stdout.flush()
+        self.offset = self.log.stat().st_size
+        job.execute().wait()
+
+    def printed(self) -> list[tuple[str, str, str]]:
+        """(print identifier, row kind, fields) of every row the last job printed."""
         with self.log.open() as f:
             f.seek(self.offset)
-            for line in f:
-                match = self.ROW.match(line.strip())
-                if match and match.group(1) in ("+I", "+U"):
-                    *group, n, total = match.group(2).split(", ")
-                    final[", ".join(group)] = max(final.get(", ".join(group), (0, 0)), (int(n), int(total)))
+            return [m.groups() for m in map(self.ROW.match, map(str.strip, f)) if m]  # type: ignore[misc]
+
+    def summary(self) -> dict[str, int]:
+        final: dict[str, tuple[int, int]] = {}
+        for _, kind, fields in self.printed():
+            if kind in ("+I", "+U"):
+                *group, n, total = fields.split(", ")
+                final[", ".join(group)] = max(final.get(", ".join(group), (0, 0)), (int(n), int(total)))
         return {
             "rows": len(final),
             "n": sum(n for n, _ in final.values()),
             "total": sum(t for _, t in final.values()),
         }
+
+
+def compile_udf(source: Path) -> Path:
+    """``source`` (a Java scalar function) compiled against PyFlink's jars into a jar, its ``main`` run
+    as its self-check (it raises when it disagrees with the values it checks)."""
+    import pyflink
+
+    lib = Path(pyflink.__file__).parent / "lib" / "*"
+    out = Path(tempfile.mkdtemp(prefix="peers-udf-"))
+    subprocess.run(["javac", "-d", str(out / "classes"), "-cp", str(lib), str(source)], check=True)
+    package = re.search(r"^package ([\w.]+);", source.read_text(), re.M)
+    name = f"{package.group(1)}.{source.stem}" if package else source.stem
+    subprocess.run(["java", "-cp", f"{out / 'classes'}{os.pathsep}{lib}", name], check=True)
+    jar = out / f"{source.stem}.jar"
+    subprocess.run(["jar", "cf", str(jar), "-C", str(out / "classes"), "."], check=True)
+    return jar
 
 
 class Spark:
@@ -288,6 +328,7 @@ def main() -> None:
     parser.add_argument("engine", choices=("flink", "spark"))
     parser.add_argument("--parallelism", type=int, default=1)
     parser.add_argument("--log", type=Path, default=None, help="Flink: file for stdout (its print sink)")
+    parser.add_argument("--udf", type=Path, default=None, help="Flink: a Java scalar function to compile")
     args = parser.parse_args()
     # The protocol keeps the real stdin and stdout; the JVM (which inherits them) gets /dev/null to read
     # and stderr to write, so it can neither eat a request nor garble an answer.
@@ -296,7 +337,7 @@ def main() -> None:
     os.dup2(2, 1)
     if args.engine == "flink":
         log = args.log or Path(tempfile.mkstemp(prefix="peers-flink-", suffix=".log")[1])
-        engine: Flink | Spark = Flink(args.parallelism, log)
+        engine: Flink | Spark = Flink(args.parallelism, log, args.udf)
     else:
         engine = Spark(args.parallelism)
     out.write(json.dumps({"ready": True}) + "\n")
@@ -309,6 +350,11 @@ def main() -> None:
                     raise ValueError(f"unknown shape {request['run']!r} (known: {', '.join(SHAPES)})")
                 engine.run(request["run"], int(request["records"]))
                 answer: dict[str, object] = {"done": True}
+            elif "statements" in request and isinstance(engine, Flink):
+                engine.statements(request["statements"], request["inserts"])
+                answer = {"done": True}
+            elif "printed" in request and isinstance(engine, Flink):
+                answer = {"rows": engine.printed()}
             else:
                 answer = engine.summary()
         except Exception as e:  # the harness reports it and goes on with the next configuration
