@@ -39,12 +39,24 @@ from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import SparkSession
 
 from streamtopo.runtime import class_archive
+from streamtopo.runtime.memory import memory_limit
 
 _LOCK = threading.Lock()
 _SESSION: SparkSession | None = None
 
 DEFAULT_CORES = 1
-DEFAULT_MEMORY = "512m"
+MIN_HEAP = 512 * 2**20
+HEAP_SHARE = 0.25
+"""Without ``STREAMTOPO_SPARK_MEMORY``, the JVM's heap is this share of the memory the process may use
+(runtime/memory.py: the machine's, or the pod's limit), at least :data:`MIN_HEAP`: the JVM's own default
+rule (``MaxRAMPercentage``), which Spark overrides with a fixed 1g. A fixed 512m ran out under a
+million-key running aggregate (bench/peers.py's high-cardinality shape); the heap grows only as needed."""
+MEMORY_ENV = "STREAMTOPO_SPARK_MEMORY"
+"""The JVM's heap (``spark.driver.memory``) when set."""
+JVM_OUT_OF_HEAP = 3
+"""The JVM's exit code under ``-XX:+ExitOnOutOfMemoryError``."""
+_memory: str | None = None
+"""The heap this process's JVM was started with."""
 REAP_WAIT = 2.0
 """Seconds to wait for the JVM to be seen as exited after a py4j connection error: its sockets close
 before its parent can reap it, so the error can come first."""
@@ -83,9 +95,14 @@ def temp_dir() -> Path:
         return _TEMP
 
 
+def default_heap(limit: float) -> str:
+    """The heap for a process that may use ``limit`` bytes (see :data:`HEAP_SHARE`), in Spark's notation."""
+    return f"{int(max(MIN_HEAP, limit * HEAP_SHARE)) // 2**20}m"
+
+
 def spark_conf(
     cores: int = DEFAULT_CORES,
-    memory: str = DEFAULT_MEMORY,
+    memory: str | None = None,
     local_dir: Path | None = None,
     log_config: Path | None = None,
     java_extra: str = "",
@@ -93,7 +110,11 @@ def spark_conf(
     """The configuration of :func:`get_spark`, exposed so benchmarks can report it. ``local_dir`` holds
     Spark's local dirs and the JVM's temporary files, ``log_config`` is a log4j2 properties file,
     ``java_extra`` more JVM options (the class archive's, runtime/class_archive.py)."""
-    java = "-XX:+UseSerialGC"
+    # Out of heap, the JVM exits (code 3) instead of living on: Spark catches an OutOfMemoryError in some
+    # driver threads (task-result-getter) and the job waits forever for the result it lost, so an executor
+    # hung mid-step with an idle JVM (a million-key running aggregate at 512m). An exit is JvmLost: the
+    # executor exits for a restart that resumes from its last commit, and says why.
+    java = "-XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError"
     if java_extra:
         java += f" {java_extra}"
     if local_dir is not None:
@@ -103,7 +124,7 @@ def spark_conf(
     conf = {
         "spark.master": f"local[{cores}]",
         "spark.app.name": "streamtopo",
-        "spark.driver.memory": memory,
+        "spark.driver.memory": memory or default_heap(memory_limit()),
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.enabled": "false",
@@ -140,17 +161,18 @@ def get_spark(
     """The process-wide SparkSession, created on first use.
 
     ``cores``/``memory`` default to ``STREAMTOPO_SPARK_CORES`` / ``STREAMTOPO_SPARK_MEMORY`` or 1 core /
-    512m, ``verbose`` to ``STREAMTOPO_VERBOSE``; they only matter on the first call (a JVM is started once
-    per process), as does ``jvm_output``: a file the JVM's stdout and stderr go to instead of this
-    process's (the JVM prints a line that no log level silences, its incubator-module warning).
+    a share of the memory the process may use (:func:`default_heap`), ``verbose`` to
+    ``STREAMTOPO_VERBOSE``; they only matter on the first call (a JVM is started once per process), as
+    does ``jvm_output``: a file the JVM's stdout and stderr go to instead of this process's (the JVM
+    prints a line that no log level silences, its incubator-module warning).
     The JVM maps Spark's classes from the class archive when there is one; ``build_archive`` has this JVM
     write it at its exit when there is none (runtime/class_archive.py).
     """
-    global _SESSION, _ARCHIVE_BUILD
+    global _SESSION, _ARCHIVE_BUILD, _memory
     with _LOCK:
         if _SESSION is None:
             cores = cores or int(os.environ.get("STREAMTOPO_SPARK_CORES", DEFAULT_CORES))
-            memory = memory or os.environ.get("STREAMTOPO_SPARK_MEMORY", DEFAULT_MEMORY)
+            memory = memory or os.environ.get(MEMORY_ENV) or default_heap(memory_limit())
             # The JVM otherwise resolves the hostname and warns when it maps to loopback.
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             # Python workers (pandas UDFs) must run this interpreter, with its packages (pandas, pyarrow).
@@ -161,6 +183,7 @@ def get_spark(
             log_config = temp_dir() / "log4j2.properties"
             log_config.write_text(_LOG4J2.format(level=level.lower()))
             java_extra, _ARCHIVE_BUILD = class_archive.java_options(build_archive)
+            _memory = memory
             builder = SparkSession.builder
             for key, value in spark_conf(cores, memory, temp_dir(), log_config, java_extra).items():
                 builder = builder.config(key, value)
@@ -211,6 +234,8 @@ def jvm_lost(error: BaseException | None = None) -> JvmLost | None:
             status = proc.wait(REAP_WAIT)
     if status is not None:
         how = f"killed by {_signal_name(-status)}" if status < 0 else f"exit code {status}"
+        if status == JVM_OUT_OF_HEAP:
+            how += f": out of heap, raise {MEMORY_ENV} (now {_memory})"
         return JvmLost(f"the JVM (pid {proc.pid}, PySpark's py4j gateway) has exited ({how})")
     if error is not None and "stopped SparkContext" in str(error):
         return JvmLost(f"the SparkContext has stopped: {str(error).strip().splitlines()[0]}")
@@ -315,7 +340,7 @@ def stop_spark(jvm: bool = False) -> None:
     """
     from pyspark import SparkContext
 
-    global _SESSION, _ARCHIVE_BUILD
+    global _SESSION, _ARCHIVE_BUILD, _memory
     with _LOCK:
         try:
             if _SESSION is not None:

@@ -214,3 +214,61 @@ def test_py4j_reports_of_a_lost_gateway_stay_out_of_the_log(caplog):
         root.filters[:] = filters
         logging.getLogger("py4j").setLevel(level)
         server.close()
+
+
+OUT_OF_HEAP = """
+import json
+from streamtopo.runtime.operators.base import computed
+from streamtopo.runtime.operators.records import to_pandas
+from streamtopo.runtime.spark import JvmLost, get_spark
+
+spark = get_spark()
+# About 1.2 GB of strings collected into a 512m heap, in pieces of ~75 MB: every task's result reaches
+# the driver, where Spark's result threads hold them until the last one is in.
+big = spark.range(0, 12_000_000, 1, 16).selectExpr("id", "repeat('x', 90) AS s")
+try:
+    computed(lambda: to_pandas(big))
+    print(json.dumps({"seen": "ran"}))
+except JvmLost as error:
+    print(json.dumps({"seen": str(error)}))
+"""
+
+
+def test_a_jvm_out_of_heap_exits_and_says_so_instead_of_hanging():
+    """Out of heap, the JVM exits and the call raises JvmLost naming the heap setting, which the executor
+    turns into an exit for a restart. Before, the OutOfMemoryError stayed inside a JVM that lived on: here
+    it came back as a Java exception (a step failure, retried), and where it hit a thread Spark keeps
+    alive (task-result-getter: bench/peers.py's million-key running aggregate on the default 512m) the
+    job waited forever for a result it had lost, the executor hung with an idle JVM."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "STREAMTOPO_SPARK_MEMORY": "512m"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", OUT_OF_HEAP], capture_output=True, text=True, timeout=300, env=env
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("a collect larger than the heap hung for 300 s instead of ending the JVM")
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])["seen"]
+    assert "out of heap" in seen and "STREAMTOPO_SPARK_MEMORY" in seen and "512m" in seen, seen
+
+
+def test_the_heap_is_a_share_of_the_memory_the_process_may_use(spark):
+    """Without STREAMTOPO_SPARK_MEMORY the JVM's heap is a quarter of what the process may use (the
+    machine's memory or its pod's limit), never under 512m: the running JVM's own maximum says so."""
+    import os
+
+    from streamtopo.runtime.memory import memory_limit
+    from streamtopo.runtime.spark import MEMORY_ENV, default_heap
+
+    if os.environ.get(MEMORY_ENV):
+        pytest.skip(f"{MEMORY_ENV} sets this run's heap")
+    heap = int(default_heap(memory_limit()).removesuffix("m")) * 2**20
+    assert heap >= 512 * 2**20 and heap >= memory_limit() / 4 - 2**20
+    # maxMemory is the heap less one survivor space: within a tenth of -Xmx under the serial collector.
+    seen = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
+    assert 0.9 * heap <= seen <= heap, (seen, heap)

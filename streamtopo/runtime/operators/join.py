@@ -31,13 +31,10 @@ not fire before their records come: backpressure through the watermark, with mem
 from __future__ import annotations
 
 import math
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame as SparkFrame
@@ -45,6 +42,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from streamtopo.planner.model import Operator, StreamTopologySpec
+from streamtopo.runtime.memory import memory_limit
 from streamtopo.runtime.operators.aggregate import WINDOW_END, WINDOW_START
 from streamtopo.runtime.operators.base import (
     INPUT,
@@ -381,21 +379,6 @@ class JoinOperator(UnitOperator):
         frames, meta = decode_frames(data)
         pending = tuple(frames.pop(name) for name in _PENDING_FRAMES if name in frames)
         return {**frames, **meta, **({PENDING: pending} if pending else {})}
-
-
-def memory_limit() -> float:
-    """Bytes this process may use: the machine's memory, or its cgroup's limit (a pod's) when lower."""
-    return min(psutil.virtual_memory().total, _cgroup_limit())
-
-
-@cache
-def _cgroup_limit() -> float:
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            return float(Path(path).read_text().strip())
-        except (OSError, ValueError):  # absent, or "max": no limit there
-            continue
-    return math.inf
 
 
 def _row_bytes(frame: pd.DataFrame) -> float:
