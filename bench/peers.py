@@ -276,10 +276,14 @@ class Worker:
         self.proc.stdin.flush()
         return self.answer(timeout)
 
-    def run(self, prefix: str, shape: str, records: int) -> tuple[float, float, Summary]:
+    def timed(self, **request: object) -> tuple[float, float]:
+        """(CPU-seconds of the worker's process tree, wall seconds) of one run request to its answer."""
         cpu0, wall0 = cpu_seconds([self.tree]), time.perf_counter()
-        self.request(RUN_TIMEOUT, run=shape, records=records)
-        wall, cpu = time.perf_counter() - wall0, cpu_seconds([self.tree]) - cpu0
+        self.request(RUN_TIMEOUT, **request)
+        return cpu_seconds([self.tree]) - cpu0, time.perf_counter() - wall0
+
+    def run(self, prefix: str, shape: str, records: int) -> tuple[float, float, Summary]:
+        cpu, wall = self.timed(run=shape, records=records)
         return cpu, wall, self.request(300.0, summary=True)
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ on stdin and answers one JSON line on stdout:
 - Flink only, a query the harness wrote (bench/vwap_flink.py): ``{"statements": [...], "inserts": [...]}``
   runs the statements, then the inserts as one job to its end (``{"done": true}``); ``{"printed": true}``
   answers ``{"rows": [[print identifier, row kind, fields], ...]}``, what that job's ``print`` tables
-  wrote. ``--udf File.java`` compiles a scalar function against PyFlink's jars first (``javac``: a JDK),
+  wrote. ``--udf File.java`` compiles Java functions against PyFlink's jars first (``javac``: a JDK),
   runs its ``main`` (its self-check) and adds it to the job's jars.
 
 Records are the sequence generator's: ``seq`` 0 .. N-1, ``key = seq % keys``, ``value = seq``, event time
@@ -208,7 +208,7 @@ class Flink:
 
 
 def compile_udf(source: Path) -> Path:
-    """``source`` (a Java scalar function) compiled against PyFlink's jars into a jar, its ``main`` run
+    """``source`` (Java functions for Flink SQL) compiled against PyFlink's jars into a jar, its ``main`` run
     as its self-check (it raises when it disagrees with the values it checks)."""
     import pyflink
 
@@ -328,7 +328,7 @@ def main() -> None:
     parser.add_argument("engine", choices=("flink", "spark"))
     parser.add_argument("--parallelism", type=int, default=1)
     parser.add_argument("--log", type=Path, default=None, help="Flink: file for stdout (its print sink)")
-    parser.add_argument("--udf", type=Path, default=None, help="Flink: a Java scalar function to compile")
+    parser.add_argument("--udf", type=Path, default=None, help="Flink: Java functions to compile")
     args = parser.parse_args()
     # The protocol keeps the real stdin and stdout; the JVM (which inherits them) gets /dev/null to read
     # and stderr to write, so it can neither eat a request nor garble an answer.

@@ -48,9 +48,9 @@ from rich.console import Console
 from rich.progress import Progress
 
 from bench import vwap_flink
-from bench.peers import RUN_TIMEOUT, Worker
+from bench.peers import Worker
 from bench.report import header, markdown, write_section
-from bench.runtime import ExecutorGroup, cpu_seconds, marginal
+from bench.runtime import ExecutorGroup, marginal
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.embedded import EmbeddedValkey
 
@@ -206,8 +206,9 @@ class Configuration:
     @property
     def settled(self) -> bool:
         """Whether the warm-up ended on two 4N runs whose CPU agreed within :data:`SETTLED`."""
-        big = [cpu for _, n, cpu, _ in self.runs[: self.warm] if n == max(n for _, n, _, _ in self.runs)]
-        return len(big) >= 2 and abs(big[-1] - big[-2]) <= SETTLED * big[-2]
+        return agree(
+            [cpu for _, n, cpu, _ in self.runs[: self.warm] if n == max(n for _, n, _, _ in self.runs)]
+        )
 
     @property
     def measured(self) -> list[tuple[int, float, float]]:
@@ -225,6 +226,11 @@ def plan(records: int, runs: int) -> tuple[list[int], list[int]]:
     warm = [records * f for f in WARM_UP] + [4 * records] * MORE_WARM_UP
     measured = [records * (4 if i % 2 else 1) for i in range(runs)]
     return warm + measured, list(range(len(warm), len(warm) + runs))
+
+
+def agree(cpus: list[float]) -> bool:
+    """Whether the last two of these runs' CPU-seconds agree within :data:`SETTLED`."""
+    return len(cpus) >= 2 and abs(cpus[-1] - cpus[-2]) <= SETTLED * cpus[-2]
 
 
 RunCopy = Callable[[int], tuple[float, float]]
@@ -249,8 +255,7 @@ def warm_then_measure(
     for copy in range(len(WARM_UP)):
         run(copy)
     for copy in range(len(WARM_UP), measured[0]):
-        big = [cpu for _, n, cpu, _ in runs if n == sizes[len(WARM_UP) - 1]]
-        if len(big) >= 2 and abs(big[-1] - big[-2]) <= SETTLED * big[-2]:
+        if agree([cpu for _, n, cpu, _ in runs if n == sizes[len(WARM_UP) - 1]]):
             break
         total += 1
         progress.update(task, total=total)
@@ -288,9 +293,7 @@ def measure_flink(
             ddl, inserts = vwap_flink.statements(
                 copy, round(n * SHARES["trades"]), round(n * SHARES["quotes"])
             )
-            cpu0, wall0 = cpu_seconds([worker.tree]), time.perf_counter()
-            worker.request(RUN_TIMEOUT, statements=ddl, inserts=inserts)
-            wall, cpu = time.perf_counter() - wall0, cpu_seconds([worker.tree]) - cpu0
+            cpu, wall = worker.timed(statements=ddl, inserts=inserts)
             rows[f"r{copy}"] = flink_rows(worker.request(300.0, printed=True)["rows"])
             return cpu, wall
 

@@ -109,7 +109,8 @@ def spark_conf(
 ) -> dict[str, str]:
     """The configuration of :func:`get_spark`, exposed so benchmarks can report it. ``local_dir`` holds
     Spark's local dirs and the JVM's temporary files, ``log_config`` is a log4j2 properties file,
-    ``java_extra`` more JVM options (the class archive's, runtime/class_archive.py)."""
+    ``java_extra`` more JVM options (the class archive's, runtime/class_archive.py). ``memory``, the
+    heap, defaults to ``STREAMTOPO_SPARK_MEMORY`` or :func:`default_heap` of the process's memory."""
     # Out of heap, the JVM exits (code 3) instead of living on: Spark catches an OutOfMemoryError in some
     # driver threads (task-result-getter) and the job waits forever for the result it lost, so an executor
     # hung mid-step with an idle JVM (a million-key running aggregate at 512m). An exit is JvmLost: the
@@ -124,7 +125,7 @@ def spark_conf(
     conf = {
         "spark.master": f"local[{cores}]",
         "spark.app.name": "streamtopo",
-        "spark.driver.memory": memory or default_heap(memory_limit()),
+        "spark.driver.memory": memory or os.environ.get(MEMORY_ENV) or default_heap(memory_limit()),
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.enabled": "false",
@@ -172,7 +173,6 @@ def get_spark(
     with _LOCK:
         if _SESSION is None:
             cores = cores or int(os.environ.get("STREAMTOPO_SPARK_CORES", DEFAULT_CORES))
-            memory = memory or os.environ.get(MEMORY_ENV) or default_heap(memory_limit())
             # The JVM otherwise resolves the hostname and warns when it maps to loopback.
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             # Python workers (pandas UDFs) must run this interpreter, with its packages (pandas, pyarrow).
@@ -183,9 +183,10 @@ def get_spark(
             log_config = temp_dir() / "log4j2.properties"
             log_config.write_text(_LOG4J2.format(level=level.lower()))
             java_extra, _ARCHIVE_BUILD = class_archive.java_options(build_archive)
-            _memory = memory
+            conf = spark_conf(cores, memory, temp_dir(), log_config, java_extra)
+            _memory = conf["spark.driver.memory"]
             builder = SparkSession.builder
-            for key, value in spark_conf(cores, memory, temp_dir(), log_config, java_extra).items():
+            for key, value in conf.items():
                 builder = builder.config(key, value)
             with _output_to(jvm_output):
                 _SESSION = builder.getOrCreate()
@@ -340,7 +341,7 @@ def stop_spark(jvm: bool = False) -> None:
     """
     from pyspark import SparkContext
 
-    global _SESSION, _ARCHIVE_BUILD, _memory
+    global _SESSION, _ARCHIVE_BUILD
     with _LOCK:
         try:
             if _SESSION is not None:
