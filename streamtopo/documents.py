@@ -47,7 +47,10 @@ def read_text(path: str | Path) -> str:
 
 def _text(source: Source) -> tuple[str | Mapping[str, Any], str]:
     """(text or data, origin for error messages)."""
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and Path(source).exists()):
+    # An empty string is text, not the path "." (a file caught mid-rewrite reads empty).
+    if isinstance(source, Path) or (
+        isinstance(source, str) and source and "\n" not in source and Path(source).exists()
+    ):
         return read_text(source), str(source)
     return source, "(text)"
 

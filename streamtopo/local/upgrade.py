@@ -31,10 +31,18 @@ from streamtopo.runtime.layouts import runtime_facts
 
 @dataclass
 class SpecFile:
-    """The watched file: reports its text when it changed since it was last seen."""
+    """The watched file: reports its text once it changed since it was last taken and reads the same on
+    two successive looks.
+
+    Why two: a save that truncates and then writes (most editors, ``Path.write_text``) can be read in
+    between, empty or cut short; taking that would refuse a spec the user never wrote.
+    """
 
     path: Path
     seen: str | None = None
+    """The text last taken (the running spec's)."""
+    settling: str | None = None
+    """A new text read once, taken if the next look reads it again."""
 
     def __post_init__(self) -> None:
         self.seen = self.text()
@@ -43,13 +51,17 @@ class SpecFile:
         try:
             return read_text(self.path)
         except TopologyError:
-            return None  # being rewritten, or gone for a moment: looked at again on the next tick
+            return None  # gone for a moment (a rename-over save): looked at again on the next tick
 
     def changed(self) -> str | None:
         text = self.text()
         if text is None or text == self.seen:
+            self.settling = None
             return None
-        self.seen = text
+        if text != self.settling:
+            self.settling = text
+            return None
+        self.seen, self.settling = text, None
         return text
 
 

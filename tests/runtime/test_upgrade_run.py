@@ -25,6 +25,8 @@ from runtime_support import assert_exactly_once, expected_totals, read_lines
 from streamtopo.documents import load_topology
 from streamtopo.local.runner import RunOptions, run_topology
 from streamtopo.local.summary import RunSummary
+from streamtopo.local.upgrade import SpecFile
+from streamtopo.planner.model import TopologyError
 
 pytestmark = [pytest.mark.slow, pytest.mark.valkey, pytest.mark.spark]
 
@@ -131,6 +133,23 @@ class WatchedRun:
         assert self.summary is not None, self.said.getvalue()
         assert self.summary.finished and self.summary.failed is None, self.said.getvalue()
         return self.summary
+
+
+def test_a_save_caught_half_written_is_not_taken_for_the_spec(tmp_path):
+    # CI once read the file between write_text's truncate and write: "" was taken as the path "." and the
+    # edit refused with "cannot read file: Is a directory" instead of the field the user changed.
+    file = tmp_path / "edits.yaml"
+    file.write_text(yaml.safe_dump(DOC))
+    watched = SpecFile(file)
+    new = yaml.safe_dump(edited(valid={"expr": "value >= 0 AND key >= 0"}))
+    looks = []
+    for text in ["", new[: len(new) // 2], new, new, new]:
+        file.write_text(text)
+        looks.append(watched.changed())
+    assert looks == [None, None, None, new, None]
+    with pytest.raises(TopologyError) as refused:  # an empty text is an empty document, not the path "."
+        load_topology("")
+    assert refused.value.problems == [("(document)", "expected a StreamTopology mapping")]
 
 
 def test_a_compatible_change_keeps_exact_totals_and_an_incompatible_one_is_refused(tmp_path, spark):
