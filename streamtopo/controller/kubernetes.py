@@ -43,19 +43,9 @@ from streamtopo.planner.model import (
     KIND,
     StreamTopology,
 )
+from streamtopo.planner.quantity import quantity
 
 # ------------------------------------------------------------------------------------------ nodes
-
-
-def quantity(value: str | float) -> float:
-    """A Kubernetes resource quantity (``3500m``, ``4``, ``16Gi``, ``1e3``, ``100u``) as a number, parsed
-    by the Kubernetes client's own parser."""
-    from kubernetes.utils import parse_quantity
-
-    try:
-        return float(parse_quantity(value))
-    except (ValueError, TypeError, ArithmeticError):
-        raise ValueError(f"not a resource quantity: {value!r}") from None
 
 
 FAILING_WAIT = frozenset(

@@ -54,6 +54,7 @@ from streamtopo.planner.model import (
     TransportSpec,
 )
 from streamtopo.planner.policy import PlatformPolicy
+from streamtopo.planner.quantity import executor_memory_problem
 from streamtopo.valkey_library import Limits
 
 GROUP = "streamtopo.dev"
@@ -92,7 +93,10 @@ class RenderSettings:
     executor_network_policy: Mapping[str, Any] | None = None
     """``{"ingress": [...], "egress": [...]}`` NetworkPolicy rules for every topology's executors (the
     chart's networkPolicy values); None renders no NetworkPolicy."""
-    executor_memory: str = "512Mi"
+    executor_memory: str = "2Gi"
+    """Memory request and limit of executor pods whose spec sets none (the chart's executor.memory): the
+    JVM's heap takes a quarter, at least 512Mi; VWAP's executors peaked at about 1.1 GiB and a windowed
+    join's at 2 GiB with the heap at 512Mi (docs/operator.md, "Executor memory")."""
     transport_limits: Limits = field(default_factory=Limits)
     """What one topology (and one namespace's named streams) may hold in the platform's Valkey, and the
     largest entry or record (the chart's transport.limits): written into the function library."""
@@ -106,7 +110,7 @@ class RenderSettings:
         rules = env.get("STREAMTOPO_EXECUTOR_NETWORK_POLICY")
         return cls(
             metrics_port=int(env.get("STREAMTOPO_EXECUTOR_METRICS_PORT", "9100")),
-            executor_memory=env.get("STREAMTOPO_EXECUTOR_MEMORY") or cls.executor_memory,
+            executor_memory=_executor_memory(env.get("STREAMTOPO_EXECUTOR_MEMORY") or cls.executor_memory),
             runtime_image=env.get("STREAMTOPO_RUNTIME_IMAGE") or None,
             transport_url=env.get("STREAMTOPO_TRANSPORT_URL") or None,
             transport_admin_password=env.get("STREAMTOPO_TRANSPORT_ADMIN_PASSWORD") or None,
@@ -149,6 +153,13 @@ class RenderSettings:
     def transport_url_of(self, topology: StreamTopology) -> str:
         url = topology.spec.transport.url
         return self.transport_url if self.transport_url and self.platform_transport(topology) else url
+
+
+def _executor_memory(value: str) -> str:
+    """The chart's executor.memory, refused at the operator's start when no executor could run in it."""
+    if problem := executor_memory_problem(value):
+        raise ValueError(f"STREAMTOPO_EXECUTOR_MEMORY (the chart's executor.memory): {problem}")
+    return value
 
 
 def _limit(value: str | None) -> int | None:

@@ -46,6 +46,7 @@ from streamtopo.planner.policy import (
     udf_problem,
     url_problem,
 )
+from streamtopo.planner.quantity import Quantity, executor_memory_problem
 
 API_VERSION: Final = "streamtopo.dev/v1alpha1"
 API_GROUP = API_VERSION.partition("/")[0]
@@ -707,12 +708,6 @@ class BatchingSpec(Model):
 
 # --------------------------------------------------------------------------------- executor pods
 
-QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-"""A Kubernetes resource quantity (the API server's own grammar)."""
-Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=64)]
 RESERVED_LABEL_PREFIXES = (
     "streamtopo.dev/",
     "app.kubernetes.io/",
@@ -732,8 +727,14 @@ class ExecutorResources(Model):
     autoscaler adds one core. Set: every executor requests this much and the planner's executor capacity
     (ALBIC's, the scaling rule's) is this many cores."""
     memory: Quantity | None = None
-    """Memory request and limit per executor (the JVM's heap lives in it). Unset: the platform default
-    (the chart's ``executor.memory``, 512Mi)."""
+    """Memory request and limit per executor (the JVM's heap, a quarter of it and at least 512Mi, lives in
+    it). At least 1Gi. Unset: the platform default (the chart's ``executor.memory``)."""
+
+    @model_validator(mode="after")
+    def _memory_runs_an_executor(self) -> ExecutorResources:
+        if self.memory is not None and (problem := executor_memory_problem(self.memory)):
+            raise field_error("memory", problem)
+        return self
 
 
 class LocalObjectReference(Model):

@@ -11,7 +11,8 @@ import pytest
 from controller_testkit import EmulatedKubernetes, wait_for
 from test_kopf_kmock import CR_PATH, NS, condition, events, operator, pods, routing, status
 
-from streamtopo.controller.kubernetes import committed_cpu, quantity
+from streamtopo.controller.kubernetes import committed_cpu
+from streamtopo.planner.quantity import quantity
 
 pytestmark = [pytest.mark.kube, pytest.mark.prometheus, pytest.mark.timeout(240)]
 

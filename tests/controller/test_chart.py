@@ -19,6 +19,7 @@ import yaml
 
 from streamtopo.controller.generated import stale_files
 from streamtopo.controller.manifests import NAMESPACE, Document, manifest_files, render_chart
+from streamtopo.controller.rendering import RenderSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts/streamtopo"
@@ -712,6 +713,8 @@ def test_the_defaults_are_safe_and_usable_as_installed() -> None:
     assert policy["spec"]["ingress"][0]["ports"] == [{"port": 6379, "protocol": "TCP"}]
     env = {e["name"]: e.get("value") for e in operator_container(documents)["env"]}
     assert env["STREAMTOPO_EXECUTOR_NETWORK_POLICY"]
+    # The chart's executor memory is the operator's own default (one an executor runs in).
+    assert env["STREAMTOPO_EXECUTOR_MEMORY"] == RenderSettings.executor_memory
     budgets = {d["metadata"]["name"]: d["spec"] for d in of_kind(documents, "PodDisruptionBudget")}
     assert budgets == {
         "streamtopo": {"maxUnavailable": 1, "selector": budgets["streamtopo"]["selector"]},

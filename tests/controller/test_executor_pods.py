@@ -11,7 +11,7 @@ import yaml
 from controller_testkit import MemoryPlatform
 
 from streamtopo.controller.reconcile import adaptation_config, reconcile
-from streamtopo.controller.rendering import render
+from streamtopo.controller.rendering import RenderSettings, render
 from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.model import TopologyError
@@ -133,8 +133,17 @@ def test_a_template_change_replaces_the_pods_and_no_template_keeps_todays_pods()
     assert set(hashes[0]) == set(hashes[1]) and all(hashes[0][n] != hashes[1][n] for n in hashes[0])
     pod = next(p for p in render(plain, "ns", OWNER) if p["kind"] == "Pod")
     assert "tolerations" not in pod["spec"] and pod["spec"]["containers"][0]["resources"]["limits"] == {
-        "memory": "512Mi"
+        "memory": RenderSettings.executor_memory
     }
+
+
+def test_the_platform_default_memory_runs_an_executor_and_a_smaller_one_stops_the_operator_at_start():
+    assert RenderSettings.from_env({}).executor_memory == RenderSettings.executor_memory
+    assert RenderSettings.from_env({"STREAMTOPO_EXECUTOR_MEMORY": "1Gi"}).executor_memory == "1Gi"
+    with pytest.raises(
+        ValueError, match=r"STREAMTOPO_EXECUTOR_MEMORY \(the chart's executor.memory\): 512Mi"
+    ):
+        RenderSettings.from_env({"STREAMTOPO_EXECUTOR_MEMORY": "512Mi"})
 
 
 def test_no_node_matching_the_affinity_is_refused_naming_the_field():
@@ -216,6 +225,9 @@ def test_no_node_matching_the_affinity_is_refused_naming_the_field():
             "",
         ),
         ({"resources": {"memory": "lots"}}, "spec.executor.resources.memory", ""),
+        # Below what a JVM and its Python driver run in: killed at the limit on every restart.
+        ({"resources": {"memory": "512Mi"}}, "spec.executor.resources.memory", "less than 1Gi"),
+        ({"resources": {"memory": "1e8"}}, "spec.executor.resources.memory", "less than 1Gi"),
         ({"resources": {"cpu": 0}}, "spec.executor.resources.cpu", ""),
         # Variables that make the linker, Python, PySpark, the JVM or Spark load code (issue 32).
         *(

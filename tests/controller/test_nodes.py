@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamtopo.controller.kubernetes import NoHosts, cluster_from_nodes, quantity
+from streamtopo.controller.kubernetes import NoHosts, cluster_from_nodes
+from streamtopo.planner.quantity import quantity
 
 
 def node(
