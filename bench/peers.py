@@ -391,8 +391,7 @@ def measure(run: Run, point: Point, records: int, step: Callable[[], None]) -> N
 def configurations(args: argparse.Namespace) -> list[tuple[str, int]]:
     return [
         *(("streamtopo", k) for k in args.executors),
-        *(("flink", p) for p in args.parallelism),
-        *(("spark", p) for p in args.parallelism),
+        *((engine, p) for engine in ("flink", "spark") if engine in args.engines for p in args.parallelism),
     ]
 
 
@@ -635,10 +634,16 @@ def main() -> None:
         default=str(ROOT / ".venv-flink" / "bin" / "python"),
         help="an interpreter with the bench extra (apache-flink) installed",
     )
+    parser.add_argument(
+        "--peers", default="flink,spark", help="comma-separated, of flink, spark; empty: streamtopo alone"
+    )
     parser.add_argument("--no-write", action="store_true", help="print the table, leave docs/ alone")
     args = parser.parse_args()
     args.records = args.records or (1_000_000 if args.quick else 4_000_000)
     args.shapes = args.shapes.split(",")
+    args.engines = [e for e in args.peers.split(",") if e]
+    if unknown := [e for e in args.engines if e not in ("flink", "spark")]:
+        parser.error(f"--peers: unknown {', '.join(unknown)} (known: flink, spark)")
     if unknown := [s for s in args.shapes if s not in SHAPES]:
         parser.error(f"--shapes: unknown {', '.join(unknown)} (known: {', '.join(SHAPES)})")
     command = shlex.join(["python", "bench/peers.py", *sys.argv[1:]])

@@ -48,21 +48,28 @@ _LAST = (datetime.datetime(9999, 12, 31, 23, 59, 59, 999999) - _EPOCH) // _MICRO
 _DAY = 86_400_000_000
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 _NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
-_NOT_NUMBERS = {"NaN": '"NaN"', "Infinity": '"Infinity"', "-Infinity": '"-Infinity"'}
 
 
 def json_lines(spark: SparkSession, frame: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
-    """Each record's ``columns`` as one JSON line, exactly Spark's writer's (an object array)."""
+    """Each record's ``columns`` as one JSON line, exactly Spark's writer's (an object array).
+
+    Assembled by Arrow's string kernels, not per record in Python: a join's 2M output rows spent 39 % of
+    its executor's time building lines one by one (bench/peers.py's join shape, py-spy). Each field is
+    ``,"name":value``, or empty for a null, the fields of a record are concatenated and the first comma
+    dropped. (Not ``binary_join_element_wise(..., null_handling="skip")``: pyarrow 26 drops a record whose
+    fields are all null from its result.)"""
     table = to_arrow(frame[list(columns)])
     texts = [_texts(spark, column.combine_chunks()) for column in table.columns]
     if any(t is None for t in texts):
         return spark_json_lines(spark, frame, columns)
+    if not texts:
+        return np.array(["{}"] * len(frame), dtype=object)
     fields = [
-        [None if v is None else f"{name}:{v}" for v in column]  # type: ignore[union-attr]
-        for name, column in zip((_string(c) for c in columns), texts)
+        pc.fill_null(pc.binary_join_element_wise(_text(f",{_string(name)}:"), text, _text("")), _text(""))
+        for name, text in zip(columns, texts)
     ]
-    lines = ["{" + ",".join(f for f in row if f is not None) + "}" for row in zip(*fields)]
-    return np.array(lines if fields else ["{}"] * len(frame), dtype=object)
+    body = pc.utf8_slice_codeunits(pc.binary_join_element_wise(*fields, _text("")), 1)
+    return pc.binary_join_element_wise(_text("{"), body, _text("}"), _text("")).to_numpy(zero_copy_only=False)
 
 
 def spark_json_lines(spark: SparkSession, frame: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
@@ -72,19 +79,21 @@ def spark_json_lines(spark: SparkSession, frame: pd.DataFrame, columns: Sequence
     return computed(lambda: lines.toArrow()).column(0).to_numpy(zero_copy_only=False)
 
 
-def _texts(spark: SparkSession, array: pa.Array) -> list[str | None] | None:
-    """Each value's JSON text (None for null), or None when the type is not one written here."""
+def _texts(spark: SparkSession, array: pa.Array) -> pa.Array | None:
+    """Each value's JSON text (null for null) as a ``large_string`` array, or None when the type is not
+    one written here."""
     kind = array.type
     if pa.types.is_floating(kind):
         return _with_nulls(array, _java_numbers(spark, array))
-    if pa.types.is_integer(kind):
-        return _with_nulls(array, [str(v) for v in pc.fill_null(array, 0).to_pylist()])
-    if pa.types.is_boolean(kind):
-        return [None if v is None else ("true" if v else "false") for v in array.to_pylist()]
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):  # decimal digits; true, false
+        return array.cast(pa.large_string())
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return [None if v is None else _string(v) for v in array.to_pylist()]
+        text = array.cast(pa.large_string())
+        if pc.any(pc.match_substring_regex(text, _NEEDS_ESCAPE.pattern)).as_py():
+            return _column([None if v is None else _string(v) for v in text.to_pylist()])
+        return pc.binary_join_element_wise(_text('"'), text, _text('"'), _text(""))
     if pa.types.is_decimal(kind):
-        return [None if v is None else str(v) for v in array.to_pylist()]
+        return _column([None if v is None else str(v) for v in array.to_pylist()])
     if pa.types.is_timestamp(kind) and kind.tz in ("UTC", "+00:00", "Etc/UTC"):
         return _calendar(array.cast(pa.int64()).to_pylist(), with_time=True)
     if pa.types.is_date32(kind):
@@ -93,18 +102,24 @@ def _texts(spark: SparkSession, array: pa.Array) -> list[str | None] | None:
     return None
 
 
-def _with_nulls(array: pa.Array, texts: list[str]) -> list[str | None]:
-    if not array.null_count:
-        return list(texts)
-    nulls = array.is_null().to_pylist()
-    return [None if null else text for text, null in zip(texts, nulls)]
+def _text(value: str) -> pa.Scalar:
+    return pa.scalar(value, pa.large_string())
 
 
-def _java_numbers(spark: SparkSession, array: pa.Array) -> list[str]:
+def _column(texts: list[str | None]) -> pa.Array:
+    return pa.array(texts, pa.large_string())
+
+
+def _with_nulls(array: pa.Array, texts: pa.Array) -> pa.Array:
+    return pc.if_else(array.is_null(), _text(None), texts) if array.null_count else texts
+
+
+def _java_numbers(spark: SparkSession, array: pa.Array) -> pa.Array:
     """Java's own notation for each value: the values cross to the driver's JVM as big-endian bytes in
-    one call, and ``java.util.Arrays.toString`` formats them with ``Double.toString``/``Float.toString``."""
+    one call, and ``java.util.Arrays.toString`` formats them with ``Double.toString``/``Float.toString``;
+    Arrow splits the one string it returns."""
     if not len(array):
-        return []
+        return _column([])
     single = array.type == pa.float32()
     values = pc.fill_null(array, 0).to_numpy(zero_copy_only=False).astype(">f4" if single else ">f8")
     jvm, gateway = spark._jvm, spark.sparkContext._gateway  # noqa: SLF001 - PySpark's JVM handle
@@ -112,8 +127,11 @@ def _java_numbers(spark: SparkSession, array: pa.Array) -> list[str]:
     buffer = jvm.java.nio.ByteBuffer.wrap(bytearray(values.tobytes()))
     numbers = gateway.new_array(gateway.jvm.float if single else gateway.jvm.double, len(values))
     (buffer.asFloatBuffer() if single else buffer.asDoubleBuffer()).get(numbers)
-    texts = str(jvm.java.util.Arrays.toString(numbers))[1:-1].split(", ")
-    return [_NOT_NUMBERS.get(t, t) for t in texts]
+    listed = str(jvm.java.util.Arrays.toString(numbers))
+    texts = pc.split_pattern(pa.array([listed[1:-1]], pa.large_string()), ", ").values
+    if "N" in listed or "I" in listed:  # NaN, Infinity: Jackson writes them as strings
+        texts = pc.replace_substring_regex(texts, "^(NaN|-?Infinity)$", '"\\1"')
+    return texts
 
 
 def _string(value: str) -> str:
@@ -124,7 +142,7 @@ def _escape(char: str) -> str:
     return _ESCAPES.get(char) or f"\\u{ord(char):04X}"
 
 
-def _calendar(micros: list[int | None], with_time: bool) -> list[str | None] | None:
+def _calendar(micros: list[int | None], with_time: bool) -> pa.Array | None:
     """Texts of a timestamp or date column (microseconds since the epoch), or None if a value lies outside
     years 1-9999 (Spark's ``yyyy`` signs years beyond them, and Python's calendar stops there: such a
     batch goes to Spark)."""
@@ -136,7 +154,7 @@ def _calendar(micros: list[int | None], with_time: bool) -> list[str | None] | N
             out.append(_format(_EPOCH + datetime.timedelta(microseconds=count), with_time))
         else:
             return None
-    return out
+    return _column(out)
 
 
 def _format(moment: datetime.datetime, with_time: bool) -> str:
