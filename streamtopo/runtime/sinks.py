@@ -90,7 +90,8 @@ def check_outputs(spec: StreamTopologySpec, output_dir: Path) -> None:
 
 
 def lines_bytes(lines: list[str]) -> bytes:
-    return "".join(line + "\n" for line in lines).encode()
+    """Each line ended by a newline (one join: no string per line)."""
+    return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
 def last_records(output_dir: Path, spec: StreamTopologySpec, op: Operator, n: int) -> list[dict[str, Any]]:

@@ -35,7 +35,7 @@ from streamtopo.runtime.operators import build_operator, combine_inputs, records
 from streamtopo.runtime.operators.aggregate import AggregateOperator, bucket_partials
 from streamtopo.runtime.operators.aggregations import finalize, merge_partials
 from streamtopo.runtime.operators.base import OperatorError
-from streamtopo.runtime.operators.folds import SparkArithmeticError, group_codes
+from streamtopo.runtime.operators.folds import SparkArithmeticError, first_rows, group_codes
 from streamtopo.runtime.operators.numpy_eval import Evaluator
 from streamtopo.runtime.operators.records import KG, TS, from_arrow, to_arrow, to_pandas, to_spark
 from streamtopo.runtime.operators.state import decode_frames, encode_frames
@@ -262,6 +262,15 @@ def test_partials_merged_in_the_driver_are_sparks_aggregate(spark, make_spec, ta
     # 0.0 and -0.0 tie in min/max: Spark keeps whichever it met first, which depends on its partitioning.
     signed = not any(a.startswith(("min(d)", "max(d)")) for a in aggs)
     same_rows(ours[reference.columns], reference, signed_zero=signed)
+
+
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=40))
+def test_first_rows_are_each_groups_first_however_the_groups_are_numbered(values):
+    """The one-pass rule (groups numbered by first appearance) and its fallback (any other numbering)."""
+    sorted_codes = np.unique(values, return_inverse=True)[1].astype(np.int64)  # numbered by value
+    appearance = pd.factorize(np.array(values))[0].astype(np.int64)  # numbered as ngroup(sort=False)
+    for codes in (sorted_codes, appearance):
+        assert np.array_equal(first_rows(codes), np.unique(codes, return_index=True)[1])
 
 
 def _exceeds_somewhere(frame: pd.DataFrame, keys: list[str], aggs: list[str]) -> bool:
