@@ -102,7 +102,7 @@ def _texts(spark: SparkSession, array: pa.Array) -> pa.Array | None:
     return None
 
 
-def _text(value: str) -> pa.Scalar:
+def _text(value: str | None) -> pa.Scalar:
     return pa.scalar(value, pa.large_string())
 
 
