@@ -76,7 +76,7 @@ def first_rows(codes: np.ndarray) -> np.ndarray:
     new = np.ones(len(codes), dtype=bool)
     new[1:] = codes[1:] > np.maximum.accumulate(codes)[:-1]
     first = np.flatnonzero(new)
-    if np.array_equal(codes[first], np.arange(len(first))) and len(first) == codes.max() + 1:
+    if np.array_equal(codes[first], np.arange(len(first))):  # each new maximum was the next code
         return first
     return np.unique(codes, return_index=True)[1]
 
