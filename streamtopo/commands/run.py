@@ -1,14 +1,19 @@
 """`streamtopo run FILE...`: run StreamTopologies on this machine (embedded Valkey, local executors); several files
-run together with their common sub-trees computed once (planner/benoit/split.py)."""
+run together as one dataflow with their common sub-trees computed once (planner/benoit/fuse.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from streamtopo.local.summary import RunSummary
+    from streamtopo.planner.benoit.fuse import Fusion
     from streamtopo.planner.model import StreamTopology
 
 
@@ -130,7 +135,7 @@ def run(
             "writing Spark's class archive for faster executor starts (once, about 15 s)", style="dim"
         )
     try:
-        topologies, outputs = _prepare(files, output, no_share=no_share, verbose=verbose)
+        prepared = _prepare(files, output, no_share=no_share, verbose=verbose)
     except _BadInput as error:
         console.print(
             f"[red]error:[/red] {escape(error.where)}:\n{escape(error.message)}",
@@ -138,6 +143,10 @@ def run(
             soft_wrap=True,
         )
         raise typer.Exit(2) from None
+    if prepared.note:
+        console.print(prepared.note, highlight=False, soft_wrap=True)
+    if prepared.fusion is not None:
+        console.print(shares(prepared.fusion), highlight=False, soft_wrap=True)
     options = RunOptions(
         duration=duration,
         executors=executors,
@@ -161,7 +170,7 @@ def run(
         watch=files[0] if watch else None,
     )
     try:
-        summaries = run_topologies(topologies, options, console, outputs)
+        summaries = run_topologies(prepared.topologies, options, console, prepared.outputs)
     except NoRoom as error:
         console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -177,7 +186,11 @@ def run(
     for name, summary in summaries.items():
         if len(summaries) > 1:
             console.rule(name)
+        elif prepared.fusion is not None:
+            console.rule(f"{name}: {', '.join(prepared.fusion.members)}")
         print_summary(summary, console)
+    if prepared.fusion is not None:
+        console.print(saving(prepared.fusion, summaries), highlight=False, soft_wrap=True)
     # Ending during warm-up is a failure too: the pipeline did not run, whatever the duration asked for.
     raise typer.Exit(1 if any(s.failed or s.unready for s in summaries.values()) else 0)
 
@@ -188,13 +201,25 @@ class _BadInput(Exception):
         self.where, self.message = where, message
 
 
-def _prepare(
-    files: list[Path], output: Path | None, *, no_share: bool, verbose: bool
-) -> tuple[list[StreamTopology], dict[str, Path | None]]:
-    """Load and check the files; with several, split off their shared part (unless ``no_share``).
-    Returns the topologies to run (the shared part first) and each one's file-sink directory."""
+@dataclass
+class _Prepared:
+    topologies: list[StreamTopology]
+    """What runs: the files' topologies, or their fusion, or a shared part and its consumers."""
+    outputs: dict[str, Path | None]
+    """Each one's file-sink directory."""
+    fusion: Fusion | None = None
+    note: str | None = None
+    """Why several files that share operators do not run fused."""
+
+
+def _prepare(files: list[Path], output: Path | None, *, no_share: bool, verbose: bool) -> _Prepared:
+    """Load and check the files, each as it would run alone (errors name the file and its own operators).
+    With several, their common operators are computed once (unless ``no_share``): in one dataflow of all
+    of them (planner/benoit/fuse.py), or, where their union is not a valid topology, in a shared part whose
+    named streams the others read (planner/benoit/split.py)."""
     from streamtopo.documents import load_topology
     from streamtopo.local.runner import check_pipeline, output_dir
+    from streamtopo.planner.benoit.fuse import fuse_shared
     from streamtopo.planner.benoit.split import split_shared
     from streamtopo.planner.benoit.topologies import stream_cycles
     from streamtopo.planner.model import TopologyError
@@ -218,24 +243,60 @@ def _prepare(
     cycles = stream_cycles(loaded) if len(loaded) > 1 else []
     if cycles:
         raise _BadInput("streams", f"topologies feed each other in a cycle: {cycles[0]}")
-    topologies = loaded
-    if len(loaded) > 1 and not no_share:
-        split = split_shared(loaded)
-        topologies = ([split.shared] if split.shared else []) + split.consumers
-    outputs: dict[str, Path | None] = {}
-    for topology in topologies:
+    alone: dict[str, Path | None] = {}
+    for topology, file in zip(loaded, files):
         name = topology.metadata.name
-        outputs[name] = output_dir(topology, output if len(loaded) == 1 or output is None else output / name)
+        alone[name] = output_dir(topology, output if len(loaded) == 1 or output is None else output / name)
         try:
-            check_pipeline(topology, outputs[name], verbose=verbose)
+            check_pipeline(topology, alone[name], verbose=verbose)
         except ValueError as error:
-            origin = (
-                files[names.index(name)]
-                if name in names
-                else "the shared part of " + ", ".join(map(str, files))
-            )
-            raise _BadInput(str(origin), str(error)) from None
-    return topologies, outputs
+            raise _BadInput(str(file), str(error)) from None
+    if len(loaded) == 1 or no_share:
+        return _Prepared(loaded, alone)
+    try:
+        fusion = fuse_shared(loaded)
+    except TopologyError as error:
+        split = split_shared(loaded)
+        parts = ([split.shared] if split.shared else []) + split.consumers
+        outputs = {t.metadata.name: alone.get(t.metadata.name) for t in parts}
+        note = f"the files do not run as one dataflow ({error}); the shared part runs on its own"
+        return _Prepared(parts, outputs, note=note)
+    if fusion is None:
+        return _Prepared(loaded, alone)
+    fused = fusion.topology
+    root = output if output is not None else Path("streamtopo-output")
+    return _Prepared([fused], {fused.metadata.name: output_dir(fused, root)}, fusion)
+
+
+def shares(fusion: Fusion) -> str:
+    """What a fused run computes once, and for whom."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for op, members in fusion.shared.items():
+        groups.setdefault(tuple(members), []).append(op)
+    parts = [f"{', '.join(ops)} computed once for {', '.join(members)}" for members, ops in groups.items()]
+    return (
+        f"sharing: {'; '.join(parts)}; one dataflow, {fusion.topology.metadata.name}, runs every topology's "
+        "operators in the same executors (their own named <topology>-<operator>)"
+    )
+
+
+def saving(fusion: Fusion, summaries: Mapping[str, RunSummary]) -> str:
+    """The CPU-seconds the fused run took against what the plan's cost model (Aeolus' CPU demand at the
+    declared rates) puts on running the topologies apart: the measured figure scaled by the demands'
+    ratio. Each topology run apart would also start its own executors (a JVM and a Spark session each),
+    which the model does not count, so the estimate is low."""
+    from streamtopo.planner.scaling.aeolus import aeolus_plan
+
+    fused = aeolus_plan(fusion.topology.spec).demand
+    apart = sum(aeolus_plan(t.spec).demand for t in fusion.originals)
+    cpu = summaries[fusion.topology.metadata.name].cpu_seconds
+    if cpu is None or fused <= 0:
+        return "sharing: no CPU-seconds measured"
+    return (
+        f"sharing: {cpu:,.1f} CPU-seconds with the shared operators computed once; apart, the plan's cost "
+        f"model puts {apart / fused:.2f}x the work on them, about {cpu * apart / fused:,.1f} CPU-seconds, "
+        f"before {len(fusion.members) - 1} more topologies' executor starts"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import resource
 import signal
 import tempfile
 import threading
@@ -298,6 +299,7 @@ def run_topologies(
         previous = {
             sig: signal.signal(sig, lambda *_: interrupted.set()) for sig in (signal.SIGINT, signal.SIGTERM)
         }
+    cpu_before = children_cpu()
     valkey = EmbeddedValkey().start()
     runs: list[_Run] = []
     platforms: list[LocalPlatform] = []
@@ -353,7 +355,15 @@ def run_topologies(
                 tmp.cleanup()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+    for summary in summaries.values():
+        summary.cpu_seconds = children_cpu() - cpu_before
     return summaries
+
+
+def children_cpu() -> float:
+    """CPU-seconds of the child processes this process has waited for (RUSAGE_CHILDREN)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class _Display(Protocol):

@@ -72,6 +72,9 @@ class RunSummary:
     """The most executors that ran at once."""
     first_records: float | None = None
     """Seconds from the start until the sources had emitted their first records."""
+    cpu_seconds: float | None = None
+    """CPU-seconds of every process the run started and waited for (executors, their JVMs, the embedded
+    Valkey), the topologies of one run together."""
 
     def pause_stats(self, kind: str | None = None) -> tuple[float, float, float] | None:
         """(p50, p99, max) seconds of the pauses of ``kind`` (all kinds if None); p99 interpolated
@@ -162,6 +165,10 @@ def capacity_lines(summary: RunSummary) -> list[str]:
     if summary.hosts:
         first = "" if summary.first_records is None else f"; first records after {summary.first_records:.0f}s"
         lines.append(f"hosts: {summary.hosts}; at most {summary.most_executors} executors ran at once{first}")
+    if summary.cpu_seconds is not None:
+        lines.append(
+            f"CPU: {summary.cpu_seconds:,.1f} CPU-seconds in the run's processes (executors, Valkey)"
+        )
     for figures in (summary.declared, summary.measured):
         if figures is not None and figures.exhausted:
             lines.append(f"capacity exhausted: {figures.message()}")

@@ -39,41 +39,15 @@ def stream_name(digest: str) -> str:
 def split_shared(topologies: Sequence[StreamTopology], *, across_namespaces: bool = False) -> Split:
     """The shared topology and the rewritten consumers (unchanged when nothing is shared)."""
     hashes = [structural_hashes(t, across_namespaces=across_namespaces) for t in topologies]
-    owners: dict[str, set[int]] = {}
-    for i, (topology, digests) in enumerate(zip(topologies, hashes)):
-        for op in topology.spec.operators:
-            if op.kind != "sink":
-                owners.setdefault(digests[op.name], set()).add(i)
-    shared = {h for h, who in owners.items() if len(who) > 1}
+    shared = shared_hashes(topologies, hashes)
     if not shared:
         return Split(None, list(topologies), {})
-    names: dict[str, str] = {}
-    """Shared hash -> operator name in the shared topology."""
-    operators: list[dict[str, Any]] = []
-    rates: dict[str, float] = {}
+    names, operators = shared_operators(topologies, hashes, shared)
     key_groups = max(
         t.spec.key_groups
         for t, digests in zip(topologies, hashes)
         if any(digests[op.name] in shared for op in t.spec.operators)
     )
-    for topology, digests in zip(topologies, hashes):
-        for op in topology.spec.operators:
-            h = digests[op.name]
-            if h not in shared:
-                continue
-            if op.source is not None and op.source.generator is not None:
-                rates[h] = max(rates.get(h, 0.0), op.source.rate_per_second)
-            if h in names:
-                continue
-            names[h] = op.name if op.name not in names.values() else f"{op.name}-{h[:6]}"
-            body = op.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"requires"})
-            body["name"] = names[h]
-            body["inputs"] = [names[digests[i]] for i in op.inputs]
-            operators.append(body)
-    for body in operators:
-        h = next(k for k, v in names.items() if v == body["name"])
-        if h in rates:
-            body["source"]["ratePerSecond"] = rates[h]
     streams: dict[str, list[str]] = {}
     consumers = []
     for topology, digests in zip(topologies, hashes):
@@ -107,6 +81,46 @@ def split_shared(topologies: Sequence[StreamTopology], *, across_namespaces: boo
     )
     spec |= {"keyGroups": key_groups, "operators": operators}
     return Split(StreamTopology.model_validate({"metadata": metadata, "spec": spec}), consumers, streams)
+
+
+def shared_hashes(topologies: Sequence[StreamTopology], hashes: Sequence[dict[str, str]]) -> set[str]:
+    """Structural hashes of the operators (sinks never) that two or more of ``topologies`` compute."""
+    owners: dict[str, set[int]] = {}
+    for i, (topology, digests) in enumerate(zip(topologies, hashes)):
+        for op in topology.spec.operators:
+            if op.kind != "sink":
+                owners.setdefault(digests[op.name], set()).add(i)
+    return {h for h, who in owners.items() if len(who) > 1}
+
+
+def shared_operators(
+    topologies: Sequence[StreamTopology], hashes: Sequence[dict[str, str]], shared: set[str]
+) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The ``shared`` operators once each: hash -> name (the first topology's name for it, made unique)
+    and their documents, inputs renamed, generators at the highest rate any topology declares
+    (node requirements left out: each topology states its own)."""
+    names: dict[str, str] = {}
+    operators: list[dict[str, Any]] = []
+    rates: dict[str, float] = {}
+    for topology, digests in zip(topologies, hashes):
+        for op in topology.spec.operators:
+            h = digests[op.name]
+            if h not in shared:
+                continue
+            if op.source is not None and op.source.generator is not None:
+                rates[h] = max(rates.get(h, 0.0), op.source.rate_per_second)
+            if h in names:
+                continue
+            names[h] = op.name if op.name not in names.values() else f"{op.name}-{h[:6]}"
+            body = op.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"requires"})
+            body["name"] = names[h]
+            body["inputs"] = [names[digests[i]] for i in op.inputs]
+            operators.append(body)
+    for body in operators:
+        h = next(k for k, v in names.items() if v == body["name"])
+        if h in rates:
+            body["source"]["ratePerSecond"] = rates[h]
+    return names, operators
 
 
 def join_shared(topology: StreamTopology, shared: StreamTopology) -> StreamTopology | None:
