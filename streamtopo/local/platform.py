@@ -19,6 +19,7 @@ killed before it could clean up leaves nothing behind once the work directory is
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -388,3 +389,10 @@ def _claim_port(first: int = 19400, last: int = 21400) -> int:
             _CLAIMED.add(port)
             return port
     raise OSError(f"no free port for an executor's metrics between {first} and {last}")
+
+
+def children_cpu() -> float:
+    """CPU-seconds of the child processes this process has waited for (RUSAGE_CHILDREN): a run's executors,
+    their JVMs and the embedded Valkey once they are stopped."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import resource
 import signal
 import tempfile
 import threading
@@ -34,7 +33,7 @@ from rich.markup import escape
 from streamtopo.contracts import Keys, RoutingTable, unit_key
 from streamtopo.controller.platform import DesiredState
 from streamtopo.local.drills import Kill, Schedule, held_by, migrate, recovery_pauses
-from streamtopo.local.platform import LocalPlatform, Machine, machine_cluster, machine_cores
+from streamtopo.local.platform import LocalPlatform, Machine, children_cpu, machine_cluster, machine_cores
 from streamtopo.local.progress import Progress
 from streamtopo.local.sources import limit_sources, scale_rates
 from streamtopo.local.start import Start, initial_routing
@@ -355,15 +354,10 @@ def run_topologies(
                 tmp.cleanup()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+    cpu = children_cpu() - cpu_before
     for summary in summaries.values():
-        summary.cpu_seconds = children_cpu() - cpu_before
+        summary.cpu_seconds = cpu
     return summaries
-
-
-def children_cpu() -> float:
-    """CPU-seconds of the child processes this process has waited for (RUSAGE_CHILDREN)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 class _Display(Protocol):

@@ -80,30 +80,16 @@ def test_file_sinks_write_where_each_topology_alone_writes_under_the_runs_output
         if op.sink is not None and op.sink.file is not None
     }
     assert paths == {fusion.members["a"]["out"]: "a/out", fusion.members["b"]["out"]: "b/sums/b"}
-    assert fusion.own("a") == {"a-totals": "totals", "a-out": "out"}
+    assert fusion.members["a"] == {"numbers": "numbers", "kept": "kept", "totals": "a-totals", "out": "a-out"}
 
 
 def test_shared_operators_take_the_highest_rate_and_key_groups_own_ones_keep_theirs() -> None:
     a = topology("a", tail("count(*) AS n", key_groups=2))
-    b = topology("b", tail("sum(value) AS total", key_groups=16), keyGroups=8)
-    b = b.model_copy(
-        update={
-            "spec": b.spec.model_copy(
-                update={
-                    "operators": [
-                        b.spec.operators[0].model_copy(
-                            update={
-                                "source": b.spec.operators[0].source.model_copy(  # type: ignore[union-attr]
-                                    update={"rate_per_second": 250.0}
-                                )
-                            }
-                        ),
-                        *b.spec.operators[1:],
-                    ]
-                }
-            )
-        }
+    document = topology("b", tail("sum(value) AS total", key_groups=16), keyGroups=8).model_dump(
+        mode="json", by_alias=True, exclude_none=True
     )
+    document["spec"]["operators"][0]["source"]["ratePerSecond"] = 250.0
+    b = StreamTopology.model_validate(document)
     fusion = fuse_shared([a, b])
     assert fusion is not None
     spec = fusion.topology.spec

@@ -56,10 +56,6 @@ class Fusion:
     originals: tuple[StreamTopology, ...]
     """The topologies fused, as given."""
 
-    def own(self, member: str) -> dict[str, str]:
-        """The fused names of ``member``'s operators that no other member shares, -> their own names."""
-        return {fused: mine for mine, fused in self.members[member].items() if fused not in self.shared}
-
 
 def fuse_shared(topologies: Sequence[StreamTopology], *, across_namespaces: bool = False) -> Fusion | None:
     """The topologies as one, sharing what two or more compute; None when they compute nothing in common.
@@ -88,7 +84,8 @@ def fuse_shared(topologies: Sequence[StreamTopology], *, across_namespaces: bool
             h = digests[op.name]
             if h in common:
                 renamed[op.name] = names[h]
-                serves[names[h]].append(member)
+                if member not in serves[names[h]]:  # a topology may compute one thing twice
+                    serves[names[h]].append(member)
             else:
                 renamed[op.name] = _own_name(member, op.name, taken)
                 taken.add(renamed[op.name])
