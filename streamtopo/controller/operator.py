@@ -773,6 +773,8 @@ class Period:
             deployment = _previous(platform)
             if deployment is None:
                 return  # not planned yet (or the spec was never valid)
+            if _suspend_pending(body, deployment):
+                return
             if nodes_changed:
                 _replan_if_cluster_changed(body, memo, platform, deployment)
                 deployment = _previous(platform) or deployment
@@ -803,6 +805,17 @@ class Period:
             if not stopped:
                 publish(body, platform, result.outcome, observed=False)
         _count(result, body)
+
+
+def _suspend_pending(body: Mapping[str, Any], deployment: DesiredState) -> bool:
+    """A suspend or resume the spec handler has not handled yet: the live body and the recorded
+    deployment disagree, and a period stepped on either half would be wrong (a resumed phase with no
+    executors, or pods recreated just before they are deleted). Once the handler has seen the generation
+    (even refusing it), the recorded deployment is what runs and the period goes on."""
+    wanted = bool((body.get("spec") or {}).get("suspend"))
+    generation = (body.get("metadata") or {}).get("generation")
+    seen = (body.get("status") or {}).get("observedGeneration") == generation
+    return wanted != deployment.topology.spec.suspend and not seen
 
 
 def _interval(body: Mapping[str, Any]) -> float:

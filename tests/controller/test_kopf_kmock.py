@@ -288,6 +288,29 @@ def test_update_replans_and_invalid_update_keeps_last_good(
     }
 
 
+@pytest.mark.parametrize("recorded", [False, True])
+def test_the_period_waits_for_the_spec_handler_to_apply_a_suspend_or_resume(recorded: bool):
+    """The daemon's live body can say suspend while the recorded deployment still runs (or the reverse):
+    a period stepped then published a resumed phase with no executors. It waits until the handler has
+    observed the generation, and then steps whatever the handler recorded (a refused edit included)."""
+    from types import SimpleNamespace
+
+    from streamtopo.controller.operator import _suspend_pending
+
+    deployment: Any = SimpleNamespace(topology=SimpleNamespace(spec=SimpleNamespace(suspend=recorded)))
+
+    def body(suspend: bool, observed: int) -> dict[str, Any]:
+        return {
+            "metadata": {"generation": 3},
+            "spec": {"suspend": suspend},
+            "status": {"observedGeneration": observed},
+        }
+
+    assert _suspend_pending(body(not recorded, observed=2), deployment)
+    assert not _suspend_pending(body(not recorded, observed=3), deployment)
+    assert not _suspend_pending(body(recorded, observed=2), deployment)
+
+
 def test_suspend_deletes_the_pods_and_resume_recreates_them(
     kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
 ):
