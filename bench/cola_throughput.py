@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +53,7 @@ from streamtopo.controller.adaptation_loop import measured_profile
 from streamtopo.controller.platform import MetricsUnavailable, RuntimeStats
 from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.documents import load_topology
+from streamtopo.local.testbed import EmulatedHosts, EmulatedHostsSpec
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.deployment import deployment
 from streamtopo.planner.model import StreamTopology
@@ -111,15 +113,20 @@ class Run:
     """Records per second of wall time, from the routing version to every sink's end of stream."""
 
 
-def measure(top: StreamTopology, plan: Plan, work: Path) -> tuple[float, RuntimeStats, dict[KeyGroupId, str]]:
-    """Run ``plan`` once: (records per second, the executors' rates over the run, unit -> executor)."""
+def measure(
+    top: StreamTopology, plan: Plan, work: Path, bed: EmulatedHosts | None = None
+) -> tuple[float, RuntimeStats, dict[KeyGroupId, str]]:
+    """Run ``plan`` once: (records per second, the executors' rates over the run, unit -> executor). On
+    ``bed`` each executor starts in the emulated host its PE is placed on, Valkey on a host of its own."""
     planned = deployment(plan, top.spec, top.metadata.name, ScalingConfig(max_executors=1), replicas=False)
-    names = {e: f"ex-{i}" for i, e in enumerate(sorted(planned.executors))}
+    ordered = sorted(planned.executors)
+    names = {e: f"ex-{i}" for i, e in enumerate(ordered)}
     assignment: dict[KeyGroupId, str] = {u: names[e] for u, e in planned.units.items()}
     records = sum(op.source.count or 0 for op in top.spec.operators if op.source is not None)
+    hosts = [planned.executors[e].host or "" for e in ordered] if bed is not None else []
     with (
-        EmbeddedValkey() as valkey,
-        ExecutorGroup(top, work, valkey.url, len(names), clock=time.time() - 3600) as group,
+        bed.valkey() if bed is not None else EmbeddedValkey() as valkey,
+        ExecutorGroup(top, work, valkey.url, len(names), time.time() - 3600, bed, hosts) as group,
     ):
         metrics = ScrapeMetricsSource(group.platform.endpoints)
         try:
@@ -142,6 +149,7 @@ def series(
     iterations: int,
     none: tuple[RuntimeStats, dict[KeyGroupId, str]],
     work: Path,
+    bed: EmulatedHosts | None,
 ) -> list[Run]:
     """Iterations 1..N of ``fusion`` (cola or fint), each planned on the previous run's measurements."""
     out, (stats, placement), known = [], none, None
@@ -150,7 +158,7 @@ def series(
         profile = measured_profile(stats, placement, gamma or 1.0, known)
         known = profile.crossing_cost  # measured on NONE, kept (as the SPL loop does)
         plan = plan_topology(top.spec, cluster, algorithm=fusion, profile=profile)
-        throughput, stats, placement = measure(top, plan, work / f"{fusion}-{k}")
+        throughput, stats, placement = measure(top, plan, work / f"{fusion}-{k}", bed)
         out.append(Run(fusion, k, gamma, len(plan.pes), throughput))
         print(f"  {fusion} iteration {k}: {len(plan.pes)} PEs, {throughput:,.0f} records/s", flush=True)
     return out
@@ -178,6 +186,13 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=6, help="profiling iterations per fusion")
     parser.add_argument("--repeats", type=int, default=3, help="runs of the whole series per host count")
     parser.add_argument("--records", type=int, default=400_000, help="source records per run")
+    parser.add_argument(
+        "--testbed",
+        action="store_true",
+        help="run on emulated hosts (local/testbed.py): a namespace and a --host-cpu CPU quota per host",
+    )
+    parser.add_argument("--valkey-cpu", type=float, default=0.4, help="cores of the bed's Valkey host")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ as it is")
     args = parser.parse_args()
     console = Console(width=150)
     top = vwap(args.records)
@@ -186,17 +201,19 @@ def main() -> None:
         work = Path(tmp)
         for hosts in args.hosts:
             cluster = Cluster.uniform(hosts, args.host_cpu)
-            for repeat in range(args.repeats):
-                print(f"{hosts} hosts, series {repeat + 1} of {args.repeats}", flush=True)
-                none_plan = plan_topology(top.spec, cluster, algorithm="none")
-                none_rate, none_stats, none_placement = measure(top, none_plan, work / "none")
-                print(f"  none: {len(none_plan.pes)} PEs, {none_rate:,.0f} records/s", flush=True)
-                runs = {"none": [Run("none", 0, None, len(none_plan.pes), none_rate)]}
-                for fusion in ("fint", "cola"):
-                    runs[fusion] = series(
-                        top, cluster, fusion, args.iterations, (none_stats, none_placement), work
-                    )
-                results.setdefault(hosts, []).append(runs)
+            spec = EmulatedHostsSpec(hosts=cluster.hosts, valkey_cpu=args.valkey_cpu)
+            with EmulatedHosts(spec) if args.testbed else nullcontext() as bed:
+                for repeat in range(args.repeats):
+                    print(f"{hosts} hosts, series {repeat + 1} of {args.repeats}", flush=True)
+                    none_plan = plan_topology(top.spec, cluster, algorithm="none")
+                    none_rate, none_stats, none_placement = measure(top, none_plan, work / "none", bed)
+                    print(f"  none: {len(none_plan.pes)} PEs, {none_rate:,.0f} records/s", flush=True)
+                    runs = {"none": [Run("none", 0, None, len(none_plan.pes), none_rate)]}
+                    for fusion in ("fint", "cola"):
+                        runs[fusion] = series(
+                            top, cluster, fusion, args.iterations, (none_stats, none_placement), work, bed
+                        )
+                    results.setdefault(hosts, []).append(runs)
     report(console, args, top, results)
 
 
@@ -253,14 +270,12 @@ def report(
     console.print(table)
 
     measured = sorted(results)
+    stem = "cola_testbed" if args.testbed else "cola_throughput"
+    section = f"{SECTION} on emulated hosts (issue 35)" if args.testbed else SECTION
     image = (
         ROOT
         / "docs/img"
-        / (
-            "cola_throughput.png"
-            if measured == [4]
-            else f"cola_throughput_{'-'.join(map(str, measured))}.png"
-        )
+        / (f"{stem}.png" if measured == [4] else f"{stem}_{'-'.join(map(str, measured))}.png")
     )
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for colour, hosts in enumerate(measured):
@@ -281,7 +296,8 @@ def report(
     ax.set_title(f"Figure 7 on the runtime: VWAP (group a), {', '.join(map(str, measured))} planning hosts")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(image, dpi=120)
+    if not args.no_write:
+        fig.savefig(image, dpi=120)
     plt.close(fig)
 
     pes = [
@@ -299,13 +315,20 @@ def report(
             f"({'beats' if cola_max > none_ else 'misses'} NONE), "
             f"{cola_max / fint_max:.2f}x FINT Max ({'no lower' if cola_max >= fint_max else 'lower'})."
         )
-    kept_rows, kept_verdicts, kept_notes = earlier(set(results), image.name)
+    kept_rows, kept_verdicts, kept_notes = earlier(section, set(results), image.name)
     command = (
         f".venv/bin/python bench/cola_throughput.py --hosts {' '.join(map(str, args.hosts))} --host-cpu "
         f"{args.host_cpu:g} --iterations {args.iterations} --repeats {args.repeats} --records {args.records}"
+        + (f" --testbed --valkey-cpu {args.valkey_cpu:g}" if args.testbed else "")
+    )
+    where = (
+        f"each host a network namespace with a {args.host_cpu:g}-core CPU quota, Valkey on its own "
+        f"{args.valkey_cpu:g}-core host (local/testbed.py), all within its 2 cores"
+        if args.testbed
+        else "the executors share its 2 cores"
     )
     lines = [
-        *header(command, "the executors share its 2 cores"),
+        *header(command, where),
         "",
         f"VWAP with symbol group a of examples/vwap.yaml ({len(top.spec.operators)} operators, "
         f"{args.records:,} source records, all due at once). Throughput = source records / wall seconds "
@@ -328,10 +351,13 @@ def report(
         "",
         'Reading, against the paper\'s Table 2 and Figure 7: docs/cola.md, "Throughput on the runtime".',
     ]
-    write_section(SECTION, lines)
+    if not args.no_write:
+        write_section(section, lines)
 
 
-def earlier(measured: set[int], image: str) -> tuple[list[str], list[str], tuple[list[str], list[str]]]:
+def earlier(
+    section: str, measured: set[int], image: str
+) -> tuple[list[str], list[str], tuple[list[str], list[str]]]:
     """What the section has of host counts this run did not measure: table rows, verdict lines, PE lines,
     and the figures of other host sets than this run's ``image``."""
     rows, verdicts, pes, figures = [], [], [], []
@@ -339,7 +365,7 @@ def earlier(measured: set[int], image: str) -> tuple[list[str], list[str], tuple
     def hosts_of(words: list[str]) -> int | None:
         return next((int(w) for w in words if w.isdigit()), None)
 
-    for line in read_section(SECTION):
+    for line in read_section(section):
         cells = line.strip("| ").split(" | ")
         if line.startswith("| ") and cells[0].isdigit() and int(cells[0]) not in measured:
             rows.append(line)

@@ -64,6 +64,7 @@ from bench.report import header, markdown, read_section, write_section
 from streamtopo.contracts import ExecutorEntry, Keys, RoutingTable, unit_key
 from streamtopo.local.platform import LocalPlatform
 from streamtopo.local.runner import finished
+from streamtopo.local.testbed import EmulatedHosts
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import MAX_RATE_PER_SECOND, Operator, StreamTopology, StreamTopologySpec
 from streamtopo.runtime.embedded import EmbeddedValkey
@@ -535,22 +536,31 @@ class ExecutorGroup:
     stays outside every measurement. CPU is read over each executor's process tree (Python, JVM, any
     Python workers) plus the Valkey server; the harness (this process) only polls Valkey."""
 
-    def __init__(self, top: StreamTopology, work: Path, url: str, count: int, clock: float | None = None):
+    def __init__(
+        self,
+        top: StreamTopology,
+        work: Path,
+        url: str,
+        count: int,
+        clock: float | None = None,
+        bed: EmulatedHosts | None = None,
+        hosts: Sequence[str] = (),
+    ):
+        """``bed``: emulated hosts (local/testbed.py), executor ``ex-i`` started on ``hosts[i]``."""
         self.top, self.spec = top, top.spec
         self.keys = Keys.of(top)
         self.store = StateStore(connect(url), self.keys)
         if clock is not None:  # before any executor sets it (they only set a missing clock)
             self.store.client.set(self.keys.clock, repr(clock))
         self.output = work / "out"
-        self.platform = LocalPlatform(
-            work, url, Cluster.uniform(1, float(os.cpu_count() or 1)), output_dir=self.output
-        )
+        cluster = bed.cluster() if bed is not None else Cluster.uniform(1, float(os.cpu_count() or 1))
+        self.platform = LocalPlatform(work, url, cluster, output_dir=self.output, bed=bed)
         self.platform.write_topology(top)
         self.version = 0
         self.route({})
         try:
             for i in range(count):
-                self.platform.start(f"ex-{i}")
+                self.platform.start(f"ex-{i}", hosts[i] if hosts else None)
             self.platform.wait_ready(timeout=300.0)
         except BaseException:
             self.platform.close()

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from streamtopo.planner.cluster import Cluster, parse_cluster
+from streamtopo.planner.cluster import Cluster, M, parse_cluster, parse_hosts
 from streamtopo.planner.graph import plan_size_problems
 from streamtopo.planner.model import (
     MAX_DOCUMENT_BYTES,
@@ -111,3 +111,8 @@ def object_document(obj: Mapping[str, Any]) -> dict[str, Any]:
 def load_cluster(source: Source) -> Cluster:
     """A validated cluster from a path, YAML text or data (:func:`parse_cluster`)."""
     return parse_cluster(*_text(source))
+
+
+def load_hosts(source: Source, model: type[M]) -> M:
+    """A file that extends the cluster file, validated as ``model`` (:func:`parse_hosts`)."""
+    return parse_hosts(*_text(source), model)

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from streamtopo.local.summary import RunSummary
+    from streamtopo.local.testbed import EmulatedHostsSpec
     from streamtopo.planner.benoit.fuse import Fusion
     from streamtopo.planner.model import StreamTopology
 
@@ -62,6 +63,12 @@ def run(
     ),
     host_cpu: float | None = typer.Option(
         None, "--host-cpu", min=0.1, help="CPU cores per host [default: this machine's]."
+    ),
+    testbed: Path | None = typer.Option(
+        None,
+        "--testbed",
+        help="Run on emulated hosts made from this cluster file (network namespaces, CPU quotas, shaped "
+        "links; needs root; docs/testbed.md) instead of this machine's processes.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the drills' random choices and of the planner."),
     autoscale: bool | None = typer.Option(
@@ -135,6 +142,7 @@ def run(
             "writing Spark's class archive for faster executor starts (once, about 15 s)", style="dim"
         )
     try:
+        bed = _testbed(testbed, hosts, host_cpu)
         prepared = _prepare(files, output, no_share=no_share, verbose=verbose)
     except _BadInput as error:
         console.print(
@@ -155,6 +163,7 @@ def run(
         kill_every=kill_every,
         hosts=hosts,
         host_cpu=host_cpu,
+        testbed=bed,
         seed=seed,
         autoscale=autoscale,
         profile_iterations=profile_iterations,
@@ -175,7 +184,13 @@ def run(
         console.print(f"[red]error:[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except NoValidPlan as error:
-        where = "--hosts/--host-cpu" if hosts or host_cpu else "this machine, one host of its cores"
+        where = (
+            str(testbed)
+            if testbed
+            else "--hosts/--host-cpu"
+            if hosts or host_cpu
+            else "this machine, one host of its cores"
+        )
         console.print(
             f"[red]error:[/red] {escape(str(error))} (the run's hosts: {where}, without labels; "
             "`streamtopo plan FILE --cluster CLUSTER.yaml` plans on labelled hosts)",
@@ -193,6 +208,24 @@ def run(
         console.print(saving(prepared.fusion, summaries), highlight=False, soft_wrap=True)
     # Ending during warm-up is a failure too: the pipeline did not run, whatever the duration asked for.
     raise typer.Exit(1 if any(s.failed or s.unready for s in summaries.values()) else 0)
+
+
+def _testbed(path: Path | None, hosts: int | None, host_cpu: float | None) -> EmulatedHostsSpec | None:
+    """The ``--testbed`` file, validated, on a machine that can build it: refused before anything starts."""
+    from streamtopo.local.testbed import load_hosts, unavailable
+    from streamtopo.planner.model import TopologyError
+
+    if path is None:
+        return None
+    if hosts or host_cpu:
+        raise _BadInput("--testbed", "the file gives the hosts: leave out --hosts and --host-cpu")
+    try:
+        spec = load_hosts(path)
+    except TopologyError as error:
+        raise _BadInput(str(path), str(error)) from None
+    if reason := unavailable():
+        raise _BadInput("--testbed", reason)
+    return spec
 
 
 class _BadInput(Exception):

@@ -28,7 +28,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import yaml
@@ -42,6 +42,9 @@ from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.metrics import LOOPBACK
 from streamtopo.runtime.processes import child_process_options
 from streamtopo.runtime.transport import connect
+
+if TYPE_CHECKING:
+    from streamtopo.local.testbed import EmulatedHosts
 
 
 def machine_cores() -> float:
@@ -109,6 +112,11 @@ class Process:
     port: int
     popen: subprocess.Popen
     log: Path
+    address: str = LOOPBACK
+    """Where its metrics server listens: loopback, or its emulated host's address."""
+
+    def url(self, path: str) -> str:
+        return f"http://{self.address}:{self.port}/{path}"
 
 
 class LocalPlatform:
@@ -125,6 +133,7 @@ class LocalPlatform:
         output_dir: Path | None = None,
         env: dict[str, str] | None = None,
         machine: Machine | None = None,
+        bed: EmulatedHosts | None = None,
     ):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -144,6 +153,8 @@ class LocalPlatform:
         self.topology_path = self.workdir / "topology.yaml"
         self.routing_path = self.workdir / "routing.json"
         self._state: Any = None
+        self.bed = bed
+        """Emulated hosts (local/testbed.py): each executor starts inside the host it is placed on."""
 
     # ----------------------------------------------------------------------------------- Platform
 
@@ -223,6 +234,10 @@ class LocalPlatform:
 
     def start(self, name: str, host: str | None = None, cpu: float = 1.0) -> Process:
         port = _claim_port()
+        address, enter = LOOPBACK, None
+        if self.bed is not None:
+            host = host or self.cluster.hosts[0].name
+            address, enter = self.bed.address(host), self.bed.entry(host)
         log = self.workdir / "logs" / f"{name}.log"
         command = [
             sys.executable,
@@ -242,15 +257,15 @@ class LocalPlatform:
             "--cpu",
             str(cpu),
             "--bind",
-            LOOPBACK,
+            address,
         ]
         if self.output_dir is not None:
             command += ["--output", str(self.output_dir)]
         with open(log, "ab") as out:
             popen = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, env=self.env, **child_process_options()
+                command, stdout=out, stderr=subprocess.STDOUT, env=self.env, **child_process_options(enter)
             )
-        self.processes[name] = Process(name, host, cpu, port, popen, log)
+        self.processes[name] = Process(name, host, cpu, port, popen, log, address)
         return self.processes[name]
 
     def kill(self, name: str) -> None:
@@ -313,18 +328,14 @@ class LocalPlatform:
         if process is None:
             return None
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{process.port}/metrics", timeout=timeout) as reply:
+            with urllib.request.urlopen(process.url("metrics"), timeout=timeout) as reply:
                 return reply.read().decode()
         except OSError:
             return None
 
     def endpoints(self) -> dict[str, str]:
         """Executor name -> /metrics URL (controller.scrape.ScrapeMetricsSource takes this callable)."""
-        return {
-            n: f"http://127.0.0.1:{p.port}/metrics"
-            for n, p in self.processes.items()
-            if p.popen.poll() is None
-        }
+        return {n: p.url("metrics") for n, p in self.processes.items() if p.popen.poll() is None}
 
     def scrape_all(self) -> dict[str, str]:
         return {n: text for n in list(self.processes) if (text := self.scrape(n)) is not None}
@@ -335,7 +346,7 @@ class LocalPlatform:
         if process is None or process.popen.poll() is not None:
             return False
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{process.port}/readyz", timeout=1.0):
+            with urllib.request.urlopen(process.url("readyz"), timeout=1.0):
                 return True
         except OSError:
             return False

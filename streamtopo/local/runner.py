@@ -38,13 +38,13 @@ from streamtopo.local.progress import Progress
 from streamtopo.local.sources import limit_sources, scale_rates
 from streamtopo.local.start import Start, initial_routing
 from streamtopo.local.summary import RunSummary, SinkSample
+from streamtopo.local.testbed import EmulatedHosts, EmulatedHostsSpec, start_valkey
 from streamtopo.local.upgrade import Edit, SpecFile, apply_edit
 from streamtopo.planner.capacity import Shortfall, free_cores
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology
 from streamtopo.planner.plan import Plan
 from streamtopo.runtime import sinks
-from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.executor import EXIT_JVM_LOST
 from streamtopo.runtime.handover import Pause
 from streamtopo.runtime.metrics import SourcePace
@@ -91,6 +91,8 @@ class RunOptions:
     """Called with the plan (None for ``--executors N``) and routing v1 before any executor starts."""
     sample_records: int = 5
     """Latest records of each file sink the summary shows."""
+    testbed: EmulatedHostsSpec | None = None
+    """Run on these emulated hosts (local/testbed.py) instead of this machine's processes."""
     watch: Path | None = None
     """The topology's file: saving a new spec in it applies it to the running topology as the operator
     applies a spec change (local/upgrade.py); a run of one topology only."""
@@ -251,6 +253,8 @@ def executor_env(options: RunOptions) -> dict[str, str]:
 def run_cluster(options: RunOptions) -> Cluster:
     """The hosts of a local run: this machine (its cores and memory), or ``--hosts N`` of ``--host-cpu
     C`` cores (the machine's cores when only ``--hosts`` is given)."""
+    if options.testbed is not None:
+        return options.testbed.cluster()
     if options.hosts is None and options.host_cpu is None:
         return machine_cluster()
     return Cluster.uniform(options.hosts or 1, options.host_cpu or machine_cores())
@@ -299,7 +303,8 @@ def run_topologies(
             sig: signal.signal(sig, lambda *_: interrupted.set()) for sig in (signal.SIGINT, signal.SIGTERM)
         }
     cpu_before = children_cpu()
-    valkey = EmbeddedValkey().start()
+    bed = EmulatedHosts(options.testbed) if options.testbed is not None else None
+    valkey = start_valkey(bed)
     runs: list[_Run] = []
     platforms: list[LocalPlatform] = []
     machine = Machine()
@@ -320,6 +325,7 @@ def run_topologies(
                 output_dir=output,
                 env=executor_env(options),
                 machine=machine,
+                bed=bed,
             )
             platforms.append(platform)
             platform.apply(DesiredState(topology, start.routing))
@@ -350,6 +356,8 @@ def run_topologies(
                 summaries[run.topology.metadata.name] = run.final_summary(ended, outputs)
         finally:
             valkey.stop()
+            if bed is not None:
+                bed.teardown()
             if tmp is not None:
                 tmp.cleanup()
             for sig, handler in previous.items():

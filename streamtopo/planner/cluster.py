@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import Field, ValidationError, model_validator
 
 from streamtopo.planner.model import Model, TopologyError, parse_document, problems_of
+
+M = TypeVar("M", bound=Model)
 
 DEFAULT_BANDWIDTH = 1.25e9
 """Bytes per second of a host's card and of a link when the cluster file does not say: 10 Gbit/s."""
@@ -91,11 +93,17 @@ class Cluster(Model):
 def parse_cluster(source: str | Mapping[str, Any], origin: str = "(text)") -> Cluster:
     """Validate ``hosts: [{name, cpu, memory, labels, network}]`` (and ``links``, ``linkBandwidth``) from
     YAML text or data (files: ``streamtopo.documents``); errors name the field like topology errors do."""
+    return parse_hosts(source, origin, Cluster)
+
+
+def parse_hosts(source: str | Mapping[str, Any], origin: str, model: type[M]) -> M:
+    """A cluster file, or a file that extends it (emulated hosts, local/testbed.py), validated as ``model``;
+    a bare list is its ``hosts``."""
     data = parse_document(source, origin)
     if isinstance(data, list):
         data = {"hosts": data}
     try:
-        return Cluster.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as error:
         raise TopologyError(problems_of(error)) from None
 

@@ -39,15 +39,20 @@ class _OwnSession:
 class EmbeddedValkey:
     """A private Valkey server; ``url`` is what executors get as ``--transport``."""
 
-    def __init__(self, port: int | None = None, data_dir: Path | None = None):
+    def __init__(self, port: int | None = None, data_dir: Path | None = None, host: str = "127.0.0.1"):
         """``data_dir`` makes it durable (append-only file, fsync on every write), so a server killed and
-        started again on the same directory keeps its streams: the transport-lost tests use that."""
+        started again on the same directory keeps its streams: the transport-lost tests use that.
+        ``host``: the address it binds (an emulated host's, local/testbed.py; loopback otherwise). Valkey's
+        protected mode refuses clients from any other address of a server without a password; an emulated
+        host's clients are the bed's other hosts, on a bridge only the bed's namespaces are on."""
+        config = {"bind": host, "protected-mode": "yes" if host == "127.0.0.1" else "no"}
         if data_dir is None:
-            self._server = ValkeyServer(port=port, host="127.0.0.1", save="", appendonly="no")
+            self._server = ValkeyServer(port=port, host=host, config=config, save="", appendonly="no")
         else:
             self._server = ValkeyServer(
                 port=port,
-                host="127.0.0.1",
+                host=host,
+                config=config,
                 data_dir=Path(data_dir),
                 persist=True,
                 save="",
@@ -70,7 +75,15 @@ class EmbeddedValkey:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self._server.port}"
+        return f"redis://{self._server.host}:{self._server.port}"
+
+    @property
+    def pid(self) -> int:
+        """The server's process id, once started."""
+        process = self._server._process
+        if process is None:
+            raise RuntimeError("the embedded Valkey is not started")
+        return process.pid
 
     def running(self) -> bool:
         return self._server.is_running()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
@@ -25,9 +26,18 @@ def _die_with_parent() -> None:
         pass  # not Linux: the session isolation still applies
 
 
-def child_process_options() -> dict[str, Any]:
-    """Keyword arguments for ``subprocess.Popen`` of a runtime child process."""
+def child_process_options(enter: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``subprocess.Popen`` of a runtime child process; ``enter`` runs in the child
+    before it executes (moving it into an emulated host, local/testbed.py)."""
     options: dict[str, Any] = {"start_new_session": True}
     if sys.platform.startswith("linux"):
-        options["preexec_fn"] = _die_with_parent
+        options["preexec_fn"] = _die_with_parent if enter is None else _then(_die_with_parent, enter)
     return options
+
+
+def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        first()
+        second()
+
+    return both
