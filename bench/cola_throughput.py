@@ -26,6 +26,7 @@ rewrites the "COLA throughput" section of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -53,7 +54,7 @@ from streamtopo.controller.adaptation_loop import measured_profile
 from streamtopo.controller.platform import MetricsUnavailable, RuntimeStats
 from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.documents import load_topology
-from streamtopo.local.testbed import EmulatedHosts, EmulatedHostsSpec
+from streamtopo.local.testbed import EmulatedHosts, EmulatedHostsSpec, leftovers
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.deployment import deployment
 from streamtopo.planner.model import StreamTopology
@@ -214,6 +215,8 @@ def main() -> None:
                             top, cluster, fusion, args.iterations, (none_stats, none_placement), work, bed
                         )
                     results.setdefault(hosts, []).append(runs)
+    if args.testbed and (left := leftovers(os.getpid())):
+        raise SystemExit(f"the test bed left behind: {', '.join(left)}")
     report(console, args, top, results)
 
 

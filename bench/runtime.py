@@ -561,7 +561,7 @@ class ExecutorGroup:
         try:
             for i in range(count):
                 self.platform.start(f"ex-{i}", hosts[i] if hosts else None)
-            self.platform.wait_ready(timeout=300.0)
+            self.platform.wait_ready(timeout=900.0)  # JVMs under a small bed quota start slowly
         except BaseException:
             self.platform.close()
             raise

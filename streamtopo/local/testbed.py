@@ -331,11 +331,17 @@ def netem_available() -> bool:
         _ip("link", "del", probe, check=False)
 
 
-def leftovers() -> list[str]:
-    """Every namespace, link and cgroup some bed created that still exists (its owner alive or not)."""
-    found = [f"netns {n}" for n in _netns() if _TAG.match(n)]
-    found += [f"link {n}" for n in _links() if _TAG.match(n)]
-    found += [f"cgroup {p}" for p in _cgroup_dirs()]
+def leftovers(owner: int | None = None) -> list[str]:
+    """Every namespace, link and cgroup a bed created that still exists, of beds built by process
+    ``owner`` (None: by any process, alive or not)."""
+
+    def mine(name: str) -> bool:
+        match = _TAG.match(name.removeprefix("streamtopo-"))
+        return match is not None and owner in (None, int(match.group(1)))
+
+    found = [f"netns {n}" for n in _netns() if mine(n)]
+    found += [f"link {n}" for n in _links() if mine(n)]
+    found += [f"cgroup {p}" for p in _cgroup_dirs() if mine(p.name)]
     return found
 
 

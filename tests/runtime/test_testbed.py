@@ -70,7 +70,7 @@ def test_run_refuses_a_bed_with_hosts_options_or_a_bad_file_before_anything_star
     bed.write_text(HOSTS + "links: [{hosts: [node-a, node-b], bandwidth: 1000}]\n")
     links = CliRunner().invoke(app, ["run", str(topology), "--testbed", str(bed)])
     assert links.exit_code == 2 and "links" in links.output and "Traceback" not in links.output
-    assert not leftovers()
+    assert not leftovers(os.getpid())
 
 
 @needs_root
@@ -98,8 +98,8 @@ def test_a_process_started_on_a_host_is_in_its_namespace_and_quota_and_nothing_i
         )
         assert "tbf" in qdiscs("eth0", bed.namespace("node-a"))
         assert "tbf" not in qdiscs(f"{bed.namespace('node-b')}o")
-        assert leftovers()
-    assert not leftovers()
+        assert leftovers(os.getpid())
+    assert not leftovers(os.getpid())
 
 
 @needs_root
@@ -109,7 +109,7 @@ def test_latency_without_netem_is_refused_naming_the_field_and_leaves_nothing():
     with pytest.raises(RuntimeError, match="latency: this kernel has no netem"):
         with EmulatedHosts(load_hosts(HOSTS + "latency: 2ms\n")):
             pass
-    assert not leftovers()
+    assert not leftovers(os.getpid())
 
 
 @needs_root
@@ -134,16 +134,16 @@ def test_a_bed_whose_owner_was_killed_is_swept(tmp_path):
         text=True,
     )
     assert owner.stdout is not None and owner.stdout.readline().strip() == "built"
-    left = [item for item in leftovers() if f"st{owner.pid}x" in item]
+    left = leftovers(owner.pid)
     assert any(i.startswith("netns") for i in left) and any(i.startswith("cgroup") for i in left)
     owner.send_signal(signal.SIGKILL)
     owner.wait()
     removed = sweep()
     assert {i for i in left if not i.startswith("link")} <= set(removed)
     deadline = time.monotonic() + 10  # the kernel drops a deleted namespace's links asynchronously
-    while leftovers() and time.monotonic() < deadline:
+    while leftovers(owner.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not leftovers()
+    assert not leftovers(owner.pid)
 
 
 @needs_root
