@@ -54,6 +54,7 @@ from streamtopo.controller.adaptation_loop import measured_profile
 from streamtopo.controller.platform import MetricsUnavailable, RuntimeStats
 from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.documents import load_topology
+from streamtopo.local.sources import scale_rates
 from streamtopo.local.testbed import EmulatedHosts, EmulatedHostsSpec, leftovers
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.deployment import deployment
@@ -63,6 +64,7 @@ from streamtopo.planner.placement.fusion import plan_topology
 from streamtopo.planner.plan import Plan
 from streamtopo.planner.scaling.policy import ScalingConfig
 from streamtopo.runtime.embedded import EmbeddedValkey
+from streamtopo.runtime.spark import MEMORY_ENV
 
 SECTION = "COLA throughput"
 GROUPS_LEFT_OUT = ("-b", "-c", "-d")
@@ -194,9 +196,21 @@ def main() -> None:
     )
     parser.add_argument("--valkey-cpu", type=float, default=0.4, help="cores of the bed's Valkey host")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ as it is")
+    parser.add_argument(
+        "--executor-heap",
+        default="768m",
+        help="each executor's JVM heap: NONE starts one JVM per operator, and 16 at the default share of "
+        "the machine's memory ran it out of memory",
+    )
     args = parser.parse_args()
+    os.environ[MEMORY_ENV] = args.executor_heap
     console = Console(width=150)
     top = vwap(args.records)
+    if args.testbed:
+        # The file's rates load 1-core planning hosts; on a bed the hosts have --host-cpu cores, and the
+        # rates scale with them so each plan loads its hosts as it does there (unscaled, 0.4-core hosts
+        # split every PE into one executor per key group: 256 JVMs).
+        top = scale_rates(top, args.host_cpu)
     results: dict[int, list[dict[str, list[Run]]]] = {}
     with tempfile.TemporaryDirectory(prefix="streamtopo-cola-") as tmp:
         work = Path(tmp)

@@ -97,7 +97,9 @@ class EmbeddedValkey:
         self._server.terminate()
 
     def __enter__(self) -> EmbeddedValkey:
-        return self.start()
+        """Starts the server, unless started already (an emulated host's, local/testbed.py): either way the
+        block's end stops it."""
+        return self if self._server._process is not None else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
