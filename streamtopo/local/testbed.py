@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from pydantic import Field, field_validator
 
 from streamtopo import documents
-from streamtopo.planner.cluster import Cluster, Host
+from streamtopo.planner.cluster import Cluster, Host, unique_names
 from streamtopo.planner.model import Model, parse_duration
 from streamtopo.runtime.embedded import EmbeddedValkey
 
@@ -76,6 +76,12 @@ class EmulatedHostsSpec(Model):
     @classmethod
     def _duration(cls, value: Any) -> float:
         return parse_duration(value)
+
+    @field_validator("hosts")
+    @classmethod
+    def _unique(cls, value: list[Host]) -> list[Host]:
+        unique_names(value)
+        return value
 
     @field_validator("links")
     @classmethod

@@ -41,6 +41,15 @@ class Host(Model):
         return all(self.labels.get(k) == v for k, v in selector.items())
 
 
+def unique_names(hosts: list[Host]) -> list[str]:
+    """The hosts' names; a ValueError naming those given twice (a validator's refusal)."""
+    names = [h.name for h in hosts]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate host names: {', '.join(duplicates)}")
+    return names
+
+
 class Link(Model):
     """The bandwidth between two hosts (bw_{u,v}), shared by both directions."""
 
@@ -59,10 +68,7 @@ class Cluster(Model):
 
     @model_validator(mode="after")
     def _unique(self) -> Cluster:
-        names = [h.name for h in self.hosts]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate host names: {', '.join(duplicates)}")
+        names = unique_names(self.hosts)
         unknown = sorted({h for link in self.links for h in link.hosts if h not in names})
         if unknown:
             raise ValueError(f"links name unknown hosts: {', '.join(unknown)}")

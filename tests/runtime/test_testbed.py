@@ -53,6 +53,9 @@ def test_a_bed_file_is_a_cluster_file_and_what_it_cannot_emulate_is_refused_nami
     with pytest.raises(TopologyError) as links:
         load_hosts(HOSTS + "links: [{hosts: [node-a, node-b], bandwidth: 1000}]\n")
     assert links.value.problems[0][0] == "links"
+    with pytest.raises(TopologyError) as twice:
+        load_hosts("hosts: [{name: a, cpu: 1}, {name: a, cpu: 1}]\n")
+    assert twice.value.problems[0] == ("hosts", "duplicate host names: a")
     with pytest.raises(TopologyError) as cpu:
         load_hosts("hosts: [{name: a, cpu: 0}]\n")
     assert cpu.value.problems[0][0] == "hosts[0].cpu"
