@@ -492,9 +492,23 @@ def list_topologies(api_client: Any, namespace: str) -> dict[str, dict[str, Any]
     return {item["metadata"]["name"]: item for item in KubernetesPlatform._items(found)}
 
 
-def write_shared(api_client: Any, namespace: str, doc: Mapping[str, Any]) -> None:
-    """Create the shared topology ``doc``, or bring the existing one's owners to ``doc``'s, or delete it
-    when no owner is left (:mod:`~streamtopo.controller.sharing`).
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: changed keys, removed ones as
+    null, nested objects patched key by key, lists whole."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        if isinstance(value, Mapping) and isinstance(old.get(key), Mapping):
+            if nested := merge_patch(old[key], value):
+                patch[key] = nested
+        elif old.get(key, object()) != value:
+            patch[key] = value
+    return patch
+
+
+def write_shared(api_client: Any, namespace: str, doc: Mapping[str, Any], *, whole: bool = False) -> None:
+    """Create the shared or fused topology ``doc``, or bring the existing one's owners to ``doc``'s (a
+    fused one's spec, labels and annotations too: ``whole``), or delete it when no owner is left
+    (:mod:`~streamtopo.controller.sharing`).
 
     An existing ``doc`` carries the resourceVersion it was decided on, so a concurrent change (another
     consumer joining) fails the patch with a conflict and the caller decides again; two topologies
@@ -514,6 +528,16 @@ def write_shared(api_client: Any, namespace: str, doc: Mapping[str, Any]) -> Non
         except ApiException as error:
             if error.status != 404:
                 raise
+    elif whole:
+        stored = cast(
+            dict[str, Any], api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, meta["name"])
+        )
+        kept = ("ownerReferences", "resourceVersion", "labels", "annotations")
+        patch = {
+            "metadata": {k: meta[k] for k in kept if k in meta},
+            "spec": merge_patch(stored.get("spec") or {}, doc["spec"]),
+        }
+        api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, meta["name"], patch)
     else:
         patch = {"metadata": {k: meta[k] for k in ("ownerReferences", "resourceVersion")}}
         api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, meta["name"], patch)

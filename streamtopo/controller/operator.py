@@ -83,11 +83,15 @@ from streamtopo.controller.reconcile import (
 )
 from streamtopo.controller.rendering import GROUP, PLURAL, VERSION, RenderSettings, selector
 from streamtopo.controller.sharing import (
+    FUSED_LABEL,
     SHARED_LABEL,
     Sharing,
     WaitForPartners,
     decide,
+    is_fused,
     is_shared,
+    leave_fused,
+    member_change_problems,
     owners,
     reader_units,
     with_owners,
@@ -240,7 +244,8 @@ def admit_topology(body: kopf.Body, **kwargs: Any) -> None:
     admitted: a topology admitted under an older platform policy must stay deletable. An update the
     running state cannot take (planner/upgrade.py, against the deployment the routing ConfigMap records,
     as Flink's operator validates a spec change against the last reconciled one) is refused here too,
-    naming the field; a sharing consumer's is left to the reconcile, which sees its rewrite.
+    naming the field; a sharing consumer's is left to the reconcile, which sees its rewrite, except a
+    fused member's, checked against the fused topology's running state as the reconcile will.
     """
     old = kwargs.get("old")
     if old is not None and (old.get("spec") == body.get("spec") or body.metadata.get("deletionTimestamp")):
@@ -254,6 +259,10 @@ def admit_topology(body: kopf.Body, **kwargs: Any) -> None:
         upgrade = plan_upgrade(previous.topology.spec, topology.spec)
         if upgrade.refused:
             raise kopf.AdmissionError(problems_message(upgrade.problems), code=422)
+    if old is not None and topology.spec.sharing.enabled:  # a fused member: against the fused state
+        namespace = list_topologies(STATE.client(), body.metadata.namespace or "")
+        if problems := member_change_problems(dict(body), topology, namespace, _admit):
+            raise kopf.AdmissionError(problems_message(problems), code=422)
 
 
 # ------------------------------------------------------------------------------------ create / update
@@ -290,7 +299,9 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
         def share(topology: StreamTopology) -> StreamTopology:
             shares.append(_share(body, topology, deployed=previous is not None))
-            return shares[-1].deploy
+            if (deploy := shares[-1].deploy) is None:
+                raise RunsFused(shares[-1])
+            return deploy
 
         try:
             outcome = reconcile(
@@ -310,6 +321,9 @@ def reconcile_topology(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 observed=True,
             )
             raise kopf.TemporaryError(str(error), delay=30) from None
+        except RunsFused as fused:
+            publish(body, platform, fused.outcome(), observed=True)
+            return
         except WaitForPartners as wait:
             waiting = ConditionChange("Sharing", "False", "WaitingForPartners", str(wait))
             publish(body, platform, Outcome(conditions=[waiting]), observed=False)
@@ -338,11 +352,32 @@ def _share(body: kopf.Body, topology: StreamTopology, *, deployed: bool) -> Shar
         list_topologies(STATE.client(), namespace),
         deployed=deployed,
         now=datetime.now(UTC),
-        admit=lambda doc: admit(doc, STATE.settings.policy),
+        admit=_admit,
     )
     if decision.write and decision.shared is not None:
         _write_shared(namespace, decision.shared)
     return decision
+
+
+class RunsFused(Exception):
+    """The topology runs inside a fused topology: it deploys nothing of its own."""
+
+    def __init__(self, sharing: Sharing):
+        self.sharing = sharing
+        super().__init__(f"runs inside {sharing.status()['fusedTopology']}")
+
+    def outcome(self) -> Outcome:
+        """The member's status: where it runs and under which names; its phase is the fused topology's."""
+        status = self.sharing.status()
+        message = f"runs inside the fused topology {status['fusedTopology']} (status.sharing.operators)"
+        return Outcome(
+            conditions=[ConditionChange("Planned", "True", "Fused", message)],
+            status={"sharing": status},
+        )
+
+
+def _admit(doc: Mapping[str, Any]) -> StreamTopology:
+    return admit(doc, STATE.settings.policy)
 
 
 def _write_shared(namespace: str, doc: Mapping[str, Any]) -> None:
@@ -351,7 +386,7 @@ def _write_shared(namespace: str, doc: Mapping[str, Any]) -> None:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        write_shared(STATE.client(), namespace, doc)
+        write_shared(STATE.client(), namespace, doc, whole=is_fused(doc))
     except ApiException as error:
         if error.status != 409:
             raise
@@ -359,8 +394,9 @@ def _write_shared(namespace: str, doc: Mapping[str, Any]) -> None:
 
 
 @kopf.on.field(GROUP, VERSION, PLURAL, field="metadata.ownerReferences", labels={SHARED_LABEL: "true"})
+@kopf.on.field(GROUP, VERSION, PLURAL, field="metadata.ownerReferences", labels={FUSED_LABEL: "true"})
 def count_consumers(body: kopf.Body, **_: Any) -> None:
-    """A shared topology's status lists its consumers (its owners) as they come and go."""
+    """A shared or fused topology's status lists its consumers (its owners) as they come and go."""
     consumers = sorted(r["name"] for r in owners(body))
     patch_status(
         STATE.client(),
@@ -374,11 +410,43 @@ def count_consumers(body: kopf.Body, **_: Any) -> None:
 def leave_shared(body: kopf.Body, **_: Any) -> None:
     """A deleted consumer leaves the shared topologies it reads; the last one out deletes them (their own
     delete handler then removes their streams). The API server's garbage collector would do the latter
-    through the ownerReferences; doing it here does not depend on it."""
+    through the ownerReferences; doing it here does not depend on it. A fused member's operators leave
+    the fused topology with it, their state dropped, the others' kept (:func:`leave_fused`)."""
     namespace, uid = body.metadata.namespace or "", body.metadata.uid
-    for doc in list_topologies(STATE.client(), namespace).values():
-        if is_shared(doc) and any(r.get("uid") == uid for r in owners(doc)):
+    topologies = list_topologies(STATE.client(), namespace)
+    remaining = {n: doc for n, doc in topologies.items() if doc["metadata"].get("uid") != uid}
+    for doc in topologies.values():
+        if not any(r.get("uid") == uid for r in owners(doc)):
+            continue
+        if is_shared(doc):
             _write_shared(namespace, with_owners(doc, [r for r in owners(doc) if r.get("uid") != uid]))
+        elif is_fused(doc):
+            _write_shared(namespace, leave_fused(doc, uid, remaining, _admit))
+
+
+def _fused_phase(namespace: str, name: str) -> tuple[str, Any]:
+    """The phase and executors of the fused topology ``name``, which its members show as theirs."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        status = read_topology(STATE.client(), namespace, name).get("status") or {}
+    except ApiException as error:
+        if error.status != 404:
+            raise
+        status = {}
+    return status.get("phase", "Pending"), status.get("executors")
+
+
+def _mirror(namespace: str, members: list[dict[str, Any]], phase: str, executors: Any) -> None:
+    """A fused topology's phase and executors on its members' statuses (a deleted member is skipped)."""
+    from kubernetes.client.exceptions import ApiException
+
+    for ref in members:
+        try:
+            patch_status(STATE.client(), namespace, ref["name"], {"phase": phase, "executors": executors})
+        except ApiException as error:
+            if error.status != 404:
+                raise
 
 
 def _recorded(body: kopf.Body) -> DesiredState | None:
@@ -449,8 +517,12 @@ def publish(body: kopf.Body, platform: KubernetesPlatform, outcome: Outcome, *, 
         phase = "Running"
     else:
         phase = "Planned" if deployment or current.get("phase") else "Pending"
+    fused = (outcome.status.get("sharing") or current.get("sharing") or {}).get("fusedTopology")
+    if fused is not None and by_type.get("Planned", {}).get("reason") == "Fused":
+        phase, executors = _fused_phase(meta["namespace"], fused)
     status = {
         **outcome.status,
+        "executors": executors,
         "conditions": conditions,
         "phase": phase,
         "selector": selector(meta["name"]),
@@ -462,6 +534,8 @@ def publish(body: kopf.Body, platform: KubernetesPlatform, outcome: Outcome, *, 
     patch_status(
         STATE.client(), meta["namespace"], meta["name"], {k: v for k, v in status.items() if v is not None}
     )
+    if is_fused(body):
+        _mirror(meta["namespace"], owners(body), phase, executors)
     for event in events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
 

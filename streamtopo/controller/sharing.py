@@ -8,6 +8,20 @@ with its last owner; the operator also removes an owner itself when a consumer i
 depend on the collector). A consumer deploys the rewrite of its spec that reads the shared streams
 (:func:`~streamtopo.planner.benoit.split.join_shared`); its spec is left as the tenant wrote it.
 
+Where the consumers can run in one set of executors, they run *fused* instead (issue 34): one managed
+``fused-<hash>`` StreamTopology (label :data:`FUSED_LABEL`) runs every member's operators, the shared ones
+once (:func:`~streamtopo.planner.benoit.fuse.fuse_shared`), and the members run no executors of their own.
+Records cross executors only where the fused topology's plan puts its operators apart, as any topology's
+do: no shared part, no named-stream hop, no second JVM for the prefix. Its owners are its members and the
+annotation :data:`MEMBERS_ANNOTATION` maps each member's operators to the fused ones. A member that joins,
+changes or leaves is a spec change of the fused topology, with its operators' names kept
+(``previous`` of :func:`fuse_shared`), so planner/upgrade.py judges it as for any topology: a member's
+change the running state cannot take is refused on the member, naming the field, and a newcomer it would
+not take does not join. A departing member's operators go with their state
+(``upgrade.allowNonRestoredState`` on the fused topology). Members fuse when they agree on what their
+executors run (:data:`FUSABLE`: image, transport, executor, batching); otherwise, or where fusing is
+refused (two highAvailability groups on one shared operator), they found a shared part as before.
+
 When sharing starts: a running topology is never re-wired (moving its running prefix onto a shared part
 without losing or repeating a record needs a drained hand-over of the prefix, which is not built). A new
 opted-in topology joins a shared part that computes some of it, or founds one with other new opted-in
@@ -19,19 +33,37 @@ for topologies applied with it, then starts whole.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
+
+from pydantic import ValidationError
 
 from streamtopo.contracts import Keys, unit_key
 from streamtopo.controller.rendering import owner_reference
+from streamtopo.planner.benoit.fuse import Fusion, fuse_shared
 from streamtopo.planner.benoit.split import join_shared, split_shared
 from streamtopo.planner.benoit.topologies import stream_cycles
-from streamtopo.planner.model import API_GROUP, KIND, StreamTopology, TopologyError
+from streamtopo.planner.model import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    StreamTopology,
+    StreamTopologySpec,
+    TopologyError,
+)
+from streamtopo.planner.upgrade import plan_upgrade
 
 SHARED_LABEL = f"{API_GROUP}/shared"
 """On the shared topologies the operator manages (value ``"true"``)."""
+FUSED_LABEL = f"{API_GROUP}/fused"
+"""On the fused topologies the operator manages (value ``"true"``)."""
+MEMBERS_ANNOTATION = f"{API_GROUP}/members"
+"""A fused topology's members: JSON, member -> its operator -> the fused operator."""
+FUSABLE = ("image", "transport", "executor", "batching")
+"""Spec fields members of one fused topology must agree on: its executors run one of each."""
 FIELD = "spec.sharing"
 
 
@@ -47,17 +79,23 @@ class WaitForPartners(Exception):
 class Sharing:
     """What to do for one topology."""
 
-    deploy: StreamTopology
-    """What its executors run: the topology itself, or its rewrite reading shared streams."""
+    deploy: StreamTopology | None
+    """What its executors run: the topology itself, or its rewrite reading shared streams; None when it
+    runs inside the fused topology ``shared``."""
     shared: dict[str, Any] | None = None
-    """The shared topology it reads, as it must be now, else None."""
+    """The shared or fused topology it reads or runs in, as it must be now, else None."""
     write: bool = False
-    """Whether ``shared`` differs from the cluster's (to be created, or its owners changed)."""
+    """Whether ``shared`` differs from the cluster's (to be created, or its owners or spec changed)."""
+    operators: dict[str, str] | None = None
+    """In a fused topology: each of its operators -> the fused operator that computes it."""
 
     def status(self) -> dict[str, Any]:
-        """The consumer's ``status.sharing``: the shared topology and the streams it reads from it."""
+        """The consumer's ``status.sharing``: the shared topology and the streams it reads from it, or the
+        fused topology it runs in and its operators' names there."""
         if self.shared is None:
             return {}
+        if self.deploy is None:
+            return {"fusedTopology": self.shared["metadata"]["name"], "operators": self.operators or {}}
         published = {(o.get("sink") or {}).get("stream") for o in self.shared["spec"]["operators"]}
         reads = sorted(
             op.source.stream
@@ -69,6 +107,21 @@ class Sharing:
 
 def is_shared(doc: Mapping[str, Any]) -> bool:
     return ((doc.get("metadata") or {}).get("labels") or {}).get(SHARED_LABEL) == "true"
+
+
+def is_fused(doc: Mapping[str, Any]) -> bool:
+    return ((doc.get("metadata") or {}).get("labels") or {}).get(FUSED_LABEL) == "true"
+
+
+def is_managed(doc: Mapping[str, Any]) -> bool:
+    """A topology the operator made (a shared part or a fused topology), not a tenant's."""
+    return is_shared(doc) or is_fused(doc)
+
+
+def members(doc: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """A fused topology's members: member -> its operator -> the fused operator."""
+    text = ((doc.get("metadata") or {}).get("annotations") or {}).get(MEMBERS_ANNOTATION)
+    return cast(dict[str, dict[str, str]], json.loads(text)) if text else {}
 
 
 def owners(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -104,20 +157,25 @@ def decide(
     name, whether it already runs (``deployed``), and how the platform admits a document.
 
     Raises TopologyError when its named streams and the namespace's form a cycle through it (each would
-    wait for the other's watermark; a cycle among other topologies is theirs to answer for), and
+    wait for the other's watermark; a cycle among other topologies is theirs to answer for), or when it is
+    a fused member whose change the fused topology's running state cannot take; and
     :class:`WaitForPartners` while a new topology waits for partners. Nothing is created before these
     checks pass.
     """
-    if not topology.spec.sharing.enabled or is_shared(body):
+    if not topology.spec.sharing.enabled or is_managed(body):
         return Sharing(topology)
     name, uid = body["metadata"]["name"], body["metadata"].get("uid")
-    others = {n: doc for n, doc in namespace.items() if n != name and not is_shared(doc)}
+    others = {n: doc for n, doc in namespace.items() if n != name and not is_managed(doc)}
     valid = list(_valid(others, admit).values())
     cycles = sorted(set(stream_cycles([topology, *valid])) - set(stream_cycles(valid)))  # through this one
     if cycles:
         raise TopologyError([(FIELD, f"topologies feed each other in a cycle: {c}") for c in cycles])
     parts = {n: doc for n, doc in sorted(namespace.items()) if is_shared(doc)}
-    member = next((doc for doc in parts.values() if any(r.get("uid") == uid for r in owners(doc))), None)
+    fused = {n: doc for n, doc in sorted(namespace.items()) if is_fused(doc)}
+    home = next((doc for doc in fused.values() if _owned_by(doc, uid)), None)
+    if home is not None:  # a member (after an operator restart, or a spec update)
+        return _fuse_again(home, body, topology, namespace, admit, joining=False)
+    member = next((doc for doc in parts.values() if _owned_by(doc, uid)), None)
     if member is not None:  # a consumer (after an operator restart, or a spec update)
         consumer = join_shared(topology, admit(member))
         if consumer is not None:
@@ -126,6 +184,11 @@ def decide(
         return Sharing(topology, with_owners(member, kept), write=True)  # no longer matches: whole
     if deployed:
         return Sharing(topology)  # running whole: never re-wired
+    for doc in fused.values():
+        try:
+            return _fuse_again(doc, body, topology, namespace, admit, joining=True)
+        except TopologyError:
+            continue  # shares nothing with it, or the running fusion cannot take it
     for doc in parts.values():
         consumer = join_shared(topology, admit(doc))
         if consumer is not None:
@@ -134,13 +197,12 @@ def decide(
                 with_owners(doc, [*owners(doc), owner_reference(body, controller=False)]),
                 write=True,
             )
-    partners = {
-        n: doc
-        for n, doc in others.items()
-        if _new(doc)
-        and not any(r.get("uid") == doc["metadata"].get("uid") for d in parts.values() for r in owners(d))
-    }
+    taken = {r.get("uid") for d in [*parts.values(), *fused.values()] for r in owners(d)}
+    partners = {n: doc for n, doc in others.items() if _new(doc) and doc["metadata"].get("uid") not in taken}
     opted = {n: t for n, t in _valid(partners, admit).items() if t.spec.sharing.enabled}
+    founded = _found_fused(body, topology, {n: (partners[n], t) for n, t in opted.items()})
+    if founded is not None:
+        return founded
     founders = [topology, *opted.values()]
     split = split_shared(founders)
     if split.shared is not None and split.consumers[0] is not topology:
@@ -157,6 +219,193 @@ def decide(
     if waited < topology.spec.sharing.gather_seconds:
         raise WaitForPartners(topology.spec.sharing.gather_seconds - waited)
     return Sharing(topology)
+
+
+def fusable(a: StreamTopology, b: StreamTopology) -> bool:
+    """Whether two topologies' executors would run alike (:data:`FUSABLE`)."""
+    return not _differing(a, b)
+
+
+def _differing(a: StreamTopology, b: StreamTopology) -> list[str]:
+    """The :data:`FUSABLE` fields (camelCase) in which two topologies' specs differ."""
+    first, second = (t.spec.model_dump(include=set(FUSABLE), by_alias=True) for t in (a, b))
+    return [field for field in first if first[field] != second[field]]
+
+
+def _found_fused(
+    body: Mapping[str, Any],
+    topology: StreamTopology,
+    partners: Mapping[str, tuple[Mapping[str, Any], StreamTopology]],
+) -> Sharing | None:
+    """A new fused topology of ``topology`` and the new opted-in partners it shares operators with and
+    could share executors with; None when there is none (or fusing them is refused: a shared part then)."""
+    name = topology.metadata.name
+    alike = {n: pair for n, pair in partners.items() if fusable(topology, pair[1])}
+    alike[name] = (body, topology)
+    try:
+        fusion = fuse_shared([alike[n][1] for n in sorted(alike)])  # in owner order, as fused again
+    except TopologyError:
+        return None
+    if fusion is None:
+        return None
+    sharing = {m for who in fusion.shared.values() for m in who}
+    if name not in sharing:
+        return None
+    chosen = {n: pair for n, pair in alike.items() if n in sharing}
+    if len(chosen) < len(alike):  # only those that share something with another
+        narrowed = fuse_shared([chosen[n][1] for n in sorted(chosen)])
+        assert narrowed is not None  # each shares with another of them
+        fusion = narrowed
+    refs = [owner_reference(d, controller=False) for d, _ in chosen.values()]
+    doc = fused_document(fusion, refs, topology.spec.upgrade.mode)
+    return Sharing(None, doc, write=True, operators=fusion.members[name])
+
+
+def _fuse_again(
+    doc: Mapping[str, Any],
+    body: Mapping[str, Any],
+    topology: StreamTopology,
+    namespace: Mapping[str, Mapping[str, Any]],
+    admit: Callable[[Mapping[str, Any]], StreamTopology],
+    *,
+    joining: bool,
+) -> Sharing:
+    """``topology`` as a member of the running fused topology ``doc``: fused again with the other members'
+    current specs, its operators keeping their running names. Raises TopologyError (fields of the fused
+    topology, named as such) when the running state cannot take the result under ``topology``'s upgrade
+    mode, or, ``joining``, when ``topology`` shares nothing with it or runs its executors otherwise."""
+    running = admit(doc)
+    fused_name = doc["metadata"]["name"]
+    name, uid = body["metadata"]["name"], body["metadata"].get("uid")
+    differ = _differing(running, topology)
+    if differ:  # one fused topology runs one kind of executor
+        raise TopologyError(
+            [
+                (
+                    f"spec.{field}",
+                    f"differs from what {fused_name}, which runs this topology with others, runs",
+                )
+                for field in differ
+            ]
+        )
+    refs = with_owners(
+        doc, [r for r in owners(doc) if r.get("uid") != uid] + [owner_reference(body, controller=False)]
+    )["metadata"]["ownerReferences"]
+    specs = []
+    for ref in owners({"metadata": {"ownerReferences": refs}}):
+        if ref["name"] == name:
+            specs.append(topology)
+            continue
+        other = namespace.get(ref["name"])
+        if other is None:
+            continue  # deleted: its delete handler takes its operators out
+        try:
+            specs.append(admit(other))
+        except TopologyError as error:
+            raise TopologyError(
+                [(FIELD, f"{fused_name} also runs {ref['name']}, whose spec is invalid: {error}")]
+            ) from None
+    previous = Fusion.running(running, members(doc))
+    fusion = fuse_shared(specs, previous=previous)
+    assert fusion is not None  # with a previous fusion, always one
+    if joining and name not in {m for who in fusion.shared.values() for m in who}:
+        raise TopologyError([(FIELD, f"shares no operator with {fused_name}")])
+    new = fused_document(fusion, refs, topology.spec.upgrade.mode, current=doc)
+    check = StreamTopologySpec.model_validate(
+        new["spec"] | {"upgrade": {"mode": topology.spec.upgrade.mode, "allowNonRestoredState": False}}
+    )
+    upgrade = plan_upgrade(running.spec, check)
+    if upgrade.refused:
+        raise TopologyError([(f"{fused_name}: {field}", message) for field, message in upgrade.problems])
+    return Sharing(None, new, write=_differs(new, doc), operators=fusion.members[name])
+
+
+def member_change_problems(
+    body: Mapping[str, Any],
+    topology: StreamTopology,
+    namespace: Mapping[str, Mapping[str, Any]],
+    admit: Callable[[Mapping[str, Any]], StreamTopology],
+) -> list[tuple[str, str]]:
+    """What refuses a fused member's change (the admission webhook's check, the reconcile's decision):
+    empty when ``body`` is no fused member or the fused topology's running state can take it."""
+    uid = body["metadata"].get("uid")
+    home = next((d for d in namespace.values() if is_fused(d) and _owned_by(d, uid)), None)
+    if home is None or not topology.spec.sharing.enabled:
+        return []
+    try:
+        _fuse_again(home, body, topology, namespace, admit, joining=False)
+    except TopologyError as error:
+        return list(error.problems)
+    return []
+
+
+def leave_fused(
+    doc: Mapping[str, Any],
+    uid: str | None,
+    namespace: Mapping[str, Mapping[str, Any]],
+    admit: Callable[[Mapping[str, Any]], StreamTopology],
+) -> dict[str, Any]:
+    """The fused topology ``doc`` once the member ``uid`` is deleted: without its owner reference, and
+    without its operators (their state dropped) where the remaining members can be fused again; with none
+    left, without owners (the caller deletes it)."""
+    refs = [r for r in owners(doc) if r.get("uid") != uid]
+    if not refs:
+        return with_owners(doc, [])
+    try:
+        specs = [admit(namespace[r["name"]]) for r in refs if r["name"] in namespace]
+        fusion = fuse_shared(specs, previous=Fusion.running(admit(doc), members(doc)))
+    except (TopologyError, KeyError):
+        return with_owners(doc, refs)  # its operators run on until the next change fuses them away
+    assert fusion is not None
+    return fused_document(fusion, refs, "keepState", current=doc)
+
+
+def fused_document(
+    fusion: Fusion,
+    refs: Sequence[Mapping[str, Any]],
+    mode: str,
+    current: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The managed fused topology of ``fusion`` owned by ``refs``: its spec changes under ``mode`` and
+    drops a departed member's state (``allowNonRestoredState``); ``current``: the stored object it
+    replaces (its resourceVersion makes a concurrent change conflict)."""
+    doc = fusion.topology.model_dump(mode="json", by_alias=True, exclude_none=True)
+    doc["apiVersion"], doc["kind"] = API_VERSION, KIND
+    doc["spec"]["upgrade"] = {"mode": mode, "allowNonRestoredState": True}
+    own = {name: member for member, renamed in fusion.members.items() for name in renamed.values()}
+    for body in doc["spec"]["operators"]:  # a member's panes are its own: they outlive others' changes
+        if body["kind"] == "aggregate" and body.get("window") and body["name"] not in fusion.shared:
+            body["paneGroup"] = own[body["name"]]
+    if current is not None and _same_spec(doc["spec"], current["spec"], but="upgrade"):
+        doc["spec"]["upgrade"] = current["spec"].get("upgrade")  # no change to make under a mode
+    meta = dict((current or {}).get("metadata") or {}) | doc["metadata"]
+    meta["labels"] = {**(meta.get("labels") or {}), FUSED_LABEL: "true"}
+    meta["annotations"] = {
+        **(meta.get("annotations") or {}),
+        MEMBERS_ANNOTATION: json.dumps(fusion.members, sort_keys=True),
+    }
+    doc["metadata"] = meta
+    return with_owners(doc, refs)
+
+
+def _differs(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Whether writing ``new`` over the stored ``old`` changes its spec, owners or members."""
+    if not _same_spec(new["spec"], old.get("spec") or {}):
+        return True
+    return [r["uid"] for r in owners(new)] != [r["uid"] for r in owners(old)] or members(new) != members(old)
+
+
+def _same_spec(a: Mapping[str, Any], b: Mapping[str, Any], but: str | None = None) -> bool:
+    """Whether two spec documents say the same (as models: defaults and number forms aside)."""
+    try:
+        specs = [StreamTopologySpec.model_validate({k: v for k, v in d.items() if k != but}) for d in (a, b)]
+    except ValidationError:
+        return False
+    return specs[0] == specs[1]
+
+
+def _owned_by(doc: Mapping[str, Any], uid: str | None) -> bool:
+    return any(r.get("uid") == uid for r in owners(doc))
 
 
 def _valid(

@@ -189,6 +189,17 @@ def _replica_pairs(nu: int, nv: int) -> list[tuple[int, int]]:
     return [(a, b) for a in range(nu) for b in range(nv)]
 
 
+def pane_group(spec: StreamTopologySpec, op: Operator) -> tuple[str, tuple[str, ...], int, str | None]:
+    """What windowed aggregates share to share sub-windows (runtime/operators/shared_panes.py): their one
+    input, key, key-group count and ``paneGroup``."""
+    return (
+        op.inputs[0],
+        tuple(partition_key(spec, op.name) or ()),
+        spec.key_groups_of(op.name),
+        op.pane_group,
+    )
+
+
 def partition_key(spec: StreamTopologySpec, name: str) -> tuple[str, ...] | None:
     """The columns an operator's key groups hash: its keyBy, else inherited through a single input.
 

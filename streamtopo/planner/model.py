@@ -376,6 +376,11 @@ class Operator(Model):
     window: WindowSpec | None = None
     aggregations: list[Expression] | None = Field(default=None, min_length=1, max_length=64)
     """Aggregate expressions such as ``sum(price * volume) AS pv``."""
+    pane_group: str | None = Field(default=None, min_length=1, max_length=63)
+    """Windowed aggregates of one input, key and key-group count share sub-windows (C-MR's panes, one
+    state per pane of their windows' common factor) only within one pane group. Unset is one group. The
+    operator sets each member's name on a fused topology's aggregates (docs/sharing.md), so a member
+    joining or leaving does not change another's panes, and so its state."""
     function: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     """UDF as ``module:function``, a pandas DataFrame -> DataFrame function."""
     source: SourceSpec | None = None
@@ -538,6 +543,10 @@ class UpgradeSpec(Model):
     a file sink's path, a stateful operator removed or renamed) is refused with a condition naming the
     field, and the last good deployment keeps running. ``resetState``: the operators such a change
     touches start from empty state at their recorded offsets; the others keep theirs."""
+    allow_non_restored_state: bool = False
+    """Flink's ``allowNonRestoredState``: under ``keepState``, a removed stateful operator's state is
+    dropped instead of the change being refused. The operator sets it on the fused topologies it manages
+    (docs/sharing.md), whose operators go when the topology they belong to is deleted."""
 
 
 class AlbicSpec(Model):

@@ -21,7 +21,8 @@ Here the same ideas, per operator, with the state our units keep (docs/exactly-o
 - :func:`plan_upgrade`: per operator, ``keep`` when its layout is unchanged (a filter's predicate, a map's
   select, a UDF, declared rates of streams and stream sources, seeds, costs, constraints, autoscaling, an
   added operator, a removed stateless one), otherwise ``reset`` under ``spec.upgrade.mode: resetState``
-  and ``refuse`` under ``keepState``, each with the field path and the reason. A generator's
+  and ``refuse`` under ``keepState``, each with the field path and the reason; a removed stateful
+  operator's state is dropped (``reset``) under ``keepState`` too when ``allowNonRestoredState`` is set. A generator's
   ``ratePerSecond`` is refused in both modes: event time is ``seq / ratePerSecond`` from the topology's
   start, so a new rate would move the event time of every record after the offset (backwards for a
   higher rate) and no reset can make that right. Nor does a change of ``spec.transport.url`` carry
@@ -39,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from streamtopo.planner.graph import partition_key, routing_key
+from streamtopo.planner.graph import pane_group, partition_key, routing_key
 from streamtopo.planner.model import Operator, StreamTopologySpec, UpgradeMode, format_duration
 
 Action = Literal["keep", "reset", "refuse"]
@@ -264,14 +265,14 @@ def _pane_candidates(spec: StreamTopologySpec, op: Operator) -> tuple[str, ...] 
     conservative where :data:`RuntimeFacts` are not given."""
     if op.window is None or len(op.inputs) != 1:
         return None
-    group = (op.inputs[0], partition_key(spec, op.name), spec.key_groups_of(op.name))
+    group = pane_group(spec, op)
     candidates = sorted(
         f"{o.name} {format_duration(o.window.size)}/{format_duration(o.window.step)}"
         for o in spec.operators
         if o.kind == "aggregate"
         and o.window is not None
         and len(o.inputs) == 1
-        and (o.inputs[0], partition_key(spec, o.name), spec.key_groups_of(o.name)) == group
+        and pane_group(spec, o) == group
     )
     return tuple(candidates) if len(candidates) > 1 else None
 
@@ -357,7 +358,7 @@ def plan_upgrade(
         if op.name in new_ops:
             continue
         stateful = has_state(op)
-        if stateful and mode == "keepState":
+        if stateful and mode == "keepState" and not new.upgrade.allow_non_restored_state:
             reason = (
                 f"operator {op.name!r} (operators[{i}] of the running spec) is gone and holds state "
                 f"({_held(op)}); state is kept by operator name, so a rename drops it too: set "

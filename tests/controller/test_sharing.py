@@ -16,21 +16,30 @@ from streamtopo.controller.reconcile import admit
 from streamtopo.controller.sharing import (
     WaitForPartners,
     decide,
+    is_fused,
     is_shared,
+    leave_fused,
+    member_change_problems,
+    members,
     owners,
     reader_units,
 )
 from streamtopo.controller.transport_acl import trim, trim_point
 from streamtopo.planner.model import StreamTopology, TopologyError
+from streamtopo.planner.upgrade import plan_upgrade
 from streamtopo.runtime.embedded import EmbeddedValkey
 
 NS = "team"
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
 
-def topology(name: str, *, window: str = "10s", sharing: bool = True, age: float = 60.0) -> dict[str, Any]:
-    """sequence -> filter -> map (the common prefix) -> a per-topology aggregate -> console."""
-    return {
+def topology(
+    name: str, *, window: str = "10s", sharing: bool = True, age: float = 60.0, alike: bool = False
+) -> dict[str, Any]:
+    """sequence -> filter -> map (the common prefix) -> a per-topology aggregate -> console. Unless
+    ``alike``, each topology's executors get an environment of their own, so they cannot run fused and
+    share through a shared part."""
+    doc = {
         "apiVersion": "streamtopo.dev/v1alpha1",
         "kind": "StreamTopology",
         "metadata": {
@@ -58,6 +67,9 @@ def topology(name: str, *, window: str = "10s", sharing: bool = True, age: float
             ],
         },
     }
+    if not alike:
+        doc["spec"]["executor"] = {"env": [{"name": "TEAM", "value": name}]}
+    return doc
 
 
 def run(doc: dict[str, Any], namespace: dict[str, dict[str, Any]], *, deployed: bool = False) -> Any:
@@ -183,6 +195,103 @@ def test_sharing_across_namespaces_is_refused_naming_the_field():
         admit(doc, None)
     assert error.value.problems[0][0] == "spec.sharing.scope"
     assert "across namespaces is not allowed" in error.value.problems[0][1]
+
+
+def test_topologies_that_can_share_executors_found_one_fused_topology_and_run_nothing_of_their_own():
+    a, b = topology("a", alike=True), topology("b", window="20s", alike=True)
+    first = run(a, {"b": b})
+    assert first.deploy is None and first.write and is_fused(first.shared) and not is_shared(first.shared)
+    name = first.shared["metadata"]["name"]
+    assert name.startswith("fused-") and [r["name"] for r in owners(first.shared)] == ["a", "b"]
+    fused = StreamTopology.model_validate(first.shared)
+    assert [op.name for op in fused.spec.operators] == [
+        "src",
+        "clean",
+        "tag",
+        "a-agg-a",
+        "a-out",
+        "b-agg-b",
+        "b-out",
+    ]
+    assert first.shared["spec"]["upgrade"] == {"mode": "keepState", "allowNonRestoredState": True}
+    assert members(first.shared)["b"]["agg-b"] == "b-agg-b"
+    assert first.status() == {"fusedTopology": name, "operators": members(first.shared)["a"]}
+
+    # b, reconciled next (or after an operator restart), finds itself a member: nothing to write
+    second = run(b, {"a": a, name: stored(first.shared)})
+    assert second.deploy is None and not second.write and second.operators == members(first.shared)["b"]
+
+
+def test_a_newcomer_joins_a_fused_topology_as_a_spec_change_that_keeps_every_running_name():
+    a, b = topology("a", alike=True), topology("b", window="20s", alike=True)
+    fused = stored(run(a, {"b": b}).shared)
+    name = fused["metadata"]["name"]
+    joined = run(topology("c", window="30s", alike=True), {"a": a, "b": b, name: fused})
+    assert joined.deploy is None and joined.write and joined.shared["metadata"]["name"] == name
+    assert [r["name"] for r in owners(joined.shared)] == ["a", "b", "c"]
+    assert joined.shared["metadata"]["resourceVersion"] == "1"  # optimistic: a concurrent change conflicts
+    for member in ("a", "b"):
+        assert members(joined.shared)[member] == members(fused)[member]
+    old, new = StreamTopology.model_validate(fused), StreamTopology.model_validate(joined.shared)
+    upgrade = plan_upgrade(old.spec, new.spec)
+    assert not upgrade.refused and [d.name for d in upgrade.operators if d.change == "added"] == [
+        "c-agg-c",
+        "c-out",
+    ]
+
+    # one the running state cannot take (a faster feed would move every later record's event time) does
+    # not join: with no partner left it starts whole
+    faster = topology("d", alike=True)
+    faster["spec"]["operators"][0]["source"]["ratePerSecond"] = 1000
+    alone = run(faster, {"a": a, "b": b, name: fused})
+    assert alone.shared is None and alone.deploy.spec.operator("src").source.generator == "sequence"
+
+
+def test_a_member_change_the_fused_state_cannot_take_is_refused_on_the_member_naming_the_field():
+    a, b = topology("a", alike=True), topology("b", window="20s", alike=True)
+    fused = stored(run(a, {"b": b}).shared)
+    name = fused["metadata"]["name"]
+    edited = topology("a", window="15s", alike=True)  # another window: the aggregate's state is unreadable
+    with pytest.raises(TopologyError) as error:
+        run(edited, {"b": b, name: fused}, deployed=False)
+    field, message = error.value.problems[0]
+    assert field.startswith(f"{name}: spec.operators[") and "window" in field and "a-agg-a" in message
+    # the admission webhook refuses the edit before it is stored, with the same problems
+    namespace = {"a": edited, "b": b, name: fused}
+    assert member_change_problems(edited, admit(edited, None), namespace, lambda d: admit(d, None)) == (
+        error.value.problems
+    )
+    unedited = {"a": a, "b": b, name: fused}
+    assert member_change_problems(b, admit(b, None), unedited, lambda d: admit(d, None)) == []
+    # a member's executors are the fused topology's: another image is refused, naming the field
+    other = topology("a", alike=True)
+    other["spec"]["image"] = "registry.example/streamtopo:custom"
+    [(field, message)] = member_change_problems(other, admit(other, None), unedited, lambda d: admit(d, None))
+    assert field == "spec.image" and name in message
+    edited["spec"]["upgrade"] = {"mode": "resetState"}
+    taken = run(edited, {"b": b, name: fused})
+    assert taken.write and taken.shared["spec"]["upgrade"]["mode"] == "resetState"
+    assert members(taken.shared)["a"] == members(fused)["a"]
+
+
+def test_a_deleted_member_takes_its_operators_and_their_state_out_and_the_last_one_the_topology():
+    a, b = topology("a", alike=True), topology("b", window="20s", alike=True)
+    fused = stored(run(a, {"b": b}).shared)
+    left = leave_fused(fused, "uid-a", {"b": b, fused["metadata"]["name"]: fused}, lambda d: admit(d, None))
+    assert [r["name"] for r in owners(left)] == ["b"] and list(members(left)) == ["b"]
+    old, new = StreamTopology.model_validate(fused), StreamTopology.model_validate(left)
+    assert [op.name for op in new.spec.operators] == ["src", "clean", "tag", "b-agg-b", "b-out"]
+    upgrade = plan_upgrade(old.spec, new.spec)  # a's aggregate holds state: dropped, not refused
+    assert not upgrade.refused and [d.name for d in upgrade.removed] == ["a-agg-a", "a-out"]
+    last = leave_fused(stored(left), "uid-b", {}, lambda d: admit(d, None))
+    assert owners(last) == []  # the operator then deletes it
+
+
+def test_topologies_whose_executors_differ_share_through_a_shared_part_instead():
+    a, b = topology("a", alike=True), topology("b", window="20s", alike=True)
+    b["spec"]["executor"] = {"resources": {"memory": "4Gi"}}
+    decision = run(a, {"b": b})
+    assert decision.deploy is not None and is_shared(decision.shared)
 
 
 @pytest.fixture

@@ -1,6 +1,10 @@
 """Sharing on a cluster (kopf against kmock's emulator, a real Valkey): two opted-in topologies found one
 managed shared StreamTopology that each deploys as a reader of; it trims its stream past both readers'
-offsets; it outlives one consumer and goes with the last, stream included. A cycle creates nothing."""
+offsets; it outlives one consumer and goes with the last, stream included. A cycle creates nothing.
+
+Two whose executors run alike found one managed fused StreamTopology that runs both, the common prefix
+once; the members run no executors and show where they run; deleting one takes its operators out of the
+fused topology (the other's keep their names, so their state) and the last one takes it with it."""
 
 from __future__ import annotations
 
@@ -131,3 +135,92 @@ def test_a_cycle_between_opted_in_topologies_creates_nothing(
             assert "spec.sharing" in message and "cycle" in message
         assert not shared_parts(kube)
         assert not pods(kube, "a") and not pods(kube, "b")
+
+
+def member(name: str, window: str) -> dict[str, Any]:
+    doc = topology(name, window=window, alike=True)
+    doc["metadata"] = {"name": name, "namespace": NS}  # the API server sets uid and creation time
+    return doc
+
+
+def fused_topologies(kube: EmulatedKubernetes) -> list[dict[str, Any]]:
+    return kube.list(CR_PATH, "streamtopo.dev/fused=true")
+
+
+def owner_names(doc: dict[str, Any]) -> list[str]:
+    return sorted(r["name"] for r in doc["metadata"].get("ownerReferences", []))
+
+
+def test_opted_in_topologies_run_fused_and_a_deleted_member_takes_only_its_operators_out(
+    kube: EmulatedKubernetes,
+    monkeypatch: pytest.MonkeyPatch,
+    valkey: redis.Redis,  # dropping a's state needs the platform's transport
+):
+    cluster(kube)
+    with operator(kube, monkeypatch):
+        for name, window in (("a", "10s"), ("b", "20s")):
+            kube.create(CR_PATH, member(name, window))
+        fused = wait_for(
+            lambda: next((f for f in fused_topologies(kube) if owner_names(f) == ["a", "b"]), None),
+            what="one fused topology owned by both",
+        )
+        name = fused["metadata"]["name"]
+        assert len(fused_topologies(kube)) == 1 and not kube.list(CR_PATH, "streamtopo.dev/shared=true")
+
+        # The fused topology runs every operator, the prefix once; the members run nothing of their own.
+        running = wait_for(lambda: deployed(kube, name), what="the fused topology deployed")
+        assert [op.name for op in running.spec.operators] == [
+            "src", "clean", "tag", "a-agg-a", "a-out", "b-agg-b", "b-out"
+        ]  # fmt: skip
+        assert wait_for(lambda: pods(kube, name), what="the fused topology's executors")
+        for who in ("a", "b"):
+            shown = wait_for(lambda w=who: status(kube, w).get("sharing"), what=f"{who}'s status.sharing")
+            assert shown == {
+                "fusedTopology": name,
+                "operators": {"src": "src", "clean": "clean", "tag": "tag", f"agg-{who}": f"{who}-agg-{who}",
+                              "out": f"{who}-out"},
+            }  # fmt: skip
+            assert not pods(kube, who) and deployed(kube, who) is None
+            wait_for(
+                lambda w=who: status(kube, w).get("phase") == status(kube, name).get("phase") is not None,
+                what=f"{who} showing the fused topology's phase",
+            )
+        assert wait_for(lambda: status(kube, name).get("sharing"), what="members") == {
+            "consumers": ["a", "b"]
+        }
+        # The tenants' specs are untouched.
+        assert len(kube.get(f"{CR_PATH}/a")["spec"]["operators"]) == 5
+
+        # A member's edit the fused state cannot take is refused on the member, naming the field; the
+        # fused topology keeps running as it was.
+        generation = kube.get(f"{CR_PATH}/{name}")["metadata"]["generation"]
+        edited = kube.get(f"{CR_PATH}/a")["spec"]
+        edited["operators"][3]["window"] = {"size": "15s"}
+        kube.patch(f"{CR_PATH}/a", {"spec": {"operators": edited["operators"]}})
+        refused = wait_for(
+            lambda: (
+                condition(kube, "Planned", "a").get("reason") == "InvalidSpec"
+                and condition(kube, "Planned", "a")
+            ),
+            what="a's edit refused",
+        )
+        assert f"{name}: spec.operators[3].window" in refused["message"]
+        assert kube.get(f"{CR_PATH}/{name}")["metadata"]["generation"] == generation
+
+        kube.delete(f"{CR_PATH}/a")
+        wait_for(lambda: kube.get(f"{CR_PATH}/a") is None, what="a deleted")
+        left = wait_for(
+            lambda: next((f for f in fused_topologies(kube) if owner_names(f) == ["b"]), None),
+            what="the fused topology kept for b",
+        )
+        assert left["metadata"]["name"] == name
+        after = wait_for(
+            lambda: (d := deployed(kube, name)) is not None and len(d.spec.operators) == 5 and d,
+            what="the fused topology re-deployed without a's operators",
+        )
+        assert [op.name for op in after.spec.operators] == ["src", "clean", "tag", "b-agg-b", "b-out"]
+        assert status(kube, "b")["sharing"]["fusedTopology"] == name
+        assert status(kube, name)["lastUpgrade"]["removed"] == ["a-agg-a", "a-out"]
+
+        kube.delete(f"{CR_PATH}/b")
+        wait_for(lambda: not fused_topologies(kube), what="the fused topology deleted with its last member")

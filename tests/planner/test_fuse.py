@@ -165,3 +165,41 @@ def test_topologies_of_different_namespaces_are_not_fused() -> None:
     other["metadata"]["namespace"] = "team-b"
     with pytest.raises(TopologyError, match="metadata.namespace"):
         fuse_shared([a, StreamTopology.model_validate(other)], across_namespaces=True)
+
+
+def test_a_fusion_fused_again_keeps_its_name_and_each_running_operator_its_name():
+    a, b = topology("a", tail("count(*) AS n", key_groups=8)), topology("b", tail("sum(value) AS s"))
+    running = fuse_shared([a, b])
+    assert running is not None and running.topology.spec.key_groups_of("kept") == 4
+    previous = type(running).running(running.topology, running.members)
+    assert previous.shared == running.shared  # what the operator records is enough to carry on
+
+    c = topology("c", tail("max(value) AS m"))
+    grown = fuse_shared([a, b, c], previous=previous)
+    assert grown is not None and grown.topology.metadata.name == running.topology.metadata.name
+    for member in ("a", "b"):
+        assert grown.members[member] == running.members[member]
+    assert grown.members["c"]["kept"] == "kept" and grown.shared["kept"] == ["a", "b", "c"]
+
+    # b leaves and a is alone: nothing is shared any more, yet the operators a read keep running under
+    # the names their state (the source's offsets) is kept by
+    alone = fuse_shared([a], previous=type(grown).running(grown.topology, grown.members))
+    assert alone is not None and alone.members["a"] == running.members["a"] and not alone.shared
+    assert {op.name for op in alone.topology.spec.operators} == set(running.members["a"].values())
+
+
+def test_a_changed_member_operator_gets_a_new_name_only_where_another_member_still_runs_the_old_one():
+    a, b = topology("a", tail("count(*) AS n")), topology("b", tail("sum(value) AS s"))
+    running = fuse_shared([a, b])
+    assert running is not None
+    previous = type(running).running(running.topology, running.members)
+    doc = topology("a", tail("count(*) AS n")).model_dump(mode="json", by_alias=True, exclude_none=True)
+    doc["spec"]["operators"][1]["expr"] = "value % 5 <> 0"  # a's filter differs: only the source is shared
+    edited = StreamTopology.model_validate(doc)
+    again = fuse_shared([edited, b], previous=previous)
+    assert again is not None
+    assert again.members["b"] == running.members["b"]  # b's operators read the same state
+    assert again.members["a"]["numbers"] == "numbers"  # the source, still shared, keeps its offsets
+    assert again.members["a"]["kept"] not in set(running.topology.spec.by_name())  # a new operator
+    # a's own aggregate reads another input now: it keeps its name, and the upgrade rules judge it
+    assert again.members["a"]["totals"] == running.members["a"]["totals"] == "a-totals"

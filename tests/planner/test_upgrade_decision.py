@@ -279,6 +279,13 @@ def test_a_removed_or_renamed_stateful_operator_is_refused_unless_reset():
     assert not reset.refused and reset.of("highs").action == "reset" and reset.writes_state
     assert [o.name for o in reset.removed] == ["highs"]
 
+    def non_restored(doc: dict[str, Any]) -> None:
+        rename(doc)
+        doc["upgrade"] = {"allowNonRestoredState": True}
+
+    dropped = plan_upgrade(spec(), spec(non_restored))  # keepState, but the removed state may go
+    assert dropped.mode == "keepState" and not dropped.refused and dropped.of("highs").action == "reset"
+
 
 def test_shared_sub_windows_follow_the_aggregates_of_the_same_input():
     """Two windowed aggregates of one input and key may keep state per common pane: without the runtime's
@@ -306,6 +313,11 @@ def test_shared_sub_windows_follow_the_aggregates_of_the_same_input():
     assert exact.of("vwap").action == "keep" and exact.of("volume").action == "refuse"
     moved = ({"vwap": {"pane": "10"}}, {"vwap": {"pane": "own"}})
     assert plan_upgrade(old, new, runtime=moved).of("vwap").action == "refuse"
+
+    # in pane groups of their own, one's window is not the other's state
+    apart = chain(two, setter("volume", "paneGroup", value="b"))
+    upgrade = plan_upgrade(spec(apart), spec(chain(apart, setter("volume", "window", value={"size": "20s"}))))
+    assert upgrade.of("vwap").action == "keep" and upgrade.of("volume").action == "refuse"
 
 
 def test_restarts_reads_the_data_plane_only():

@@ -86,6 +86,14 @@ def test_aggregates_of_one_input_and_key_share_the_hcf_of_their_windows_as_pane(
     assert [(operators[m].windowing.pane, operators[m].combine) for m in group.members] == [(0.25, True)] * 2
 
 
+def test_aggregates_of_different_pane_groups_keep_their_own_panes():
+    grouped = topology("share").model_dump(mode="json", by_alias=True, exclude_none=True)
+    for body in grouped["spec"]["operators"]:
+        if body["name"] == "slow":
+            body["paneGroup"] = "b"
+    assert sharing_groups(StreamTopology.model_validate(grouped).spec) == []
+
+
 def test_the_pane_is_common_to_every_member_not_only_each_ones_own_hcf():
     aggregates = [
         {"name": "a", "window": {"size": 6.0, "slide": 4.0}, "aggregations": ["count(*) AS n"]},

@@ -56,9 +56,33 @@ class Fusion:
     originals: tuple[StreamTopology, ...]
     """The topologies fused, as given."""
 
+    @classmethod
+    def running(cls, topology: StreamTopology, members: Mapping[str, Mapping[str, str]]) -> Fusion:
+        """A fusion as it runs (the operator's managed topology and its recorded members), the
+        ``previous`` of the next :func:`fuse_shared`."""
+        serves: dict[str, list[str]] = {}
+        for member, renamed in members.items():
+            for name in dict.fromkeys(renamed.values()):
+                serves.setdefault(name, []).append(member)
+        shared = {name: who for name, who in serves.items() if len(who) > 1}
+        return cls(topology, {m: dict(r) for m, r in members.items()}, shared, ())
 
-def fuse_shared(topologies: Sequence[StreamTopology], *, across_namespaces: bool = False) -> Fusion | None:
-    """The topologies as one, sharing what two or more compute; None when they compute nothing in common.
+
+def fuse_shared(
+    topologies: Sequence[StreamTopology],
+    *,
+    across_namespaces: bool = False,
+    previous: Fusion | None = None,
+) -> Fusion | None:
+    """The topologies as one, sharing what two or more compute; None when they compute nothing in common
+    and there is no ``previous`` fusion to carry on.
+
+    ``previous``: the fusion running now, when members join, leave or change (the operator's managed
+    ``fused-<hash>`` topology, whose state is kept by operator name). The result keeps its name, and each
+    operator keeps its running name where it computes what it computed (:func:`_names`), so a membership
+    change is an ordinary spec change of one topology that planner/upgrade.py judges; an operator that
+    served several members keeps its key groups. A fusion of one member is then valid: what the others
+    shared keeps running for it under the same names.
 
     Raises :class:`~streamtopo.planner.model.TopologyError` when the union is not a valid topology: more
     operators than one topology may have, or members' constraints that contradict each other on a shared
@@ -69,27 +93,31 @@ def fuse_shared(topologies: Sequence[StreamTopology], *, across_namespaces: bool
         raise TopologyError([("metadata.namespace", f"one dataflow runs in one namespace, not {spaces}")])
     hashes = [structural_hashes(t, across_namespaces=across_namespaces) for t in topologies]
     common = shared_hashes(topologies, hashes)
-    if not common:
+    if not common and previous is None:
         return None
-    names, operators = shared_operators(topologies, hashes, common)
-    taken = set(names.values())
+    first_names, operators = shared_operators(topologies, hashes, common)
+    names = _names(topologies, hashes, common, first_names, previous, across_namespaces)
+    rename = {first_names[h]: names[h] for h in first_names}
+    for body in operators:
+        body["name"], body["inputs"] = rename[body["name"]], [rename[i] for i in body["inputs"]]
     members: dict[str, dict[str, str]] = {}
-    serves: dict[str, list[str]] = {names[h]: [] for h in names}
+    serves: dict[str, list[str]] = {names[h]: [] for h in first_names}
     groups: dict[str, int] = {}
     """Fused operator -> its key groups: its topology's, the most of them for a shared operator."""
+    if previous is not None:  # an operator that served several members keeps what it was given
+        kept = previous.topology.spec
+        for name in set(previous.shared) & set(kept.by_name()):
+            groups[name] = kept.key_groups_of(name)
     for topology, digests in zip(topologies, hashes):
         member = topology.metadata.name
-        renamed = {}
+        renamed = {
+            op.name: names[digests[op.name] if digests[op.name] in common else (member, op.name)]
+            for op in topology.spec.operators
+        }
         for op in topology.spec.operators:
-            h = digests[op.name]
-            if h in common:
-                renamed[op.name] = names[h]
-                if member not in serves[names[h]]:  # a topology may compute one thing twice
-                    serves[names[h]].append(member)
-            else:
-                renamed[op.name] = _own_name(member, op.name, taken)
-                taken.add(renamed[op.name])
             there = renamed[op.name]
+            if digests[op.name] in common and member not in serves[there]:  # one thing computed twice
+                serves[there].append(member)
             groups[there] = max(groups.get(there, 0), topology.spec.key_groups_of(op.name))
         members[member] = renamed
         for op in topology.spec.operators:
@@ -108,7 +136,7 @@ def fuse_shared(topologies: Sequence[StreamTopology], *, across_namespaces: bool
         mode="json",
         by_alias=True,
         exclude_none=True,
-        include={"image", "transport", "batching", "metrics", "executor", "autoscaling", "fusion"},
+        include={"image", "transport", "batching", "metrics", "executor", "autoscaling", "fusion", "upgrade"},
     )
     autoscaling = spec.setdefault("autoscaling", {})
     autoscaling["maxExecutors"] = min(
@@ -121,8 +149,12 @@ def fuse_shared(topologies: Sequence[StreamTopology], *, across_namespaces: bool
         "constraints": _constraints(topologies, members),
         "streams": _streams(topologies, members),
     }
-    digest = hashlib.sha256("\n".join([*sorted(members), *sorted(common)]).encode()).hexdigest()
-    metadata: dict[str, Any] = {"name": f"{FUSED_PREFIX}{digest[:12]}"}
+    if previous is not None:
+        name = previous.topology.metadata.name
+    else:
+        digest = hashlib.sha256("\n".join([*sorted(members), *sorted(common)]).encode()).hexdigest()
+        name = f"{FUSED_PREFIX}{digest[:12]}"
+    metadata: dict[str, Any] = {"name": name}
     if first.metadata.namespace:
         metadata["namespace"] = first.metadata.namespace
     try:
@@ -133,6 +165,66 @@ def fuse_shared(topologies: Sequence[StreamTopology], *, across_namespaces: bool
     if problems:
         raise TopologyError(problems)
     return Fusion(fused, members, {op: who for op, who in serves.items() if len(who) > 1}, tuple(topologies))
+
+
+def _names(
+    topologies: Sequence[StreamTopology],
+    hashes: Sequence[dict[str, str]],
+    common: set[str],
+    first_names: dict[str, str],
+    previous: Fusion | None,
+    across_namespaces: bool,
+) -> dict[Any, str]:
+    """The fused name of each computation: a shared hash, or a member's own (topology, operator).
+
+    Without ``previous``, a shared operator is named as :func:`.split.shared_operators` names it and every
+    other ``<topology>-<operator>``. With it, a computation takes a name one of its operators ran under,
+    first where that name computed exactly this (its state reads the same), then where it is the same
+    operator of the same member changed (the upgrade rules judge the change, as for a topology alone);
+    a name no longer claimed is free of state only once removed, so a new computation never takes one."""
+    units: dict[Any, list[tuple[str, str]]] = {}
+    for topology, digests in zip(topologies, hashes):
+        member = topology.metadata.name
+        for op in topology.spec.operators:
+            h = digests[op.name]
+            units.setdefault(h if h in common else (member, op.name), []).append((member, op.name))
+    digest_of = {u: (u if isinstance(u, str) else hashes[_index(topologies, u[0])][u[1]]) for u in units}
+    names: dict[Any, str] = {}
+    reserved: set[str] = set()
+    if previous is not None:
+        ran = structural_hashes(previous.topology, across_namespaces=across_namespaces)
+        reserved = set(ran)
+        for exact in (True, False):
+            for unit, pairs in units.items():
+                if unit in names:
+                    continue
+                for member, op_name in pairs:
+                    ran_as = previous.members.get(member, {}).get(op_name)
+                    if (
+                        ran_as in ran
+                        and ran_as not in names.values()
+                        and (ran[ran_as] == digest_of[unit]) == exact
+                    ):
+                        names[unit] = ran_as
+                        break
+    taken = reserved | set(names.values())
+    for unit in units:
+        if unit in names:
+            continue
+        if isinstance(unit, str):
+            name = first_names[unit]
+            if name in taken:
+                name = f"{name[: MAX_OP_NAME - 7]}-{unit[:6]}"
+        else:
+            member, op_name = unit
+            name = _own_name(member, op_name, taken)
+        names[unit] = name
+        taken.add(name)
+    return names
+
+
+def _index(topologies: Sequence[StreamTopology], member: str) -> int:
+    return next(i for i, t in enumerate(topologies) if t.metadata.name == member)
 
 
 def _own_name(member: str, op: str, taken: set[str]) -> str:

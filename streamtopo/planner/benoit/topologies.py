@@ -38,7 +38,16 @@ from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.graph import DEFAULT_RECORD_BYTES, OperatorCostModel, operator_dag, rates
 from streamtopo.planner.model import StreamTopology, TopologyError
 
-HOW_IT_RUNS = {"name", "inputs", "cost", "requires", "selectivity", "record_bytes", "key_groups"}
+HOW_IT_RUNS = {
+    "name",
+    "inputs",
+    "cost",
+    "requires",
+    "selectivity",
+    "record_bytes",
+    "key_groups",
+    "pane_group",
+}
 """Operator fields left out of the structural hash."""
 
 

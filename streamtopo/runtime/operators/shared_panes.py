@@ -8,7 +8,8 @@ window sizes" that "have the same input sources and have a common factor for the
 Combine.
 
 Here a group is the windowed aggregates that read the same operator, key its output the same way (same
-``keyBy``, same key groups, so a record goes to the same key group index in each) and have a pane ``k``
+``keyBy``, same key groups, so a record goes to the same key group index in each), carry the same
+``paneGroup`` (planner/graph.py's ``pane_group``) and have a pane ``k``
 that divides every one of their sizes and slides (the HCF of all of them). For them the producing
 executor runs **one** Spark job per step over the input: partial aggregates per (consuming key group, key,
 pane), with the union of the members' partial columns (``avg(price)`` and ``sum(price)`` share the sum),
@@ -30,7 +31,7 @@ from fractions import Fraction
 import pandas as pd
 from pyspark.sql import DataFrame as SparkFrame
 
-from streamtopo.planner.graph import partition_key
+from streamtopo.planner.graph import pane_group
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime.operators.aggregate import bucket_partials, values_per_second
 from streamtopo.runtime.operators.aggregations import Aggregation, parse_aggregations, partial_aggregation
@@ -100,7 +101,7 @@ class SharedPanes:
 
 def sharing_groups(spec: StreamTopologySpec) -> list[SharedPanes]:
     """The groups of windowed aggregates that share panes (see the module docstring for the rule)."""
-    candidates: dict[tuple[str, tuple[str, ...], int], list[Operator]] = defaultdict(list)
+    candidates: dict[tuple[str, tuple[str, ...], int, str | None], list[Operator]] = defaultdict(list)
     for op in spec.operators:
         if op.kind != "aggregate" or op.window is None or len(op.inputs) != 1:
             continue
@@ -108,10 +109,9 @@ def sharing_groups(spec: StreamTopologySpec) -> list[SharedPanes]:
             parse_aggregations(op.aggregations or [])
         except ValueError:
             continue  # refused when the operator is built, with its name and field
-        keys = tuple(partition_key(spec, op.name) or ())
-        candidates[(op.inputs[0], keys, spec.key_groups_of(op.name))].append(op)
+        candidates[pane_group(spec, op)].append(op)
     groups = []
-    for (_, keys, _), ops in candidates.items():
+    for (_, keys, _, _), ops in candidates.items():
         while len(ops) >= 2:
             windows = [op.window for op in ops if op.window is not None]
             pane = hcf(*(d for window in windows for d in (window.size, window.step)))
