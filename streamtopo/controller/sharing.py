@@ -240,7 +240,13 @@ def _found_fused(
     """A new fused topology of ``topology`` and the new opted-in partners it shares operators with and
     could share executors with; None when there is none (or fusing them is refused: a shared part then)."""
     name = topology.metadata.name
-    alike = {n: pair for n, pair in partners.items() if fusable(topology, pair[1])}
+    if topology.spec.suspend or topology.spec.replicas is not None:  # its own executors' knobs
+        return None
+    alike = {
+        n: pair
+        for n, pair in partners.items()
+        if fusable(topology, pair[1]) and not pair[1].spec.suspend and pair[1].spec.replicas is None
+    }
     alike[name] = (body, topology)
     try:
         fusion = fuse_shared([alike[n][1] for n in sorted(alike)])  # in owner order, as fused again
@@ -277,6 +283,17 @@ def _fuse_again(
     running = admit(doc)
     fused_name = doc["metadata"]["name"]
     name, uid = body["metadata"]["name"], body["metadata"].get("uid")
+    if topology.spec.suspend or topology.spec.replicas is not None:  # knobs of the fused topology's
+        field = "suspend" if topology.spec.suspend else "replicas"
+        raise TopologyError(
+            [
+                (
+                    f"spec.{field}",
+                    f"this topology runs inside {fused_name} with others: set spec.{field} on {fused_name} "
+                    "(it stops or pins every member's executors), or delete this one",
+                )
+            ]
+        )
     differ = _differing(running, topology)
     if differ:  # one fused topology runs one kind of executor
         raise TopologyError(
@@ -376,8 +393,10 @@ def fused_document(
     for body in doc["spec"]["operators"]:  # a member's panes are its own: they outlive others' changes
         if body["kind"] == "aggregate" and body.get("window") and body["name"] not in fusion.shared:
             body["paneGroup"] = own[body["name"]]
-    if current is not None and _same_spec(doc["spec"], current["spec"], but="upgrade"):
-        doc["spec"]["upgrade"] = current["spec"].get("upgrade")  # no change to make under a mode
+    if current is not None:  # what is set on the fused topology itself stays
+        doc["spec"] |= {k: current["spec"][k] for k in ("suspend", "replicas") if k in current["spec"]}
+        if _same_spec(doc["spec"], current["spec"], but="upgrade"):
+            doc["spec"]["upgrade"] = current["spec"].get("upgrade")  # no change to make under a mode
     meta = dict((current or {}).get("metadata") or {}) | doc["metadata"]
     meta["labels"] = {**(meta.get("labels") or {}), FUSED_LABEL: "true"}
     meta["annotations"] = {

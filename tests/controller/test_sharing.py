@@ -268,6 +268,16 @@ def test_a_member_change_the_fused_state_cannot_take_is_refused_on_the_member_na
     other["spec"]["image"] = "registry.example/streamtopo:custom"
     [(field, message)] = member_change_problems(other, admit(other, None), unedited, lambda d: admit(d, None))
     assert field == "spec.image" and name in message
+    # suspending or pinning one member would stop or pin all: set on the fused topology, it stays there
+    paused = topology("a", alike=True)
+    paused["spec"]["suspend"] = True
+    [(field, message)] = member_change_problems(
+        paused, admit(paused, None), unedited, lambda d: admit(d, None)
+    )
+    assert field == "spec.suspend" and f"set spec.suspend on {name}" in message
+    suspended = stored(fused)
+    suspended["spec"]["suspend"] = True
+    assert run(b, {"a": a, name: suspended}).shared["spec"]["suspend"] is True
     edited["spec"]["upgrade"] = {"mode": "resetState"}
     taken = run(edited, {"b": b, name: fused})
     assert taken.write and taken.shared["spec"]["upgrade"]["mode"] == "resetState"
