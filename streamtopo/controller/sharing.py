@@ -370,10 +370,11 @@ def leave_fused(
         return with_owners(doc, [])
     try:
         specs = [admit(namespace[r["name"]]) for r in refs if r["name"] in namespace]
-        fusion = fuse_shared(specs, previous=Fusion.running(admit(doc), members(doc)))
-    except (TopologyError, KeyError):
-        return with_owners(doc, refs)  # its operators run on until the next change fuses them away
-    assert fusion is not None
+        fusion = fuse_shared(specs, previous=Fusion.running(admit(doc), members(doc))) if specs else None
+    except TopologyError:
+        fusion = None
+    if fusion is None:  # its operators run on until the next change fuses them away
+        return with_owners(doc, refs)
     return fused_document(fusion, refs, "keepState", current=doc)
 
 

@@ -295,6 +295,12 @@ def test_a_deleted_member_takes_its_operators_and_their_state_out_and_the_last_o
     assert not upgrade.refused and [d.name for d in upgrade.removed] == ["a-agg-a", "a-out"]
     last = leave_fused(stored(left), "uid-b", {}, lambda d: admit(d, None))
     assert owners(last) == []  # the operator then deletes it
+    # b's spec unreadable (or b gone too): a leaves as an owner; its operators wait for the next change
+    broken = copy.deepcopy(b)
+    broken["spec"]["operators"][1]["inputs"] = ["missing"]
+    for namespace in ({"b": broken}, {}):
+        kept = leave_fused(fused, "uid-a", namespace, lambda d: admit(d, None))
+        assert [r["name"] for r in owners(kept)] == ["b"] and kept["spec"] == fused["spec"]
 
 
 def test_topologies_whose_executors_differ_share_through_a_shared_part_instead():
