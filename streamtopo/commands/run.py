@@ -205,7 +205,9 @@ def run(
             console.rule(f"{name}: {', '.join(prepared.fusion.members)}")
         print_summary(summary, console)
     if prepared.fusion is not None:
-        console.print(saving(prepared.fusion, summaries), highlight=False, soft_wrap=True)
+        summary = summaries[prepared.fusion.topology.metadata.name]
+        for line in [*by_member(prepared.fusion, summary), saving(prepared.fusion, summaries)]:
+            console.print(line, highlight=False, soft_wrap=True)
     # Ending during warm-up is a failure too: the pipeline did not run, whatever the duration asked for.
     raise typer.Exit(1 if any(s.failed or s.unready for s in summaries.values()) else 0)
 
@@ -311,6 +313,23 @@ def shares(fusion: Fusion) -> str:
         f"sharing: {'; '.join(parts)}; one dataflow, {fusion.topology.metadata.name}, runs every topology's "
         "operators in the same executors (their own named <topology>-<operator>)"
     )
+
+
+def by_member(fusion: Fusion, summary: RunSummary) -> list[str]:
+    """Each fused topology's own outputs: its sinks under their own names, their records, and where its
+    file sinks wrote (as running it alone writes them)."""
+    lines = []
+    for topology in fusion.originals:
+        member, renamed = topology.metadata.name, fusion.members[topology.metadata.name]
+        sinks = []
+        for op in topology.spec.operators:
+            if op.kind == "sink":
+                counts = summary.sinks.get(renamed[op.name], {"in": 0, "out": 0})
+                sinks.append(f"{op.name} {counts['in']:,} in, {counts['out']:,} out")
+        files = any(op.sink is not None and op.sink.file is not None for op in topology.spec.operators)
+        where = f"; files in {summary.output / member}" if files and summary.output is not None else ""
+        lines.append(f"{member}: {'; '.join(sinks) or 'no sinks'}{where}")
+    return lines
 
 
 def saving(fusion: Fusion, summaries: Mapping[str, RunSummary]) -> str:

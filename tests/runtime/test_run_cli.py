@@ -386,5 +386,8 @@ def test_several_files_run_as_one_dataflow_that_computes_their_common_part_once(
     assert said < output.index(f"{fused}-e0") < output.index("streamtopo run: summary")
     assert "at most 1 executors ran at once" in output
     for name, window in (("per-second", 1.0), ("per-two", 2.0)):
-        assert_exactly_once(read_lines(out / name), expected_totals(count, rate, keys, window))
+        lines = read_lines(out / name)
+        assert_exactly_once(lines, expected_totals(count, rate, keys, window))
+        # each file's own outputs, under its own names, as running it alone reports them
+        assert f"{name}: out {len(lines):,} in, {len(lines):,} out; files in {out / name}" in output
     assert "CPU-seconds with the shared operators computed once; apart, the plan's cost model puts" in output
