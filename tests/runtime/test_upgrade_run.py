@@ -84,9 +84,9 @@ def edited(**changes: dict[str, Any]) -> dict[str, Any]:
 class WatchedRun:
     """``run_topology`` with ``watch`` in a thread; the test rewrites the file and reads what the run says."""
 
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, doc: dict[str, Any] = DOC):
         self.file = tmp_path / "edits.yaml"
-        self.file.write_text(yaml.safe_dump(DOC))
+        self.file.write_text(yaml.safe_dump(doc))
         self.output = tmp_path / "out"
         self.said = io.StringIO()
         options = RunOptions(executors=2, output=self.output, live=False, duration=900, watch=self.file)
@@ -208,3 +208,37 @@ def test_reset_state_gives_the_new_specs_answers_from_the_upgrade_point(tmp_path
         else:  # open at the upgrade point: only what reached the new state
             assert 0 < n <= full[cell][0] and total <= full[cell][1], cell
     assert max(c[1] for c in old) < min(c[1] for c in after)
+
+
+def test_a_member_leaving_a_fused_topology_leaves_the_others_totals_exact(tmp_path, spark):
+    """What the operator does when a fused member is deleted (controller/sharing.py), on real executors:
+    the fused topology's spec loses that member's operators, their state dropped, and the other member's
+    aggregate keeps its state and offsets across the upgrade: every record counted once."""
+    from streamtopo.controller.sharing import fused_document
+    from streamtopo.planner.benoit.fuse import Fusion, fuse_shared
+
+    def member(name: str, keep: list[str]) -> Any:
+        doc = copy.deepcopy(DOC)
+        doc["metadata"]["name"] = name
+        doc["spec"]["operators"] = [o for o in doc["spec"]["operators"] if o["name"] in keep]
+        return load_topology(doc)
+
+    a = member("a", ["numbers", "valid", "totals", "out"])
+    b = member("b", ["numbers", "stats", "out2"])
+    fusion = fuse_shared([a, b])
+    assert fusion is not None and list(fusion.shared) == ["numbers"]
+    both = fused_document(fusion, [], "keepState")
+    run = WatchedRun(tmp_path, both)
+    run.wait_output("b/stats")
+    left = fuse_shared([b], previous=Fusion.running(fusion.topology, fusion.members))
+    assert left is not None
+    message = run.save(fused_document(left, [], "keepState", current=both), "upgrade (keepState)")
+    assert "a-totals" in message
+    summary = run.finish()
+    running = summary.upgrades[0].topology
+    assert running is not None and [o.name for o in running.spec.operators] == [
+        "numbers",
+        "b-stats",
+        "b-out2",
+    ]
+    assert_exactly_once(read_lines(run.output, "b/stats"), expected_totals(COUNT, RATE, KEYS, 2.0))
