@@ -92,6 +92,7 @@ from streamtopo.controller.sharing import (
     is_shared,
     leave_fused,
     member_change_problems,
+    owned_by,
     owners,
     reader_units,
     with_owners,
@@ -416,7 +417,7 @@ def leave_shared(body: kopf.Body, **_: Any) -> None:
     topologies = list_topologies(STATE.client(), namespace)
     remaining = {n: doc for n, doc in topologies.items() if doc["metadata"].get("uid") != uid}
     for doc in topologies.values():
-        if not any(r.get("uid") == uid for r in owners(doc)):
+        if not owned_by(doc, uid):
             continue
         if is_shared(doc):
             _write_shared(namespace, with_owners(doc, [r for r in owners(doc) if r.get("uid") != uid]))

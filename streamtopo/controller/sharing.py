@@ -172,10 +172,10 @@ def decide(
         raise TopologyError([(FIELD, f"topologies feed each other in a cycle: {c}") for c in cycles])
     parts = {n: doc for n, doc in sorted(namespace.items()) if is_shared(doc)}
     fused = {n: doc for n, doc in sorted(namespace.items()) if is_fused(doc)}
-    home = next((doc for doc in fused.values() if _owned_by(doc, uid)), None)
+    home = _home(namespace, uid)
     if home is not None:  # a member (after an operator restart, or a spec update)
         return _fuse_again(home, body, topology, namespace, admit, joining=False)
-    member = next((doc for doc in parts.values() if _owned_by(doc, uid)), None)
+    member = next((doc for doc in parts.values() if owned_by(doc, uid)), None)
     if member is not None:  # a consumer (after an operator restart, or a spec update)
         consumer = join_shared(topology, admit(member))
         if consumer is not None:
@@ -221,9 +221,9 @@ def decide(
     return Sharing(topology)
 
 
-def fusable(a: StreamTopology, b: StreamTopology) -> bool:
-    """Whether two topologies' executors would run alike (:data:`FUSABLE`)."""
-    return not _differing(a, b)
+def _pins_executors(topology: StreamTopology) -> bool:
+    """Whether ``topology`` sets what only a topology running its own executors can: suspend, replicas."""
+    return topology.spec.suspend or topology.spec.replicas is not None
 
 
 def _differing(a: StreamTopology, b: StreamTopology) -> list[str]:
@@ -240,12 +240,12 @@ def _found_fused(
     """A new fused topology of ``topology`` and the new opted-in partners it shares operators with and
     could share executors with; None when there is none (or fusing them is refused: a shared part then)."""
     name = topology.metadata.name
-    if topology.spec.suspend or topology.spec.replicas is not None:  # its own executors' knobs
+    if _pins_executors(topology):
         return None
     alike = {
         n: pair
         for n, pair in partners.items()
-        if fusable(topology, pair[1]) and not pair[1].spec.suspend and pair[1].spec.replicas is None
+        if not _differing(topology, pair[1]) and not _pins_executors(pair[1])
     }
     alike[name] = (body, topology)
     try:
@@ -283,7 +283,7 @@ def _fuse_again(
     running = admit(doc)
     fused_name = doc["metadata"]["name"]
     name, uid = body["metadata"]["name"], body["metadata"].get("uid")
-    if topology.spec.suspend or topology.spec.replicas is not None:  # knobs of the fused topology's
+    if _pins_executors(topology):  # knobs of the fused topology's
         field = "suspend" if topology.spec.suspend else "replicas"
         raise TopologyError(
             [
@@ -345,8 +345,7 @@ def member_change_problems(
 ) -> list[tuple[str, str]]:
     """What refuses a fused member's change (the admission webhook's check, the reconcile's decision):
     empty when ``body`` is no fused member or the fused topology's running state can take it."""
-    uid = body["metadata"].get("uid")
-    home = next((d for d in namespace.values() if is_fused(d) and _owned_by(d, uid)), None)
+    home = _home(namespace, body["metadata"].get("uid"))
     if home is None or not topology.spec.sharing.enabled:
         return []
     try:
@@ -424,8 +423,14 @@ def _same_spec(a: Mapping[str, Any], b: Mapping[str, Any], but: str | None = Non
     return specs[0] == specs[1]
 
 
-def _owned_by(doc: Mapping[str, Any], uid: str | None) -> bool:
+def owned_by(doc: Mapping[str, Any], uid: str | None) -> bool:
+    """Whether the topology ``uid`` is one of ``doc``'s StreamTopology owners (a consumer or member)."""
     return any(r.get("uid") == uid for r in owners(doc))
+
+
+def _home(namespace: Mapping[str, Mapping[str, Any]], uid: str | None) -> Mapping[str, Any] | None:
+    """The fused topology the topology ``uid`` is a member of, if any."""
+    return next((d for _, d in sorted(namespace.items()) if is_fused(d) and owned_by(d, uid)), None)
 
 
 def _valid(
