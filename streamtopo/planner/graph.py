@@ -45,6 +45,10 @@ class CommCostModel:
     def stream_cost(self, rate: float, record_bytes: float) -> float:
         return rate * (self.per_record + record_bytes * self.per_byte)
 
+    def per_byte_of(self, record_bytes: float) -> float:
+        """CPU seconds per byte of a stream of ``record_bytes``-byte records (n spread over each record)."""
+        return self.per_byte + self.per_record / record_bytes if record_bytes > 0 else 0.0
+
 
 @dataclass(frozen=True)
 class OperatorCostModel:

@@ -11,7 +11,10 @@ from typer.testing import CliRunner
 
 from streamtopo.cli import app
 from streamtopo.documents import load_topology
-from streamtopo.planner.benoit.topologies import stream_cycles, structural_hashes
+from streamtopo.planner.benoit.heuristics import place_heuristic
+from streamtopo.planner.benoit.topologies import sharing_problem, stream_cycles, structural_hashes
+from streamtopo.planner.cluster import Cluster
+from streamtopo.planner.graph import CommCostModel
 
 ROOT = Path(__file__).parents[2]
 SHARING = sorted((ROOT / "examples/sharing").glob("*.yaml"))
@@ -43,6 +46,25 @@ def test_three_topologies_share_one_instance_per_prefix_operator() -> None:
     no_share = json.loads(share(*SHARING, "--no-share", "-o", "json").stdout)
     assert len(no_share["instances"]) == len(expected)
     assert report["cost"] <= no_share["cost"]
+
+
+def test_a_dear_hop_computes_the_prefix_next_to_each_consumer_instead() -> None:
+    """Each byte of a shared result read on another host costs the named-stream hop (Aeolus' n and s):
+    at the calibrated cost the prefix runs once and its results cross; at 50x the per-record cost the
+    crossing costs more than the prefix, and every host running a consumer computes the prefix itself."""
+    topologies = [load_topology(p) for p in SHARING]
+    cluster = Cluster.uniform(4, 4.0)
+    for comm, copies in ((CommCostModel(), 1), (CommCostModel(per_record=1e-4), 3)):
+        shared = sharing_problem(topologies, cluster, comm=comm)
+        source = next(op for key, op in shared.problem.operators.items() if shared.labels[key] == "trades")
+        assert source.crossing == pytest.approx(
+            comm.per_byte_of(source.output)
+        )  # 48-byte records, selectivity 1
+        result = place_heuristic(shared.problem)
+        assert result.feasible and result.usage.violations() == []
+        for name in PREFIX:
+            hosts = {u for (_, node), u in result.usage.placement.items() if node == name}
+            assert len(hosts) == copies, (comm, name, hosts)
 
 
 def test_the_ilp_places_the_same_topologies_on_no_more_hosts_than_the_heuristic() -> None:

@@ -231,3 +231,50 @@ def test_structural_problems_are_reported() -> None:
         "app3/r: operator 'a' appears with different inputs",
         "app3/q: operator 'r1' appears with different inputs",
     ]
+
+
+def _cheap_shared_prefix(crossing: float) -> Problem:
+    """Two applications over one cheap shared operator s (10 operations per record, 1 byte out); their
+    roots (60 each) cannot share a processor of speed 100. With ``crossing`` operations per crossing byte,
+    s read across processors costs crossing / 2 at each end."""
+    ops = {
+        "s": Operator("s", work=10.0, output=1.0, crossing=crossing),
+        "ra": Operator("ra", work=60.0, output=0.0),
+        "rb": Operator("rb", work=60.0, output=0.0),
+    }
+    apps = tuple(Application(f"app-{r}", (Node("root", r, ("s",)), Node("s", "s"))) for r in ("ra", "rb"))
+    return Problem(apps, ops, {}, Platform((Processor("P1", 100.0, 1e9), Processor("P2", 100.0, 1e9))))
+
+
+def test_a_result_crossing_processors_costs_half_its_crossing_at_each_end() -> None:
+    across = {
+        ("app-ra", "root"): "P1",
+        ("app-ra", "s"): "P1",
+        ("app-rb", "root"): "P2",
+        ("app-rb", "s"): "P1",
+    }
+    usage = evaluate(_cheap_shared_prefix(crossing=20.0), across)
+    assert usage.cpu["P1"] == pytest.approx((60 + 10 + 20 / 2) / 100)  # ra, s once, sending half
+    assert usage.cpu["P2"] == pytest.approx((60 + 20 / 2) / 100)  # rb, receiving half
+    assert usage.violations() == []
+    dear = evaluate(_cheap_shared_prefix(crossing=70.0), across)
+    assert dear.violations() == ["compute (1) on P1: 1.05 x its speed"]
+
+
+@pytest.mark.parametrize("crossing", [0.0, 5.0, 70.0])
+def test_a_shared_operator_is_computed_again_where_crossing_costs_more_than_it(crossing: float) -> None:
+    """s costs 10 per record: reused across processors while its crossing costs no more (0, 5), computed on
+    both processors once the crossing (70, which also overloads P1) costs more, by the heuristic and the
+    integer program alike."""
+    problem = _cheap_shared_prefix(crossing)
+    heuristic = place_heuristic(problem, "topdown-bfs", 3)
+    ilp = solve_ilp(problem, "proc-nb", deterministic_time=10.0)
+    assert heuristic.feasible and ilp.status == "optimal" and ilp.usage is not None
+    for usage in (heuristic.usage, ilp.usage):
+        assert usage.violations() == []
+        duplicated = usage.placement[("app-ra", "s")] != usage.placement[("app-rb", "s")]
+        assert usage.placement[("app-ra", "root")] != usage.placement[("app-rb", "root")]
+        if crossing > 10.0:
+            assert duplicated and usage.comm == {}
+    reused = heuristic.usage.placement[("app-ra", "s")] == heuristic.usage.placement[("app-rb", "s")]
+    assert reused == (crossing <= 10.0)

@@ -16,6 +16,10 @@ Reading of the paper where the text is short (recorded in docs/sharing.md):
   sub-tree, since a node can reuse only when its placed descendants are those of the instance;
 - a blocking strategy opens only processors no operator uses yet (relatives and reuse may still join a
   used one); a non-blocking one may pick any processor;
+- reuse across processors pays the crossing (:mod:`.problem`, ``crossing``) at both ends: a node reuses
+  an instance placed away from its placed consumers only when the crossing costs no more operations than
+  computing its sub-tree again, else it is placed as a node without an instance (zero crossing, the
+  paper's instances, always reuses);
 - the strategy ranks the processors it may open and the node goes to the first that can take it; the
   heuristic fails only when none can. (Taking only the top-ranked one fails strategy 4 on every instance:
   its processors with the most card left are those whose operators talk only to each other, which fill
@@ -154,10 +158,33 @@ class _Mapper:
 
     def map_node(self, ref: NodeRef) -> bool:
         operator = self.apps[ref[0]].node(ref[1]).operator
-        if self.reuse and operator in self.instance and self.link(ref):
+        if self.reuse and operator in self.instance and self.crossing_pays(ref) and self.link(ref):
             return True
         relatives = self.relatives(ref)
         return any(self.put(ref, u) for u in relatives) or self.open(ref)
+
+    def crossing_pays(self, ref: NodeRef) -> bool:
+        """Whether serving ``ref`` from its operator's instance costs no more operations per second than
+        computing its sub-tree again: the result crosses to each processor of ``ref``'s placed consumers
+        that is not the instance's, against the work of every operator of the sub-tree at ``ref``'s rates."""
+        app, problem = self.apps[ref[0]], self.problem
+        node = app.node(ref[1])
+        target = self.instance[node.operator]
+        consumers = {self.usage.placement.get((ref[0], p)) for p in self.parents[ref[0]][ref[1]]}
+        away = len(consumers - {None, target})
+        if not away:
+            return True
+        operator = problem.operators[node.operator]
+        crossing = away * app.rate(node) * operator.output * operator.crossing
+        work, stack, seen = 0.0, [node.name], set()
+        while stack:
+            name = stack.pop()
+            current = app.node(name)
+            if current.operator not in seen:
+                seen.add(current.operator)
+                work += app.rate(current) * problem.operators[current.operator].work
+                stack.extend(current.children)
+        return crossing <= work
 
     def relatives(self, ref: NodeRef) -> list[str]:
         """Processors to try before a new one: the father's (top-down, random), the children's

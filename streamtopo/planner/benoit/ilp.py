@@ -10,6 +10,7 @@ Variables (Section 4.2, with the products linearised the way Section 4.3 does it
 - ``z[j, u, v]``: u downloads object j from holder v (one holder when a node on u needs j; none when u holds
   it); ``get[j, u, v]`` its bytes/s, at least delta_j f_j^(k) (x[n,u] + z[j,u,v] - 1). Objects no processor
   holds are downloaded from outside (the downloader's card only).
+- constraint (1) adds each flow's crossing (:mod:`.problem`): operations per byte, half at each end;
 - constraints (5) cards and (6) links sum those flows; objectives (7) Proc-Power (speed of the processors
   used; Proc-Nb counts them), (8) BW-Sum (all bytes on links) and (9) BW-Max (the highest link use
   relative to its bandwidth).
@@ -89,6 +90,8 @@ class _Program:
         self.used = {u: self.m.bool() for u in self.procs}
         self.flows: dict[str, list[IntVar]] = defaultdict(list)
         """Processor -> flow variables through its card; pair key 'u|v' -> flow variables on its link."""
+        self.crossings: dict[str, list[tuple[IntVar, float]]] = defaultdict(list)
+        """Processor -> (flow variable, operations per byte at this end) of the flows it sends or receives."""
         for row in self.x.values():
             self.m.exactly_one(list(row.values()))
             for u, var in row.items():
@@ -110,6 +113,7 @@ class _Program:
     def _compute(self) -> None:
         platform = self.problem.platform
         loads: dict[tuple[str, str], IntVar] = {}
+        """(operator, processor) -> its load in millionths of s_u; constraint (1) is in :meth:`_capacities`."""
         for app, node in self.problem.nodes():
             work = self.problem.operators[node.operator].work
             for u in self.procs:
@@ -119,10 +123,7 @@ class _Program:
                     continue
                 load = loads.setdefault((node.operator, u), self.m.num(0, SCALE))
                 self._at_least(load, need, [self.x[(app.name, node.name)][u]])
-        for u in self.procs:
-            terms = [var for (_, v), var in loads.items() if v == u]
-            if terms:
-                self.m.linear(terms, [1] * len(terms), -math.inf, SCALE)
+        self.loads = loads
 
     def _communication(self) -> None:
         sends: dict[tuple[str, str, str], IntVar] = {}
@@ -140,7 +141,8 @@ class _Program:
                             key = (child.operator, u, v)
                             if key not in sends:  # bounded by the highest demand of any edge of this operator
                                 sends[key] = self.m.num(0, self._highest_send(child.operator))
-                                self._flow(u, v, sends[key])
+                                crossing = self.problem.operators[child.operator].crossing
+                                self._flow(u, v, sends[key], crossing)
                             self._at_least(
                                 sends[key],
                                 demand,
@@ -169,7 +171,7 @@ class _Program:
                             get = gets[(obj_name, u, v)] = self.m.num(
                                 0, self._demand(obj.size * self._top(obj_name))
                             )
-                            self._flow(u, v, get)
+                            self._flow(u, v, get, obj.crossing)
                         self._at_least(get, demand, [x, z])
 
     def _highest_send(self, operator: str) -> int:
@@ -181,15 +183,19 @@ class _Program:
     def _top(self, obj: str) -> float:
         return max(a.frequency(obj) for a in self.problem.applications)
 
-    def _flow(self, u: str, v: str | None, var: IntVar) -> None:
-        """A flow between u and v (None: outside the platform) uses both cards and their link."""
-        self.flows[u].append(var)
+    def _flow(self, u: str, v: str | None, var: IntVar, crossing: float) -> None:
+        """A flow between u and v (None: outside the platform) uses both cards and their link, and
+        ``crossing`` operations per byte, half at each end on the platform."""
+        for end in (u,) if v is None else (u, v):
+            self.flows[end].append(var)
+            if crossing > 0:
+                self.crossings[end].append((var, crossing / 2))
         if v is not None:
-            self.flows[v].append(var)
             self.flows["|".join(sorted((u, v)))].append(var)
 
     def _capacities(self) -> None:
         platform = self.problem.platform
+        self._compute_capacity()
         for p in platform.processors:
             terms = self.flows.get(p.name, [])
             if terms and math.isfinite(p.card):
@@ -200,6 +206,30 @@ class _Program:
                 bw = platform.bandwidth(u, v)
                 if terms and math.isfinite(bw):
                     self.m.linear(terms, [1] * len(terms), -math.inf, math.floor(bw / self.unit))
+
+    def _compute_capacity(self) -> None:
+        """Constraint (1): loads plus crossings within s_u. A crossing costs var * unit * c / s_u of the
+        processor, in millionths a real coefficient k; the row is multiplied by ``r`` (a power of ten that
+        gives the smallest k two significant digits, at most 10^6) and each k * r rounded up, so a solution
+        also meets the exact constraint."""
+        platform = self.problem.platform
+        coefficients = {
+            u: [(var, self.unit * c * SCALE / platform.processor(u).speed) for var, c in self.crossings[u]]
+            for u in self.procs
+        }
+        smallest = min((k for terms in coefficients.values() for _, k in terms), default=100.0)
+        r = 10 ** min(6, max(0, math.ceil(math.log10(100 / smallest))))
+        for u in self.procs:
+            loads = [var for (_, v), var in self.loads.items() if v == u]
+            hops = coefficients[u]
+            if not loads and not hops:
+                continue
+            self.m.linear(
+                [*loads, *(var for var, _ in hops)],
+                [r] * len(loads) + [math.ceil(k * r - 1e-9) for _, k in hops],
+                -math.inf,
+                SCALE * r,
+            )
 
     def _objective(self) -> None:
         platform = self.problem.platform

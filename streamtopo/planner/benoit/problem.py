@@ -11,6 +11,14 @@ a filter runs slower than the source; the paper's rho^(k) is the case where all 
 Objects no processor holds are *external* (a Valkey stream, a generated feed): downloading one uses the
 downloader's card only.
 
+One extension, zero in the paper's instances: a byte that crosses processors costs CPU, ``crossing``
+operations per byte of an operator's result or an object, half at each end (the named-stream hop: encode
+and XADD at the sender, read and decode at the receiver; Aeolus' n and s, ``CommCostModel``). The paper
+charges communication to cards and links only; on streamtopo's hosts a crossing record costs about as much
+CPU as a cheap operator, so a shared sub-tree read across processors may cost more than computing it again
+next to its consumer. :class:`Usage` adds it to constraint (1), the integer program too, and the
+heuristics reuse an instance on another processor only where the crossing costs less than the sub-tree.
+
 Operator identity is sharing: two nodes with the same ``operator`` compute the same thing, so they must
 have identical sub-trees (the structural hash of :mod:`.topologies` and the generator of :mod:`.instances`
 guarantee it). Several nodes of one operator on one processor are computed once at the maximum rate, and
@@ -44,6 +52,8 @@ class Operator:
     name: str
     work: float
     output: float
+    crossing: float = 0.0
+    """Operations per byte of its result that crosses processors, both ends together (half each)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,8 @@ class BasicObject:
     name: str
     size: float
     holders: frozenset[str] = frozenset()
+    crossing: float = 0.0
+    """Operations per byte downloaded from another processor or from outside, both ends together."""
 
 
 @dataclass(frozen=True)
@@ -204,7 +216,7 @@ class Usage:
         self.downloads: dict[tuple[str, str], float] = {}
         """(object, processor) -> bytes per second."""
         self.cpu: dict[str, float] = defaultdict(float)
-        """Fraction of s_u in use (constraint (1))."""
+        """Fraction of s_u in use (constraint (1)), crossings included."""
         self.card: dict[str, float] = defaultdict(float)
         """Bytes per second through B_u (constraint (3))."""
         self.link: dict[frozenset[str], float] = defaultdict(float)
@@ -348,17 +360,21 @@ class _Trial:
             cpu[u] += (rate - usage.compute.get((key, u), 0.0)) * work / platform.processor(u).speed
         for (key, u, v), rate in self.comm.items():
             extra = rate - usage.comm.get((key, u, v), 0.0)
-            card[u] += extra
-            card[v] += extra
+            crossing = usage.problem.operators[key if isinstance(key, str) else key[1]].crossing
+            for end in (u, v):
+                card[end] += extra
+                cpu[end] += extra * crossing / 2 / platform.processor(end).speed
             link[frozenset((u, v))] += extra
         for (obj, u), rate in self.downloads.items():
             extra = rate - usage.downloads.get((obj, u), 0.0)
             server = self.servers.get((obj, u), usage.servers.get((obj, u)))
             if server == u:
                 continue
-            card[u] += extra
+            crossing = usage.problem.objects[obj].crossing
+            for end in (u,) if server is None else (u, server):
+                card[end] += extra
+                cpu[end] += extra * crossing / 2 / platform.processor(end).speed
             if server is not None:
-                card[server] += extra
                 link[frozenset((u, server))] += extra
         return cpu, card, link
 

@@ -11,7 +11,9 @@ Each topology becomes one application whose nodes are its operators, each at its
 operator's work w_i is CPU-seconds per input record (``cost.cpu`` at the declared rate, else the kind's
 default) and its output delta_i bytes per input record (selectivity x record size). A source downloads one
 basic object: a named stream is held outside the cluster (in Valkey) at record size x rate; a generator
-is computed in place (size 0). Hosts give speed s_u (CPU cores), card B_u and links bw_{u,v}
+is computed in place (size 0). A byte that crosses processors costs ``crossing`` CPU-seconds, the
+named-stream hop's (Aeolus' n and s of :class:`~streamtopo.planner.graph.CommCostModel`, n spread over
+each record of the stream). Hosts give speed s_u (CPU cores), card B_u and links bw_{u,v}
 (:mod:`streamtopo.planner.cluster`).
 """
 
@@ -35,7 +37,13 @@ from streamtopo.planner.benoit.problem import (
     Processor,
 )
 from streamtopo.planner.cluster import Cluster
-from streamtopo.planner.graph import DEFAULT_RECORD_BYTES, OperatorCostModel, operator_dag, rates
+from streamtopo.planner.graph import (
+    DEFAULT_RECORD_BYTES,
+    CommCostModel,
+    OperatorCostModel,
+    operator_dag,
+    rates,
+)
 from streamtopo.planner.model import StreamTopology, TopologyError
 
 HOW_IT_RUNS = {
@@ -122,10 +130,11 @@ def sharing_problem(
     *,
     across_namespaces: bool = False,
     costs: OperatorCostModel | None = None,
+    comm: CommCostModel | None = None,
 ) -> SharedProblem:
     """The Benoit problem of running these topologies together on ``cluster``; raises TopologyError on
     duplicate names, cycles through streams, or a shared operator whose inputs differ in schema."""
-    costs = costs or OperatorCostModel()
+    costs, comm = costs or OperatorCostModel(), comm or CommCostModel()
     names = [topology_name(t) for t in topologies]
     problems = [
         (n, "the same topology is given twice") for n in sorted({n for n in names if names.count(n) > 1})
@@ -148,23 +157,32 @@ def sharing_problem(
         for op in spec.operators:
             rate = input_rate[op.name]
             cpu = op.cost.cpu if op.cost and op.cost.cpu is not None else rate * costs.per_record[op.kind]
-            out_edges = [(e, r) for e, r in edge_rate.items() if e[0] == op.name]
-            out_bytes = max(
-                (r * (record_bytes.get(e) or op.record_bytes or DEFAULT_RECORD_BYTES) for e, r in out_edges),
-                default=0.0,
-            )
-            work, output = (cpu / rate, out_bytes / rate) if rate > 0 else (0.0, 0.0)
+            out_edges = [
+                (r, record_bytes.get(e) or op.record_bytes or DEFAULT_RECORD_BYTES)
+                for e, r in edge_rate.items()
+                if e[0] == op.name
+            ]
+            out_rate, out_size = max(out_edges, key=lambda edge: edge[0] * edge[1], default=(0.0, 0.0))
+            work, output = (cpu / rate, out_rate * out_size / rate) if rate > 0 else (0.0, 0.0)
             key = hashes[op.name]
             known = operators.get(key)
             operators[key] = Operator(
-                key, max(work, known.work if known else 0.0), max(output, known.output if known else 0.0)
+                key,
+                max(work, known.work if known else 0.0),
+                max(output, known.output if known else 0.0),
+                max(comm.per_byte_of(out_size), known.crossing if known else 0.0),
             )
             labels.setdefault(key, op.name)
             objs: tuple[str, ...] = ()
             if op.source is not None:
                 obj = f"{'stream' if op.source.stream else 'generator'}:{key}"
                 size = (op.record_bytes or DEFAULT_RECORD_BYTES) if op.source.stream else 0.0
-                objects[obj] = BasicObject(obj, max(size, objects[obj].size if obj in objects else 0.0))
+                known_object = objects.get(obj)
+                objects[obj] = BasicObject(
+                    obj,
+                    max(size, known_object.size if known_object else 0.0),
+                    crossing=comm.per_byte_of(size),
+                )
                 frequencies[obj] = rate
                 objs = (obj,)
             nodes.append(Node(op.name, key, tuple(op.inputs), objs, rate=rate))
