@@ -241,6 +241,21 @@ class Metric:
     SCHEDULING_STEPS = "streamtopo_scheduling_steps"
     SINK_LATENCY = "streamtopo_sink_latency_seconds"
     """Histogram: event time to sink write."""
+    MEMBER_OPERATOR = "streamtopo_member_operator_info"
+    """1 per (operator of a fused topology, member it serves, the member's name for it): joined on
+    ``topology`` and ``operator``, any unit series reads per member (docs/sharing.md, "Fused")."""
+
+
+MEMBERS_ANNOTATION = "streamtopo.dev/members"
+"""On a fused topology (planner/benoit/fuse.py): JSON of member topology -> its operator -> the fused
+operator. Its executors export it as :attr:`Metric.MEMBER_OPERATOR`; the operator reads membership from it."""
+
+
+def fused_members(metadata: Mapping[str, object] | None) -> dict[str, dict[str, str]]:
+    """A topology's :data:`MEMBERS_ANNOTATION` (empty unless it is a fused topology)."""
+    annotations = (metadata or {}).get("annotations") or {}
+    text = annotations.get(MEMBERS_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return json.loads(text) if isinstance(text, str) else {}
 
 
 def total(counter: str) -> str:

@@ -35,11 +35,13 @@ from typing import Any
 import yaml
 
 from streamtopo.contracts import (
+    MEMBERS_ANNOTATION,
     TRANSPORT_PASSWORD_ENV,
     TRANSPORT_USERNAME_ENV,
     ExecutorEntry,
     Keys,
     RoutingTable,
+    fused_members,
     parse_unit,
 )
 from streamtopo.controller import transport_acl
@@ -235,8 +237,13 @@ def _metadata(
 
 
 def render_configmap(desired: DesiredState, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The routing table and the topology the executors run; a fused topology's members go with it, so
+    its executors export them (``Metric.MEMBER_OPERATOR``)."""
     spec_doc = desired.topology.model_dump(mode="json", by_alias=True, exclude_none=True)
     spec_doc["metadata"] = {"name": desired.name, "namespace": namespace}
+    members = fused_members(owner.get("metadata"))
+    if members:
+        spec_doc["metadata"]["annotations"] = {MEMBERS_ANNOTATION: json.dumps(members, sort_keys=True)}
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -13,7 +13,7 @@ Where the consumers can run in one set of executors, they run *fused* instead (i
 once (:func:`~streamtopo.planner.benoit.fuse.fuse_shared`), and the members run no executors of their own.
 Records cross executors only where the fused topology's plan puts its operators apart, as any topology's
 do: no shared part, no named-stream hop, no second JVM for the prefix. Its owners are its members and the
-annotation :data:`MEMBERS_ANNOTATION` maps each member's operators to the fused ones. A member that joins,
+annotation ``streamtopo.dev/members`` maps each member's operators to the fused ones. A member that joins,
 changes or leaves is a spec change of the fused topology, with its operators' names kept
 (``previous`` of :func:`fuse_shared`), so planner/upgrade.py judges it as for any topology: a member's
 change the running state cannot take is refused on the member, naming the field, and a newcomer it would
@@ -33,15 +33,14 @@ for topologies applied with it, then starts whole.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from pydantic import ValidationError
 
-from streamtopo.contracts import Keys, unit_key
+from streamtopo.contracts import Keys, fused_members, unit_key
 from streamtopo.controller.rendering import owner_reference
 from streamtopo.planner.benoit.fuse import Fusion, fuse_shared
 from streamtopo.planner.benoit.split import join_shared, split_shared
@@ -60,8 +59,6 @@ SHARED_LABEL = f"{API_GROUP}/shared"
 """On the shared topologies the operator manages (value ``"true"``)."""
 FUSED_LABEL = f"{API_GROUP}/fused"
 """On the fused topologies the operator manages (value ``"true"``)."""
-MEMBERS_ANNOTATION = f"{API_GROUP}/members"
-"""A fused topology's members: JSON, member -> its operator -> the fused operator."""
 FUSABLE = ("image", "transport", "executor", "batching")
 """Spec fields members of one fused topology must agree on: its executors run one of each."""
 FIELD = "spec.sharing"
@@ -120,8 +117,7 @@ def is_managed(doc: Mapping[str, Any]) -> bool:
 
 def members(doc: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     """A fused topology's members: member -> its operator -> the fused operator."""
-    text = ((doc.get("metadata") or {}).get("annotations") or {}).get(MEMBERS_ANNOTATION)
-    return cast(dict[str, dict[str, str]], json.loads(text)) if text else {}
+    return fused_members(doc.get("metadata"))
 
 
 def owners(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -397,12 +393,10 @@ def fused_document(
         doc["spec"] |= {k: current["spec"][k] for k in ("suspend", "replicas") if k in current["spec"]}
         if _same_spec(doc["spec"], current["spec"], but="upgrade"):
             doc["spec"]["upgrade"] = current["spec"].get("upgrade")  # no change to make under a mode
-    meta = dict((current or {}).get("metadata") or {}) | doc["metadata"]
-    meta["labels"] = {**(meta.get("labels") or {}), FUSED_LABEL: "true"}
-    meta["annotations"] = {
-        **(meta.get("annotations") or {}),
-        MEMBERS_ANNOTATION: json.dumps(fusion.members, sort_keys=True),
-    }
+    stored = dict((current or {}).get("metadata") or {})
+    meta = stored | doc["metadata"]
+    meta["labels"] = {**(stored.get("labels") or {}), FUSED_LABEL: "true"}
+    meta["annotations"] = {**(stored.get("annotations") or {}), **doc["metadata"]["annotations"]}
     doc["metadata"] = meta
     return with_owners(doc, refs)
 

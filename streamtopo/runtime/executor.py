@@ -41,7 +41,13 @@ import networkx as nx
 import psutil
 import redis
 
-from streamtopo.contracts import TRANSPORT_PASSWORD_ENV, TRANSPORT_USERNAME_ENV, Keys, RoutingTable
+from streamtopo.contracts import (
+    TRANSPORT_PASSWORD_ENV,
+    TRANSPORT_USERNAME_ENV,
+    Keys,
+    RoutingTable,
+    fused_members,
+)
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime import sinks
 from streamtopo.runtime.dataflow import Dataflow
@@ -124,6 +130,7 @@ class Executor(Handover, Dataflow):
         self._closes: dict[str, tuple[tuple[float, float], ...]] = {}
         self.keys = Keys.of(topology)
         self.metrics = ExecutorMetrics(topology.metadata.name, name)
+        self.metrics.members(fused_members(topology.metadata.model_dump()))
         self.metrics.exec(self.metrics.capacity).set(cpu)
         self.metrics_port = metrics_port
         self.bind = bind

@@ -17,7 +17,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -173,6 +173,12 @@ class ExecutorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.member_operator = Gauge(
+            Metric.MEMBER_OPERATOR,
+            "A fused topology's operator serving a member topology, by the member's name for it",
+            ("topology", "operator", "member", "member_operator"),
+            registry=r,
+        )
         self._cpu_seen: dict[int, float] = {}
         """pid -> CPU seconds already counted."""
         self._wait_seen: dict[tuple[int, int], float] = {}
@@ -180,6 +186,12 @@ class ExecutorMetrics:
         self._sources: dict[tuple[str, int], tuple[SourcePace, int, int]] = {}
         """Generator unit -> (pace, records emitted, records due already counted)."""
         self._lock = threading.Lock()
+
+    def members(self, members: Mapping[str, Mapping[str, str]]) -> None:
+        """A fused topology's members (``contracts.fused_members``): one series per member operator."""
+        for member, renamed in members.items():
+            for name, fused in renamed.items():
+                self.member_operator.labels(self.topology, fused, member, name).set(1)
 
     def unit(self, metric, op: str, kg: int):
         return metric.labels(self.topology, self.executor, op, str(kg))

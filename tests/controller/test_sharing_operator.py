@@ -18,7 +18,7 @@ from controller_testkit import EmulatedKubernetes, wait_for
 from test_kopf_kmock import CR_PATH, NS, cluster, condition, operator, pods, status
 from test_sharing import topology
 
-from streamtopo.contracts import Keys, UnitRecord
+from streamtopo.contracts import Keys, UnitRecord, fused_members
 from streamtopo.documents import load_topology
 from streamtopo.runtime.embedded import EmbeddedValkey
 
@@ -181,6 +181,8 @@ def test_opted_in_topologies_run_fused_and_a_deleted_member_takes_only_its_opera
                               "out": f"{who}-out"},
             }  # fmt: skip
             assert not pods(kube, who) and deployed(kube, who) is None
+            # its executors export the same map (Metric.MEMBER_OPERATOR), read from the routing ConfigMap
+            assert fused_members(running.metadata.model_dump())[who] == shown["operators"]
             wait_for(
                 lambda w=who: status(kube, w).get("phase") == status(kube, name).get("phase") is not None,
                 what=f"{who} showing the fused topology's phase",
@@ -219,6 +221,7 @@ def test_opted_in_topologies_run_fused_and_a_deleted_member_takes_only_its_opera
             what="the fused topology re-deployed without a's operators",
         )
         assert [op.name for op in after.spec.operators] == ["src", "clean", "tag", "b-agg-b", "b-out"]
+        assert list(fused_members(after.metadata.model_dump())) == ["b"]
         assert status(kube, "b")["sharing"]["fusedTopology"] == name
         assert status(kube, name)["lastUpgrade"]["removed"] == ["a-agg-a", "a-out"]
 

@@ -28,10 +28,13 @@ from runtime_support import (
     sequence_topology,
     wait_finished,
     write_routing,
+    write_topology,
 )
 
 from streamtopo.contracts import Keys
+from streamtopo.documents import load_topology
 from streamtopo.local.runner import finalize_sinks, finished
+from streamtopo.planner.benoit.fuse import fuse_shared
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.executor import Executor, ExecutorConfig
@@ -112,6 +115,44 @@ def test_pipeline_output_is_exact(valkey, spark, tmp_path):
     assert totals_in == 600
     texts = [p.read_text() for p in (tmp_path / "out" / "out").glob("kg-*.jsonl")]
     assert all(t.endswith("\n") for t in texts if t)
+
+
+def test_a_fused_topologys_executor_says_which_member_each_operator_serves(valkey, spark, tmp_path):
+    """Two topologies fused (one source computed once, windows of their own): the executor exports one
+    member series per member operator, and joining the unit series on them gives each member its own
+    numbers: its sink took exactly the lines it wrote, and the source it shares counts once for both."""
+    a = sequence_topology("m-a", count=600, rate=3000, keys=7, window=0.05)
+    b = sequence_topology("m-b", count=600, rate=3000, keys=7, window=0.1)
+    fusion = fuse_shared([a, b])
+    assert fusion is not None and fusion.shared == {"numbers": ["m-a", "m-b"]}
+    fused = load_topology(write_topology(tmp_path, fusion.topology))  # as `streamtopo run A B` hands it over
+    routing = tmp_path / "routing.json"
+    write_routing(routing, round_robin(fused, ["ex-0"]))
+    running = Running(Executor(fused, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
+    try:
+        wait_finished(running.executor.store, fused)
+        base = f"http://127.0.0.1:{running.executor.server.server_port}"
+        metrics = urllib.request.urlopen(f"{base}/metrics").read().decode()
+    finally:
+        running.stop()
+    samples = [s for f in text_string_to_metric_families(metrics) for s in f.samples]
+    serves = {
+        (s.labels["member"], s.labels["member_operator"]): s.labels["operator"]
+        for s in samples
+        if s.name == "streamtopo_member_operator_info" and s.value == 1
+    }
+    assert serves == {
+        (m, op): there for m, renamed in fusion.members.items() for op, there in renamed.items()
+    }
+
+    def member_total(member: str, operator: str, series: str) -> float:
+        there = serves[(member, operator)]
+        return sum(s.value for s in samples if s.name == series and s.labels.get("operator") == there)
+
+    for member in ("m-a", "m-b"):
+        lines = read_lines(tmp_path / "out", f"{member}/out")
+        assert lines and member_total(member, "out", "streamtopo_unit_records_in_total") == len(lines)
+        assert member_total(member, "numbers", "streamtopo_unit_records_out_total") == 600
 
 
 def test_re_sent_entries_are_dropped_by_producer_sequence(valkey, spark, tmp_path):

@@ -22,12 +22,14 @@ first topology's; the fused topology may use as many executors as the consumers 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from streamtopo.contracts import MEMBERS_ANNOTATION
 from streamtopo.planner.benoit.split import shared_hashes, shared_operators
 from streamtopo.planner.benoit.topologies import structural_hashes
 from streamtopo.planner.model import (
@@ -154,7 +156,10 @@ def fuse_shared(
     else:
         digest = hashlib.sha256("\n".join([*sorted(members), *sorted(common)]).encode()).hexdigest()
         name = f"{FUSED_PREFIX}{digest[:12]}"
-    metadata: dict[str, Any] = {"name": name}
+    metadata: dict[str, Any] = {
+        "name": name,
+        "annotations": {MEMBERS_ANNOTATION: json.dumps(members, sort_keys=True)},
+    }
     if first.metadata.namespace:
         metadata["namespace"] = first.metadata.namespace
     try:
