@@ -1,13 +1,17 @@
 """User functions: ``module:function``, a pandas DataFrame in, a pandas DataFrame out.
 
-The function runs inside Spark as a pandas function (``mapInPandas``), called once per key group per
-Arrow chunk, so it never sees two key groups at once. It receives the records with their reserved
-columns; if its result lacks ``_kg`` the key group is filled in, if it lacks ``_ts`` the latest event
-time of the records it was given (the time by which the output was known).
+The function is called as Spark's ``mapInPandas`` calls a pandas function, once per key group per Arrow
+chunk (``spark.sql.execution.arrow.maxRecordsPerBatch`` records, in order), so it never sees two key
+groups at once. The batch is in the driver already, so it runs there, with PySpark's own worker code for
+the conversions on both sides: what Spark would return, without a job, the JVM or a Python worker. It
+receives the records with their reserved columns; if its result lacks ``_kg`` the key group is filled
+in, if it lacks ``_ts`` the latest event time of the records it was given (the time by which the output
+was known).
 
-Spark needs the output schema before running; it is inferred by calling the function on a few records
-of the batch in the driver (the first 32 of one key group). Functions whose output columns depend on
-the data beyond that sample must keep their columns stable.
+The output schema is inferred by calling the function on a few records of the batch (the first 32 of one
+key group); a decimal column keeps its input column's type, or is decimal(38, 18)
+(:meth:`UdfOperator.output_schema`). Functions whose output columns depend on the data beyond that
+sample must keep their columns stable.
 
 Modules are found on the import path, then in the directories of :func:`extend_import_path`: ``streamtopo
 run`` adds the topology file's directory (its executors get it through ``STREAMTOPO_UDF_PATH``), so
@@ -24,7 +28,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +38,10 @@ import pyarrow as pa
 from pyspark import cloudpickle
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
-from pyspark.sql.conversion import ArrowBatchTransformer
+from pyspark.sql.conversion import ArrowBatchTransformer, PandasToArrowConversion
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import DataType, DecimalType, StructField, StructType
+from pyspark.worker import verify_pandas_result
 
 from streamtopo.planner.model import Operator, StreamTopologySpec
 from streamtopo.runtime.operators.base import (
@@ -51,8 +58,6 @@ from streamtopo.runtime.operators.records import (
     from_arrow,
     spark_schema,
     to_arrow,
-    to_pandas,
-    to_spark,
 )
 
 SAMPLE_ROWS = 32
@@ -133,11 +138,41 @@ def apply_per_key_group(fn: UserFunction, frame: pd.DataFrame, operator: str) ->
     return pd.concat(outputs, ignore_index=True) if outputs else frame.iloc[:0]
 
 
+def _decimal(input_type: DataType | None) -> DecimalType:
+    return input_type if isinstance(input_type, DecimalType) else DecimalType(38, 18)
+
+
+@dataclass(frozen=True)
+class _WorkerSettings:
+    """The session settings PySpark's worker converts a pandas function's batches with."""
+
+    chunk: int
+    safecheck: bool
+    large_types: bool
+    by_name: bool
+    int_to_decimal: bool
+
+    @classmethod
+    def of(cls, spark: SparkSession) -> _WorkerSettings:
+        def flag(key: str, default: str) -> bool:
+            return (spark.conf.get(key, default) or default).lower() == "true"
+
+        chunk = int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000") or 10000)
+        return cls(
+            chunk if chunk > 0 else 2**62,
+            flag("spark.sql.execution.pandas.convertToArrowArraySafely", "false"),
+            flag("spark.sql.execution.arrow.useLargeVarTypes", "false"),
+            flag("spark.sql.legacy.execution.pandas.groupedMap.assignColumnsByName", "true"),
+            flag("spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled", "false"),
+        )
+
+
 class UdfOperator(UnitOperator):
     def __init__(self, op: Operator, spec: StreamTopologySpec):
         super().__init__(op, spec)
         assert op.function is not None  # a udf operator names its function (the model's validator)
         self.fn = load_function(op.function, op.name)
+        self._worker: _WorkerSettings | None = None
 
     def process(
         self, spark: SparkSession, batch: pd.DataFrame, states: dict[int, Any], watermarks: dict[int, float]
@@ -170,16 +205,60 @@ class UdfOperator(UnitOperator):
 
     def _run(self, spark: SparkSession, batch: pd.DataFrame) -> pd.DataFrame:
         sample = self._call(batch[batch[KG] == batch[KG].iloc[0]].head(SAMPLE_ROWS))
+        return self._in_driver(spark, batch, self.output_schema(sample, batch), list(sample.columns))
+
+    def output_schema(self, sample: pd.DataFrame, batch: pd.DataFrame) -> StructType:
+        """The output's Spark schema, from the function's result on the sample. A decimal column's
+        precision is not the sample's (Arrow infers it from the values seen: ``Decimal('1.25')`` is
+        decimal(3, 2), and a larger value later would fail the batch): a column named as a decimal input
+        column keeps that column's type, any other decimal is decimal(38, 18), Spark's type for a Python
+        ``Decimal``."""
         try:
             schema = spark_schema(sample)
         except Exception as error:  # noqa: BLE001 - unconvertible output types are the function's fault
             raise OperatorError(
                 self.name, "function", f"output is not convertible to Arrow: {error}"
             ) from None
-        columns, fn, name = list(sample.columns), self.fn, self.name
+        inputs = {f.name: f.dataType for f in spark_schema(batch.iloc[:0]).fields}
+        return StructType(
+            [
+                StructField(f.name, _decimal(inputs.get(f.name)), f.nullable)
+                if isinstance(f.dataType, DecimalType)
+                else f
+                for f in schema.fields
+            ]
+        )
 
-        def run(chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-            for chunk in chunks:
-                yield apply_per_key_group(fn, chunk, name)[columns]
+    def _in_driver(
+        self, spark: SparkSession, batch: pd.DataFrame, schema: StructType, columns: list[str]
+    ) -> pd.DataFrame:
+        """What ``mapInPandas(run, schema)`` over the batch returns, computed here: the records as Spark's
+        worker hands them over (:func:`as_spark_hands_it`), the function per key group of each chunk of
+        ``maxRecordsPerBatch`` records in order, its result checked and converted to Arrow by PySpark's own
+        worker code with the worker's settings, then typed as ``toArrow`` gives it. No job, no JVM, no
+        Python worker: the batch is in the driver already (tests/runtime/test_udf.py compares both)."""
+        settings = self._settings(spark)
+        records = as_spark_hands_it(batch)
+        output_schema = StructType([StructField("_0", schema)])
+        batches = []
+        for start in range(0, len(records), settings.chunk):
+            chunk = records.iloc[start : start + settings.chunk].reset_index(drop=True)
+            result = apply_per_key_group(self.fn, chunk, self.name)[columns]
+            verify_pandas_result(result, schema, assign_cols_by_name=True, truncate_return_schema=True)
+            converted = PandasToArrowConversion.convert(
+                [result],
+                output_schema,
+                timezone="UTC",
+                safecheck=settings.safecheck,
+                arrow_cast=True,
+                prefers_large_types=settings.large_types,
+                assign_cols_by_name=settings.by_name,
+                int_to_decimal_coercion_enabled=settings.int_to_decimal,
+            )
+            batches.append(ArrowBatchTransformer.flatten_struct(converted))
+        return from_arrow(pa.Table.from_batches(batches).cast(arrow_schema(schema)))
 
-        return to_pandas(to_spark(spark, batch).mapInPandas(run, schema))
+    def _settings(self, spark: SparkSession) -> _WorkerSettings:
+        if self._worker is None:
+            self._worker = _WorkerSettings.of(spark)
+        return self._worker

@@ -1,0 +1,117 @@
+"""A udf operator runs its function on a driver batch in the driver; Spark's ``mapInPandas`` over the same
+batch is the oracle. Every type a record carries, nulls and NaN, results whose types differ from the
+sample's, and a batch larger than one Arrow chunk come out identical, types included."""
+
+from __future__ import annotations
+
+import datetime as dt
+import textwrap
+from collections.abc import Iterator
+from decimal import Decimal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from streamtopo.runtime.operators import build_operator
+from streamtopo.runtime.operators.records import from_arrow, to_pandas, to_spark
+from streamtopo.runtime.operators.udf import SAMPLE_ROWS, apply_per_key_group
+
+pytestmark = pytest.mark.spark
+
+FUNCTIONS = textwrap.dedent("""
+    import datetime as dt
+    from decimal import Decimal
+
+    import numpy as np
+    import pandas as pd
+
+    def derive(df):
+        out = df.copy()
+        out["doubled"] = df["n"] * 2
+        out["ratio"] = df["x"] / df["n"]
+        out["loud"] = df["s"].str.upper()
+        out["cents"] = df["d"].map(lambda v: None if v is None else v + Decimal("0.01"))
+        out["later"] = df["t"] + pd.Timedelta(seconds=1)
+        out["day"] = df["day"]
+        out["no"] = ~df["yes"].astype(bool)
+        return out
+
+    def halves(df):
+        # the sample (first key group) gives integers; other key groups give doubles the int column takes
+        kg = int(df["_kg"].iloc[0])
+        v = df["n"].fillna(0)
+        return pd.DataFrame({"v": v if kg == 0 else v / 2, "_kg": df["_kg"], "_ts": df["_ts"]})
+
+    def chunk_size(df):
+        return pd.DataFrame({"rows": [len(df)], "first": [int(df["n"].fillna(-1).iloc[0])]})
+""")
+
+
+@pytest.fixture
+def functions(tmp_path, monkeypatch):
+    (tmp_path / "diff_udfs.py").write_text(FUNCTIONS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "diff_udfs"
+
+
+def records(n: int) -> pd.DataFrame:
+    """Typed as they reach an operator (Arrow-backed user columns): nulls in every column, NaN in x."""
+    rng = np.random.default_rng(7)
+    null = rng.random(n) < 0.1
+    n_values = rng.integers(-(2**40), 2**40, size=n)
+    x = rng.normal(size=n)
+    x[rng.random(n) < 0.05] = np.nan
+    table = pa.table(
+        {
+            "n": pa.array(n_values, pa.int64(), mask=null),
+            "x": pa.array(x, pa.float64(), mask=rng.random(n) < 0.05),
+            "s": pa.array([f"sym{i % 17}" for i in range(n)], pa.string(), mask=null),
+            "d": pa.array([Decimal(f"{i}.{i % 100:02d}") for i in range(n)], pa.decimal128(12, 2), mask=null),
+            "t": pa.array(
+                [dt.datetime(2026, 1, 1) + dt.timedelta(milliseconds=i) for i in range(n)],
+                pa.timestamp("us", tz="UTC"),
+                mask=null,
+            ),
+            "day": pa.array([dt.date(2026, 1, 1 + i % 28) for i in range(n)], pa.date32(), mask=null),
+            "yes": pa.array(rng.random(n) < 0.5, pa.bool_(), mask=null),
+            "_ts": pa.array(np.arange(n, dtype=np.float64) / 1000),
+            "_kg": pa.array(rng.integers(0, 3, size=n).astype(np.int32)),
+        }
+    )
+    return from_arrow(table)
+
+
+def through_spark(spark, op, batch: pd.DataFrame) -> pd.DataFrame:
+    """The oracle: the function through Spark's mapInPandas, schema from the sample as the operator
+    infers it."""
+    sample = op._call(batch[batch["_kg"] == batch["_kg"].iloc[0]].head(SAMPLE_ROWS))
+    columns, fn, name = list(sample.columns), op.fn, op.name
+
+    def run(chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for chunk in chunks:
+            yield apply_per_key_group(fn, chunk, name)[columns]
+
+    return to_pandas(to_spark(spark, batch).mapInPandas(run, op.output_schema(sample, batch)))
+
+
+def operator(make_spec, function: str):
+    spec = make_spec(
+        {"name": "src", "kind": "source", "source": {"generator": "trades"}},
+        {"name": "fn", "kind": "udf", "inputs": ["src"], "function": function},
+    )
+    return build_operator(spec.operator("fn"), spec)
+
+
+@pytest.mark.parametrize(("function", "n"), [("derive", 500), ("halves", 500), ("chunk_size", 12_345), ("chunk_size", 25_000)])
+def test_the_driver_gives_what_spark_gives(spark, make_spec, functions, function, n):
+    op = operator(make_spec, f"{functions}:{function}")
+    batch = records(n)
+    driver = op.process(spark, batch, {}, {}).output
+    oracle = through_spark(spark, op, batch)
+    assert list(driver.columns) == list(oracle.columns)
+    assert [str(t) for t in driver.dtypes] == [str(t) for t in oracle.dtypes]
+    pd.testing.assert_frame_equal(driver, oracle, check_exact=True)
+    if function == "chunk_size":  # one call per key group per chunk of maxRecordsPerBatch records
+        assert int(driver["rows"].sum()) == n and len(driver) == 3 * -(-n // 10_000)
