@@ -19,7 +19,9 @@ event-time second), each checked against the generator's definition in every eng
    ``agg-phase-strategy = ONE_PHASE``; Spark: ``repartition(account)`` before the aggregate).
 4. ``sliding``: filter -> 4 s windows sliding by 1 s, count and sum per key (Flink: HOP).
 5. ``highcard``: as ``running`` with 1,000,003 keys: about one record per key, partials do not shrink.
-6. ``join``: a stream-stream join of two inputs (N / 2 records each), every pair of one key (100,003 keys)
+6. ``udf``: as ``running`` with ``r`` computed by a pandas function (bench/peers_udf.py): streamtopo's udf
+   operator keyed by key (whole records cross to it), Flink's and Spark's vectorised pandas UDF.
+7. ``join``: a stream-stream join of two inputs (N / 2 records each), every pair of one key (100,003 keys)
    in one 1 s tumbling window (streamtopo's windowed join; Flink's window join; Spark's join on equal
    event-time windows).
 
@@ -71,6 +73,7 @@ from bench.peers_worker import EVENT_RATE, KEYS, SHAPES, SOURCE_KEY_GROUPS
 from bench.report import header, markdown, write_section
 from bench.runtime import ExecutorGroup, cpu_seconds, marginal, pipelines_topology
 from streamtopo.runtime.embedded import EmbeddedValkey
+from streamtopo.runtime.operators.udf import UDF_PATH_ENV
 
 # The worker cannot import bench.runtime (PyFlink's virtualenv has no PySpark): its constants must agree.
 assert (KEYS, EVENT_RATE, SOURCE_KEY_GROUPS) == (runtime.SCALE_KEYS, runtime.EVENT_RATE, runtime.KEY_GROUPS)
@@ -90,12 +93,13 @@ LABELS = {
     "rekey": "re-keyed by a computed column, then 1 s tumbling count/sum (whole records cross)",
     "sliding": "filter -> 4 s windows sliding by 1 s, count/sum per key",
     "highcard": "map -> filter -> running count/sum per key, 1,000,003 keys (partials do not shrink)",
+    "udf": "keyed pandas function (r = value % 10) -> filter -> running count/sum per key (whole records cross)",
     "join": "stream-stream join, two inputs of N/2 records, pairs per key (100,003 keys) in 1 s windows",
 }
 NOT_YET = (
     "Not in this bench yet (issue 33, item 6): the VWAP example whole is bench/vwap.py's (section \"VWAP "
     'example on executor processes", PyFlink side by side on the same records), the '
-    "keyed pandas UDF and the map into a keyed named stream; and 4 executors / parallelism 4, which on 2 cores "
+    "map into a keyed named stream; and 4 executors / parallelism 4, which on 2 cores "
     "measure contention more than scale-out."
 )
 ENGINES = ("streamtopo", "flink", "spark")
@@ -151,6 +155,11 @@ def shape_ops(prefix: str, name: str, count: int) -> list[dict]:
             {"name": "kept", "kind": "map", "keyBy": ["account"], "select": ["account", "value"]},
         ]
         key = "account"
+    elif shape.udf:  # a pandas function keyed by key (whole records cross to it), then the filter
+        middle = [
+            {"name": "tenths", "kind": "udf", "keyBy": ["key"], "function": "peers_udf:tenths"},
+            {"name": "kept", "kind": "filter", "expr": "r <> 0"},
+        ]
     elif shape.window is None:  # a running aggregate after map -> filter
         middle = [
             {"name": "mapped", "kind": "map", "select": ["key", "value", "value % 10 AS r"]},
@@ -306,6 +315,7 @@ def streamtopo_engine(url: str, work: Path, executors: int, shapes: list[str], r
         f"peers-{executors}",
         [shape_ops(f"{shape}-{tag}", shape, n) for shape in shapes for tag, n in sizes(shape, records)],
     )
+    os.environ[UDF_PATH_ENV] = str(ROOT / "bench")  # the executors import the udf shape's function
     with PeerGroup(top, work / f"streamtopo-{executors}", url, executors, clock=time.time() - 86400) as group:
 
         def run(prefix: str, shape: str, records: int) -> tuple[float, float, Summary]:

@@ -67,6 +67,9 @@ class Shape:
     """(size, slide) in seconds, or a running aggregate."""
     rekey: bool = False
     """Keyed by ``(seq div 4) % keys``, a column computed from the record, and whole records cross."""
+    udf: bool = False
+    """``r = value % 10`` computed by a pandas function of the engine's (streamtopo: a udf operator keyed
+    by key, so whole records cross to it; Flink and Spark: a vectorised pandas UDF), then ``r <> 0``."""
     join: bool = False
     """A stream-stream join instead of an aggregate: two inputs of N / 2 records each (the same sequence,
     ``lv`` and ``rv``), every pair of one key in one tumbling window, written as ``(window start, key, lv,
@@ -83,8 +86,14 @@ SHAPES = {
     "rekey": Shape(kept=False, window=(1, 1), rekey=True),
     "sliding": Shape(window=(4, 1)),
     "highcard": Shape(keys=HIGH_KEYS),
+    "udf": Shape(udf=True),
     "join": Shape(keys=JOIN_KEYS, kept=False, window=(1, 1), join=True),
 }
+
+
+def tenths(value):  # type: ignore[no-untyped-def]
+    """The ``udf`` shape's function, as PyFlink and Spark call a pandas UDF: a Series of ``value``."""
+    return value % 10
 
 
 class Flink:
@@ -111,6 +120,15 @@ class Flink:
             config.set("pipeline.jars", compile_udf(udf).as_uri())
         config.set("parallelism.default", str(parallelism))
         config.set("pipeline.object-reuse", "true")
+        # The udf shape's pandas UDF runs in Flink's Python worker: this interpreter, which has PyFlink.
+        config.set("python.executable", sys.executable)
+        config.set("python.client.executable", sys.executable)
+        from pyflink.table import DataTypes
+        from pyflink.table.udf import udf
+
+        self.env.create_temporary_function(
+            "tenths", udf(tenths, result_type=DataTypes.BIGINT(), func_type="pandas")
+        )
         # Flink's own advice for aggregation throughput: mini-batches (one update per key and batch, not per
         # record) and local-global aggregation, the peer of streamtopo's partials (the re-keyed shape turns
         # the latter off so whole records cross, as a keyed map makes them in streamtopo).
@@ -127,7 +145,7 @@ class Flink:
         i = self.runs
         self.config.set("table.optimizer.agg-phase-strategy", "ONE_PHASE" if shape.rekey else "AUTO")
         sql = self.env.execute_sql
-        kept = " WHERE seq % 10 <> 0" if shape.kept else ""
+        kept = " WHERE seq % 10 <> 0" if shape.kept and not shape.udf else ""
         key = shape.key.replace(" div ", " / ")  # Flink's integer division of BIGINTs truncates
         for side in ("", "r") if shape.join else ("",):
             # rows-per-second: datagen's default paces at 10,000 records/s. The watermark trails by 1 ms:
@@ -140,10 +158,12 @@ class Flink:
                 " 'fields.seq.kind' = 'sequence', 'fields.seq.start' = '0', 'fields.seq.end' ="
                 f" '{(records // 2 if shape.join else records) - 1}', 'rows-per-second' = '1000000000000')"
             )
-            sql(
-                f"CREATE TEMPORARY VIEW in{side}{i} AS SELECT {key} AS key, seq AS `value`, ts"
-                f" FROM src{side}{i}{kept}"
+            source = (
+                f"(SELECT *, tenths(seq) AS r FROM src{side}{i}) WHERE r <> 0"
+                if shape.udf
+                else f"src{side}{i}{kept}"
             )
+            sql(f"CREATE TEMPORARY VIEW in{side}{i} AS SELECT {key} AS key, seq AS `value`, ts FROM {source}")
         if shape.join:
             sides = [
                 f"(SELECT * FROM TABLE(TUMBLE(TABLE in{side}{i}, DESCRIPTOR(ts), INTERVAL '1' SECOND)))"
@@ -277,9 +297,20 @@ class Spark:
             self.keys = ["ws", "key", "lv", "rv"]
             self.start(frame, "append")
             return
-        rows = (source(records).where("seq % 10 <> 0") if shape.kept else source(records)).selectExpr(
-            f"{shape.key} AS key", "seq AS value", "ts"
-        )
+        if shape.udf:
+            from pyspark.sql.functions import pandas_udf
+
+            rows = (
+                source(records)
+                .selectExpr(f"{shape.key} AS key", "seq AS value", "ts")
+                .withColumn("r", pandas_udf(tenths, "long")("value"))  # type: ignore[call-overload]
+                .where("r <> 0")
+                .drop("r")
+            )
+        else:
+            rows = (source(records).where("seq % 10 <> 0") if shape.kept else source(records)).selectExpr(
+                f"{shape.key} AS key", "seq AS value", "ts"
+            )
         if shape.rekey:  # whole records cross: partitioned by the computed column before the aggregate
             rows = rows.repartition("key")
         aggregates = (F.count("*").alias("n"), F.sum("value").alias("total"))

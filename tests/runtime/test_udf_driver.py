@@ -16,7 +16,7 @@ import pytest
 
 from streamtopo.runtime.operators import build_operator
 from streamtopo.runtime.operators.records import from_arrow, to_pandas, to_spark
-from streamtopo.runtime.operators.udf import SAMPLE_ROWS, apply_per_key_group
+from streamtopo.runtime.operators.udf import SAMPLE_ROWS
 
 pytestmark = pytest.mark.spark
 
@@ -87,11 +87,22 @@ def through_spark(spark, op, batch: pd.DataFrame) -> pd.DataFrame:
     """The oracle: the function through Spark's mapInPandas, schema from the sample as the operator
     infers it."""
     sample = op._call(batch[batch["_kg"] == batch["_kg"].iloc[0]].head(SAMPLE_ROWS))
-    columns, fn, name = list(sample.columns), op.fn, op.name
+    columns, fn = list(sample.columns), op.fn
+
+    def per_key_group(chunk: pd.DataFrame) -> pd.DataFrame:  # the contract, written plainly
+        outputs = []
+        for kg, part in chunk.groupby("_kg", sort=True):
+            result = fn(part.reset_index(drop=True)).copy()
+            if "_kg" not in result.columns:
+                result["_kg"] = kg
+            if "_ts" not in result.columns:
+                result["_ts"] = part["_ts"].max()
+            outputs.append(result.astype({"_kg": "int32", "_ts": "float64"}))
+        return pd.concat(outputs, ignore_index=True)
 
     def run(chunks: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for chunk in chunks:
-            yield apply_per_key_group(fn, chunk, name)[columns]
+            yield per_key_group(chunk)[columns]
 
     return to_pandas(to_spark(spark, batch).mapInPandas(run, op.output_schema(sample, batch)))
 
@@ -104,14 +115,22 @@ def operator(make_spec, function: str):
     return build_operator(spec.operator("fn"), spec)
 
 
-@pytest.mark.parametrize(("function", "n"), [("derive", 500), ("halves", 500), ("chunk_size", 12_345), ("chunk_size", 25_000)])
-def test_the_driver_gives_what_spark_gives(spark, make_spec, functions, function, n):
+@pytest.mark.parametrize(
+    ("function", "n"), [("derive", 500), ("halves", 500), ("chunk_size", 12_345), ("chunk_size", 25_000)]
+)
+@pytest.mark.parametrize("layout", ["mixed", "runs"])
+def test_the_driver_gives_what_spark_gives(spark, make_spec, functions, function, n, layout):
+    """``runs``: the records of each key group together, key groups out of order (2, 0, 1), as a batch of
+    several units arrives; ``mixed``: key groups interleaved."""
     op = operator(make_spec, f"{functions}:{function}")
     batch = records(n)
+    if layout == "runs":
+        batch = pd.concat([batch[batch["_kg"] == kg] for kg in (2, 0, 1)], ignore_index=True)
     driver = op.process(spark, batch, {}, {}).output
     oracle = through_spark(spark, op, batch)
     assert list(driver.columns) == list(oracle.columns)
     assert [str(t) for t in driver.dtypes] == [str(t) for t in oracle.dtypes]
     pd.testing.assert_frame_equal(driver, oracle, check_exact=True)
     if function == "chunk_size":  # one call per key group per chunk of maxRecordsPerBatch records
-        assert int(driver["rows"].sum()) == n and len(driver) == 3 * -(-n // 10_000)
+        calls = {(i // 10_000, kg) for i, kg in enumerate(batch["_kg"])}
+        assert int(driver["rows"].sum()) == n and len(driver) == len(calls)

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark import cloudpickle
@@ -121,21 +122,41 @@ def as_spark_hands_it(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def apply_per_key_group(fn: UserFunction, frame: pd.DataFrame, operator: str) -> pd.DataFrame:
-    """Call ``fn`` once per key group of ``frame`` and restore the reserved columns it dropped."""
+    """Call ``fn`` once per key group of ``frame``, in key group order, each with its records in their
+    order, and restore the reserved columns it dropped."""
     outputs = []
-    for kg, part in frame.groupby(KG, sort=True):
-        result = fn(part.reset_index(drop=True))
+    for kg, part in _key_groups(frame):
+        result = fn(part)
         if not isinstance(result, pd.DataFrame):
             raise OperatorError(
                 operator, "function", f"returned {type(result).__name__}, expected a pandas DataFrame"
             )
-        result = result.copy()
-        if KG not in result.columns:
-            result[KG] = kg
+        result = result.copy(deep=False)  # columns set below leave the function's own frame alone
+        if KG not in result.columns or result[KG].dtype != np.int32:
+            result[KG] = np.int32(kg) if KG not in result.columns else result[KG].astype("int32")
         if TS not in result.columns:
             result[TS] = part[TS].max()
-        outputs.append(result.astype({KG: "int32", TS: "float64"}))
+        elif result[TS].dtype != np.float64:
+            result[TS] = result[TS].astype("float64")
+        outputs.append(result)
     return pd.concat(outputs, ignore_index=True) if outputs else frame.iloc[:0]
+
+
+def _key_groups(frame: pd.DataFrame) -> Iterator[tuple[int, pd.DataFrame]]:
+    """(key group, its records) in key group order. A batch holding its key groups in runs (the usual
+    case: one run per unit) is cut into slices, which copy; any other is split by ``groupby``."""
+    kg = frame[KG].to_numpy()
+    if not len(kg):
+        return
+    starts = np.flatnonzero(np.concatenate(([True], kg[1:] != kg[:-1])))
+    firsts = kg[starts]
+    if len(np.unique(firsts)) < len(firsts):  # a key group in several runs
+        for group, part in frame.groupby(KG, sort=True):
+            yield int(group), part.reset_index(drop=True)
+        return
+    ends = np.append(starts[1:], len(kg))
+    for i in np.argsort(firsts, kind="stable"):
+        yield int(firsts[i]), frame.iloc[starts[i] : ends[i]].reset_index(drop=True)
 
 
 def _decimal(input_type: DataType | None) -> DecimalType:
@@ -243,7 +264,9 @@ class UdfOperator(UnitOperator):
         batches = []
         for start in range(0, len(records), settings.chunk):
             chunk = records.iloc[start : start + settings.chunk].reset_index(drop=True)
-            result = apply_per_key_group(self.fn, chunk, self.name)[columns]
+            result = apply_per_key_group(self.fn, chunk, self.name)
+            if list(result.columns) != columns:
+                result = result[columns]
             verify_pandas_result(result, schema, assign_cols_by_name=True, truncate_return_schema=True)
             converted = PandasToArrowConversion.convert(
                 [result],
