@@ -5,6 +5,7 @@ sample's, and a batch larger than one Arrow chunk come out identical, types incl
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import textwrap
 from collections.abc import Iterator
 from decimal import Decimal
@@ -13,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from pyspark import cloudpickle
 
 from streamtopo.runtime.operators import build_operator
 from streamtopo.runtime.operators.records import from_arrow, to_pandas, to_spark
@@ -51,8 +53,10 @@ FUNCTIONS = textwrap.dedent("""
 
 @pytest.fixture
 def functions(tmp_path, monkeypatch):
+    """The module, importable here; the oracle's Python workers get it by value."""
     (tmp_path / "diff_udfs.py").write_text(FUNCTIONS)
     monkeypatch.syspath_prepend(str(tmp_path))
+    cloudpickle.register_pickle_by_value(importlib.import_module("diff_udfs"))
     return "diff_udfs"
 
 

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark import cloudpickle
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 from pyspark.sql.conversion import ArrowBatchTransformer, PandasToArrowConversion
@@ -67,17 +66,13 @@ UDF_PATH_ENV = "STREAMTOPO_UDF_PATH"
 
 UserFunction = Callable[[pd.DataFrame], pd.DataFrame]
 
-_UDF_DIRS: list[Path] = []
-
-
 def extend_import_path(directories: Iterable[str | Path]) -> None:
     """Search ``directories`` for UDF modules too, after the import path (empty entries are skipped)."""
     for directory in directories:
         if str(directory):
-            resolved = Path(directory).resolve()
-            if str(resolved) not in sys.path:
-                sys.path.append(str(resolved))
-                _UDF_DIRS.append(resolved)
+            resolved = str(Path(directory).resolve())
+            if resolved not in sys.path:
+                sys.path.append(resolved)
 
 
 def load_function(path: str, operator: str) -> UserFunction:
@@ -96,13 +91,6 @@ def load_function(path: str, operator: str) -> UserFunction:
         raise OperatorError(
             operator, "function", f"{path!r}: module {module_name!r} has no function {attr!r}"
         )
-    # Spark's Python workers may not have the user's directory on their path: ship the module by value,
-    # and a package found in a UDF directory whole (``mypkg.enrich`` may import ``mypkg.helpers``).
-    if module_name != "__main__" and not module_name.startswith(("pandas", "numpy")):
-        top = sys.modules[module_name.partition(".")[0]]
-        origin = Path(getattr(top, "__file__", None) or "/").resolve()
-        ours = any(origin.is_relative_to(directory) for directory in _UDF_DIRS)
-        cloudpickle.register_pickle_by_value(top if ours else module)
     return fn
 
 
