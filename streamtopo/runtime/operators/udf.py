@@ -66,6 +66,7 @@ UDF_PATH_ENV = "STREAMTOPO_UDF_PATH"
 
 UserFunction = Callable[[pd.DataFrame], pd.DataFrame]
 
+
 def extend_import_path(directories: Iterable[str | Path]) -> None:
     """Search ``directories`` for UDF modules too, after the import path (empty entries are skipped)."""
     for directory in directories:
