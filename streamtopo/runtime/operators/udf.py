@@ -246,7 +246,7 @@ class UdfOperator(UnitOperator):
         worker hands them over (:func:`as_spark_hands_it`), the function per key group of each chunk of
         ``maxRecordsPerBatch`` records in order, its result checked and converted to Arrow by PySpark's own
         worker code with the worker's settings, then typed as ``toArrow`` gives it. No job, no JVM, no
-        Python worker: the batch is in the driver already (tests/runtime/test_udf.py compares both)."""
+        Python worker: the batch is in the driver already (tests/runtime/test_udf_driver.py compares both)."""
         settings = self._settings(spark)
         records = as_spark_hands_it(batch)
         output_schema = StructType([StructField("_0", schema)])
