@@ -252,10 +252,19 @@ operator. Its executors export it as :attr:`Metric.MEMBER_OPERATOR`; the operato
 
 
 def fused_members(metadata: Mapping[str, object] | None) -> dict[str, dict[str, str]]:
-    """A topology's :data:`MEMBERS_ANNOTATION` (empty unless it is a fused topology)."""
+    """A topology's :data:`MEMBERS_ANNOTATION`: empty unless it is a fused topology's, and when it is not
+    a map of member -> operator -> operator (a tenant may write any annotation on its own topology)."""
     annotations = (metadata or {}).get("annotations") or {}
     text = annotations.get(MEMBERS_ANNOTATION) if isinstance(annotations, Mapping) else None
-    return json.loads(text) if isinstance(text, str) else {}
+    try:
+        members = json.loads(text) if isinstance(text, str) else {}
+    except ValueError:
+        return {}
+    valid = isinstance(members, dict) and all(
+        isinstance(renamed, dict) and all(isinstance(v, str) for v in (member, *renamed, *renamed.values()))
+        for member, renamed in members.items()
+    )
+    return members if valid else {}
 
 
 def total(counter: str) -> str:

@@ -130,7 +130,7 @@ class Executor(Handover, Dataflow):
         self._closes: dict[str, tuple[tuple[float, float], ...]] = {}
         self.keys = Keys.of(topology)
         self.metrics = ExecutorMetrics(topology.metadata.name, name)
-        self.metrics.members(fused_members(topology.metadata.model_dump()))
+        self.metrics.members(fused_members(topology.metadata.model_dump()), self.spec.by_name())
         self.metrics.exec(self.metrics.capacity).set(cpu)
         self.metrics_port = metrics_port
         self.bind = bind

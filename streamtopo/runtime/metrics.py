@@ -17,7 +17,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -187,11 +187,13 @@ class ExecutorMetrics:
         """Generator unit -> (pace, records emitted, records due already counted)."""
         self._lock = threading.Lock()
 
-    def members(self, members: Mapping[str, Mapping[str, str]]) -> None:
-        """A fused topology's members (``contracts.fused_members``): one series per member operator."""
+    def members(self, members: Mapping[str, Mapping[str, str]], operators: Collection[str]) -> None:
+        """A fused topology's members (``contracts.fused_members``): one series per member operator that
+        names one of ``operators`` (the annotation is on the resource; the series stay as many as those)."""
         for member, renamed in members.items():
             for name, fused in renamed.items():
-                self.member_operator.labels(self.topology, fused, member, name).set(1)
+                if fused in operators:
+                    self.member_operator.labels(self.topology, fused, member, name).set(1)
 
     def unit(self, metric, op: str, kg: int):
         return metric.labels(self.topology, self.executor, op, str(kg))
