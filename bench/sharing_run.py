@@ -103,22 +103,24 @@ def held_out() -> list[StreamTopology]:
 
 
 def expensive(topology: StreamTopology) -> StreamTopology:
-    """``topology`` with a hashing map after the shared ``trades-notional``: the same in every file, so
-    it is shared too, and a prefix record costs several times what it costs in the cheap case."""
+    """``topology`` with a hashing map and a filter on the hash after the shared ``trades-notional``: the
+    same in every file, so shared too, and a prefix record costs several times what it costs in the
+    cheap case. The filter reads the digest (always > 0, so it keeps every record): without a reader,
+    Spark prunes a column no later operator uses, and a file run apart never computed the hash."""
     document = topology.model_dump(mode="json", by_alias=True, exclude_none=True)
     operators = document["spec"]["operators"]
     for op in operators:
-        op["inputs"] = ["trades-hashed" if i == "trades-notional" else i for i in op.get("inputs", [])]
+        op["inputs"] = ["trades-checked" if i == "trades-notional" else i for i in op.get("inputs", [])]
     at = next(i for i, op in enumerate(operators) if op["name"] == "trades-notional") + 1
-    operators.insert(
-        at,
+    operators[at:at] = [
         {
             "name": "trades-hashed",
             "kind": "map",
             "inputs": ["trades-notional"],
             "select": ["symbol", "price", "volume", "pv", HASHED],
         },
-    )
+        {"name": "trades-checked", "kind": "filter", "inputs": ["trades-hashed"], "expr": "digest > 0"},
+    ]
     return StreamTopology.model_validate(document)
 
 
