@@ -217,7 +217,14 @@ def _report(
         "status": status,
     }
     if usage is None:
-        return report | {"reason": failure, "cost": None, "processors": [], "instances": [], "downloads": []}
+        return report | {
+            "reason": failure,
+            "cost": None,
+            "processors": [],
+            "load": {},
+            "instances": [],
+            "downloads": [],
+        }
     problem = shared.problem
     instances: dict[tuple[object, str], dict] = {}
     for (app_name, node_name), host in sorted(usage.placement.items()):
@@ -243,6 +250,10 @@ def _report(
     return report | {
         "cost": usage.cost(objective),
         "processors": sorted(usage.used),
+        "load": {
+            host: {"cpu": usage.cpu[host], "cardBytesPerSecond": usage.card[host]}
+            for host in sorted(usage.used)
+        },
         "instances": sorted(instances.values(), key=lambda e: (e["host"], e["name"])),
         "downloads": downloads,
     }
@@ -263,4 +274,7 @@ def _table(report: dict, out: Console, err: Console) -> None:
         table.add_column(column)
     for entry in report["instances"]:
         table.add_row(entry["name"], entry["host"], f"{entry['rate']:.6g}", ", ".join(entry["serves"]))
+    table.caption = "CPU in use (operators and the named-stream hops they send or receive): " + ", ".join(
+        f"{host} {load['cpu']:.0%}" for host, load in report["load"].items()
+    )
     out.print(table)

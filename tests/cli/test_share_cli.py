@@ -43,6 +43,8 @@ def test_three_topologies_share_one_instance_per_prefix_operator() -> None:
     for name in PREFIX:
         serving = [e for e in report["instances"] if any(s.endswith(f"/{name}") for s in e["serves"])]
         assert len(serving) == 1 and len(serving[0]["serves"]) == 3, (name, serving)
+    assert sorted(report["load"]) == report["processors"]
+    assert all(0 < load["cpu"] <= 1 for load in report["load"].values())
     no_share = json.loads(share(*SHARING, "--no-share", "-o", "json").stdout)
     assert len(no_share["instances"]) == len(expected)
     assert report["cost"] <= no_share["cost"]
