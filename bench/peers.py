@@ -21,7 +21,9 @@ event-time second), each checked against the generator's definition in every eng
 5. ``highcard``: as ``running`` with 1,000,003 keys: about one record per key, partials do not shrink.
 6. ``udf``: as ``running`` with ``r`` computed by a pandas function (bench/peers_udf.py): streamtopo's udf
    operator keyed by key (whole records cross to it), Flink's and Spark's vectorised pandas UDF.
-7. ``join``: a stream-stream join of two inputs (N / 2 records each), every pair of one key (100,003 keys)
+7. ``stream``: map -> every record into a named stream keyed by key (streamtopo: a stream sink keyed by
+   key; Flink: a ``print`` sink with a primary key and a forced keyed shuffle; Spark: ``repartition``).
+8. ``join``: a stream-stream join of two inputs (N / 2 records each), every pair of one key (100,003 keys)
    in one 1 s tumbling window (streamtopo's windowed join; Flink's window join; Spark's join on equal
    event-time windows).
 
@@ -74,6 +76,7 @@ from bench.report import header, markdown, write_section
 from bench.runtime import ExecutorGroup, cpu_seconds, marginal, pipelines_topology
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.operators.udf import UDF_PATH_ENV
+from streamtopo.runtime.transport import Entry
 
 # The worker cannot import bench.runtime (PyFlink's virtualenv has no PySpark): its constants must agree.
 assert (KEYS, EVENT_RATE, SOURCE_KEY_GROUPS) == (runtime.SCALE_KEYS, runtime.EVENT_RATE, runtime.KEY_GROUPS)
@@ -93,6 +96,7 @@ LABELS = {
     "rekey": "re-keyed by a computed column, then 1 s tumbling count/sum (whole records cross)",
     "sliding": "filter -> 4 s windows sliding by 1 s, count/sum per key",
     "highcard": "map -> filter -> running count/sum per key, 1,000,003 keys (partials do not shrink)",
+    "stream": "map -> a named stream keyed by key (whole records cross to the sink)",
     "udf": "keyed pandas function (r = value % 10) -> filter -> running count/sum per key (whole records cross)",
     "join": "stream-stream join, two inputs of N/2 records, pairs per key (100,003 keys) in 1 s windows",
 }
@@ -155,7 +159,26 @@ def shape_ops(prefix: str, name: str, count: int) -> list[dict]:
             {"name": "kept", "kind": "map", "keyBy": ["account"], "select": ["account", "value"]},
         ]
         key = "account"
-    elif shape.udf:  # a pandas function keyed by key (whole records cross to it), then the filter
+    if shape.stream:  # map -> a named stream keyed by key: whole records cross to the sink's units
+        mapped = {
+            "name": f"{prefix}-mapped",
+            "kind": "map",
+            "inputs": [source["name"]],
+            "select": ["key", "value"],
+        }
+        sink = {"stream": stream_of(prefix)}
+        return [
+            source,
+            mapped,
+            {
+                "name": f"{prefix}-out",
+                "kind": "sink",
+                "inputs": [mapped["name"]],
+                "keyBy": ["key"],
+                "sink": sink,
+            },
+        ]
+    if shape.udf:  # a pandas function keyed by key (whole records cross to it), then the filter
         middle = [
             {"name": "tenths", "kind": "udf", "keyBy": ["key"], "function": "peers_udf:tenths"},
             {"name": "kept", "kind": "filter", "expr": "r <> 0"},
@@ -185,6 +208,11 @@ def shape_ops(prefix: str, name: str, count: int) -> list[dict]:
     ]
 
 
+def stream_of(prefix: str) -> str:
+    """The named stream the ``stream`` shape's pipeline ``prefix`` writes."""
+    return f"peers-{prefix}"
+
+
 @cache
 def expected(name: str, count: int) -> Summary:
     """The output summary the generator's definition gives: groups (key, or window and key), the sum of
@@ -199,6 +227,8 @@ def expected(name: str, count: int) -> Summary:
         s = np.bincount(group, weights=seq.astype(np.float64), minlength=len(c)).astype(np.int64)
         pairs = int((c * c).sum())
         return {"rows": pairs, "n": pairs, "total": int(2 * (c * s).sum())}
+    if shape.stream:  # every record once, a group of its own
+        return {"rows": count, "n": count, "total": int(seq.sum())}
     if shape.kept:
         seq = seq[seq % 10 != 0]
     keys = (seq // SOURCE_KEY_GROUPS) % shape.keys if shape.rekey else seq % shape.keys
@@ -238,6 +268,14 @@ class PeerGroup(ExecutorGroup):
         super().__init__(*args, **kwargs)
 
     def check(self, prefix: str, crossing: str, count: int) -> None:
+        if SHAPES[crossing].stream:  # the named stream's entries, read back from Valkey
+            entries = [Entry.parse(i, fields) for i, fields in self.store.client.xrange(stream_of(prefix))]
+            tables = [e.table() for e in entries if e.count]
+            values = [t.column("value").to_numpy() for t in tables]
+            total = sum(len(v) for v in values)
+            self.summaries[prefix] = {"rows": total, "n": total, "total": int(sum(v.sum() for v in values))}
+            self.store.client.delete(stream_of(prefix))
+            return
         files = sorted((self.output / f"{prefix}-out").glob("kg-*.jsonl"))
         self.summaries[prefix] = summarise(
             json.loads(line) for f in files for line in f.read_text().splitlines()

@@ -70,6 +70,10 @@ class Shape:
     udf: bool = False
     """``r = value % 10`` computed by a pandas function of the engine's (streamtopo: a udf operator keyed
     by key, so whole records cross to it; Flink and Spark: a vectorised pandas UDF), then ``r <> 0``."""
+    stream: bool = False
+    """No aggregate: every record, keyed by key, into a named stream (streamtopo: a stream sink keyed by
+    key, whole records cross to its units; Flink: a ``print`` sink with a primary key and a forced keyed
+    shuffle; Spark: ``repartition(key)`` into the memory sink), summarised as one group per record."""
     join: bool = False
     """A stream-stream join instead of an aggregate: two inputs of N / 2 records each (the same sequence,
     ``lv`` and ``rv``), every pair of one key in one tumbling window, written as ``(window start, key, lv,
@@ -87,6 +91,7 @@ SHAPES = {
     "sliding": Shape(window=(4, 1)),
     "highcard": Shape(keys=HIGH_KEYS),
     "udf": Shape(udf=True),
+    "stream": Shape(kept=False, stream=True),
     "join": Shape(keys=JOIN_KEYS, kept=False, window=(1, 1), join=True),
 }
 
@@ -174,6 +179,8 @@ class Flink:
                 f" FROM {sides[0]} L JOIN {sides[1]} R ON L.key = R.key AND L.window_start = R.window_start"
                 " AND L.window_end = R.window_end"
             )
+        elif shape.stream:
+            query = f"SELECT key, `value`, CAST(1 AS BIGINT), `value` FROM in{i}"
         elif shape.window is None:
             query = f"SELECT key, COUNT(*), SUM(`value`) FROM in{i} GROUP BY key"
         else:
@@ -189,10 +196,20 @@ class Flink:
             )
         columns = (
             ("" if shape.window is None else "ws TIMESTAMP(3), ")
-            + ("k BIGINT, lv BIGINT, rv BIGINT, " if shape.join else "k BIGINT, ")
+            + (
+                "k BIGINT, lv BIGINT, rv BIGINT, "
+                if shape.join
+                else "k BIGINT, v BIGINT, "
+                if shape.stream
+                else "k BIGINT, "
+            )
             + "n BIGINT, total BIGINT"
         )
-        sql(f"CREATE TEMPORARY TABLE out{i} ({columns}) WITH ('connector' = 'print')")
+        # The stream shape's records go to the sink's subtasks by key (Flink adds the keyed shuffle for a
+        # sink with a primary key; FORCE adds it at any parallelism), as streamtopo's keyed stream sink.
+        self.config.set("table.exec.sink.keyed-shuffle", "FORCE" if shape.stream else "AUTO")
+        key = ", PRIMARY KEY (k) NOT ENFORCED" if shape.stream else ""
+        sql(f"CREATE TEMPORARY TABLE out{i} ({columns}{key}) WITH ('connector' = 'print')")
         sys.stdout.flush()
         self.offset = self.log.stat().st_size
         sql(f"INSERT INTO out{i} {query}").wait()
@@ -313,6 +330,12 @@ class Spark:
             )
         if shape.rekey:  # whole records cross: partitioned by the computed column before the aggregate
             rows = rows.repartition("key")
+        if shape.stream:  # every record, partitioned by key, into the sink
+            self.keys = ["key", "value"]
+            self.start(
+                rows.repartition("key").selectExpr("key", "value", "1L AS n", "value AS total"), "append"
+            )
+            return
         aggregates = (F.count("*").alias("n"), F.sum("value").alias("total"))
         if shape.window is None:
             frame = rows.groupBy("key").agg(*aggregates)
