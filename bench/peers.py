@@ -102,9 +102,8 @@ LABELS = {
 }
 NOT_YET = (
     "Not in this bench yet (issue 33, item 6): the VWAP example whole is bench/vwap.py's (section \"VWAP "
-    'example on executor processes", PyFlink side by side on the same records), the '
-    "map into a keyed named stream; and 4 executors / parallelism 4, which on 2 cores "
-    "measure contention more than scale-out."
+    'example on executor processes", PyFlink side by side on the same records); and 4 executors / '
+    "parallelism 4, which on 2 cores measure contention more than scale-out."
 )
 ENGINES = ("streamtopo", "flink", "spark")
 ENGINE_NAMES = {
