@@ -79,29 +79,26 @@ def between_source_and_totals(topology: StreamTopology, stage: dict) -> StreamTo
     return StreamTopology.model_validate({"metadata": {"name": topology.metadata.name}, "spec": spec})
 
 
-def run_to_end(valkey, topology: StreamTopology, tmp_path) -> None:
-    """One executor hosting every unit, until every sink unit has seen the end of stream."""
-    routing = tmp_path / "routing.json"
-    write_routing(routing, round_robin(topology, ["ex-0"]))
-    running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
-    try:
-        wait_finished(running.executor.store, topology)
-    finally:
-        running.stop()
-
-
-def test_pipeline_output_is_exact(valkey, spark, tmp_path):
-    topology = sequence_topology("ex-exact", count=600, rate=3000, keys=7, window=0.05)
+def run_to_end(valkey, topology: StreamTopology, tmp_path, *endpoints: str) -> dict[str, tuple[int, str]]:
+    """One executor hosting every unit, until every sink unit has seen the end of stream; then each of
+    ``endpoints`` (``metrics``, ``healthz``, ...) read before it stops: path -> (status, body)."""
     routing = tmp_path / "routing.json"
     write_routing(routing, round_robin(topology, ["ex-0"]))
     running = Running(Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
     try:
         wait_finished(running.executor.store, topology)
         base = f"http://127.0.0.1:{running.executor.server.server_port}"
-        metrics = urllib.request.urlopen(f"{base}/metrics").read().decode()
-        probes = [urllib.request.urlopen(f"{base}/{p}").status for p in ("healthz", "readyz")]
+        read = {path: urllib.request.urlopen(f"{base}/{path}") for path in endpoints}
+        return {path: (answer.status, answer.read().decode()) for path, answer in read.items()}
     finally:
         running.stop()
+
+
+def test_pipeline_output_is_exact(valkey, spark, tmp_path):
+    topology = sequence_topology("ex-exact", count=600, rate=3000, keys=7, window=0.05)
+    read = run_to_end(valkey, topology, tmp_path, "metrics", "healthz", "readyz")
+    metrics = read["metrics"][1]
+    probes = [read[p][0] for p in ("healthz", "readyz")]
     assert_exactly_once(read_lines(tmp_path / "out"), expected_totals(600, 3000, 7, 0.05))
     assert probes == [200, 200]
     exported = {f.name for f in text_string_to_metric_families(metrics)}
@@ -126,15 +123,7 @@ def test_a_fused_topologys_executor_says_which_member_each_operator_serves(valke
     fusion = fuse_shared([a, b])
     assert fusion is not None and fusion.shared == {"numbers": ["m-a", "m-b"]}
     fused = load_topology(write_topology(tmp_path, fusion.topology))  # as `streamtopo run A B` hands it over
-    routing = tmp_path / "routing.json"
-    write_routing(routing, round_robin(fused, ["ex-0"]))
-    running = Running(Executor(fused, routing, "ex-0", valkey.url, output_dir=tmp_path / "out"))
-    try:
-        wait_finished(running.executor.store, fused)
-        base = f"http://127.0.0.1:{running.executor.server.server_port}"
-        metrics = urllib.request.urlopen(f"{base}/metrics").read().decode()
-    finally:
-        running.stop()
+    _, metrics = run_to_end(valkey, fused, tmp_path, "metrics")["metrics"]
     samples = [s for f in text_string_to_metric_families(metrics) for s in f.samples]
     serves = {
         (s.labels["member"], s.labels["member_operator"]): s.labels["operator"]

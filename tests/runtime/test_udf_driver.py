@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from pyspark import cloudpickle
 
-from streamtopo.runtime.operators import build_operator
-from streamtopo.runtime.operators.records import from_arrow, to_pandas, to_spark
+from streamtopo.runtime.operators import RecordError, build_operator
+from streamtopo.runtime.operators.records import from_arrow, to_arrow, to_pandas, to_spark
 from streamtopo.runtime.operators.udf import SAMPLE_ROWS
 
 pytestmark = pytest.mark.spark
@@ -61,23 +61,28 @@ def functions(tmp_path, monkeypatch):
 
 
 def records(n: int) -> pd.DataFrame:
-    """Typed as they reach an operator (Arrow-backed user columns): nulls in every column, NaN in x."""
+    """Typed as they reach an operator (Arrow-backed user columns): nulls in every column, NaN and
+    infinities in x, the int64 extremes in n (doubled, they wrap in pandas), the largest decimal(12, 2),
+    timestamps before 1970 and near the end of pandas' nanosecond range."""
     rng = np.random.default_rng(7)
     null = rng.random(n) < 0.1
+    null[:8] = False
     n_values = rng.integers(-(2**40), 2**40, size=n)
+    n_values[:4] = [2**63 - 1, -(2**63), 2**62, -(2**62) - 1]
     x = rng.normal(size=n)
     x[rng.random(n) < 0.05] = np.nan
+    x[:3] = [np.inf, -np.inf, -0.0]
+    decimals = [Decimal(f"{i}.{i % 100:02d}") for i in range(n)]
+    decimals[:2] = [Decimal("9999999999.99"), Decimal("-9999999999.99")]
+    times = [dt.datetime(2026, 1, 1) + dt.timedelta(milliseconds=i) for i in range(n)]
+    times[:2] = [dt.datetime(1900, 1, 1, 0, 0, 0, 1), dt.datetime(2262, 1, 1, 0, 0, 0, 999999)]
     table = pa.table(
         {
             "n": pa.array(n_values, pa.int64(), mask=null),
             "x": pa.array(x, pa.float64(), mask=rng.random(n) < 0.05),
             "s": pa.array([f"sym{i % 17}" for i in range(n)], pa.string(), mask=null),
-            "d": pa.array([Decimal(f"{i}.{i % 100:02d}") for i in range(n)], pa.decimal128(12, 2), mask=null),
-            "t": pa.array(
-                [dt.datetime(2026, 1, 1) + dt.timedelta(milliseconds=i) for i in range(n)],
-                pa.timestamp("us", tz="UTC"),
-                mask=null,
-            ),
+            "d": pa.array(decimals, pa.decimal128(12, 2), mask=null),
+            "t": pa.array(times, pa.timestamp("us", tz="UTC"), mask=null),
             "day": pa.array([dt.date(2026, 1, 1 + i % 28) for i in range(n)], pa.date32(), mask=null),
             "yes": pa.array(rng.random(n) < 0.5, pa.bool_(), mask=null),
             "_ts": pa.array(np.arange(n, dtype=np.float64) / 1000),
@@ -138,3 +143,23 @@ def test_the_driver_gives_what_spark_gives(spark, make_spec, functions, function
     if function == "chunk_size":  # one call per key group per chunk of maxRecordsPerBatch records
         calls = {(i // 10_000, kg) for i, kg in enumerate(batch["_kg"])}
         assert int(driver["rows"].sum()) == n and len(driver) == len(calls)
+
+
+def test_a_timestamp_pandas_cannot_hold_fails_its_record_as_in_spark(spark, make_spec, functions):
+    """Year 9999 is beyond a pandas nanosecond timestamp: Spark's worker cannot hand that record to a
+    pandas function either. The driver path names exactly that record (it goes to the dead letters)."""
+    op = operator(make_spec, f"{functions}:derive")
+    batch = records(50)
+    table = to_arrow(batch)
+    times = table.column("t").to_pylist()
+    times[7] = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
+    batch = from_arrow(
+        table.set_column(
+            table.schema.get_field_index("t"), "t", pa.array(times, table.schema.field("t").type)
+        )
+    )
+    with pytest.raises(Exception, match="out of bounds"):
+        through_spark(spark, op, batch.iloc[7:8].reset_index(drop=True))
+    with pytest.raises(RecordError, match="out of bounds") as info:
+        op.process(spark, batch, {}, {})
+    assert list(info.value.rows.index) == [7]
