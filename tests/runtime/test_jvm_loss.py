@@ -223,9 +223,12 @@ from streamtopo.runtime.operators.records import to_pandas
 from streamtopo.runtime.spark import JvmLost, get_spark
 
 spark = get_spark()
-# About 1.2 GB of strings collected into a 512m heap, in pieces of ~75 MB: every task's result reaches
-# the driver, where Spark's result threads hold them until the last one is in.
-big = spark.range(0, 12_000_000, 1, 16).selectExpr("id", "repeat('x', 90) AS s")
+# Values of 300 MB each collected into a 512m heap: the first one's Arrow copy cannot fit, whatever the
+# timing. (Many small results were not deterministic: Spark's maxResultSize of 1 GiB sometimes refused
+# the collect before the heap filled, a Java exception instead of an exit.) Without the JVM's
+# ExitOnOutOfMemoryError this hangs: the OutOfMemoryError ends PySpark's serve-Arrow thread, and the
+# collect waits for a stream that never comes.
+big = spark.range(0, 4, 1, 4).selectExpr("id", "repeat('x', 300 * 1024 * 1024) AS s")
 try:
     computed(lambda: to_pandas(big))
     print(json.dumps({"seen": "ran"}))
