@@ -497,6 +497,9 @@ def publish(body: kopf.Body, platform: KubernetesPlatform, outcome: Outcome, *, 
     executors = outcome.status.get("executors", current.get("executors"))
     suspended = bool((body.get("spec") or {}).get("suspend"))
     if suspended:
+        # Whoever publishes (the spec handler or the SPL daemon, whose outcome still counts the routing's
+        # executors), a suspended topology runs none: never "Suspended" beside a stale count.
+        executors = 0
         changes.append(ConditionChange("Ready", "False", "Suspended", "spec.suspend: no executor runs"))
     elif executors:
         health_changes, health_events = executor_health(

@@ -232,7 +232,17 @@ def to_spark(spark: SparkSession, frame: pd.DataFrame | pa.Table) -> SparkFrame:
         return spark.createDataFrame(table, schema=schema)
     path = scratch_dir() / f"{uuid.uuid4().hex}.parquet"
     # Microsecond timestamps stored as UTC-adjusted INT64: what Spark's reader maps to its TimestampType.
-    pq.write_table(table, path, compression="none", coerce_timestamps="us", allow_truncated_timestamps=False)
+    # Plain pages without statistics: the file is read once, whole, so dictionaries and min/max buy
+    # nothing, and building them was three quarters of the write (bench/handoff.py).
+    pq.write_table(
+        table,
+        path,
+        compression="none",
+        use_dictionary=False,
+        write_statistics=False,
+        coerce_timestamps="us",
+        allow_truncated_timestamps=False,
+    )
     # The schema is ours: giving it saves the Spark job that would read it back from the file's footer.
     return spark.read.schema(schema).parquet(str(path))
 
