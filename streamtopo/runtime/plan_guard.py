@@ -150,6 +150,32 @@ EXPRESSIONS = frozenset(
         "CommonExpressionDef",
         "CommonExpressionRef",
         "CountMinSketchAgg",
+        # what the allowed functions' builders make for other argument types (Spark documents each): a
+        # scale for ceil/floor, binary strings, an occurrence for instr, a date and a time, the k of max_by
+        "RoundCeil",
+        "RoundFloor",
+        "BinaryPredicate",
+        "BinaryPad",
+        "StringInstrWithOccurrence",
+        "MakeTimestampFromDateTime",
+        "MakeTimestampNTZ",
+        "MaxMinByK",
+        # datetime and interval arithmetic (ts + INTERVAL 1 HOUR, date - date, extract(HOUR FROM interval))
+        "TimestampAddInterval",
+        "DateAddYMInterval",
+        "SubtractTimestamps",
+        "SubtractDates",
+        "MultiplyDTInterval",
+        "MultiplyYMInterval",
+        "DivideDTInterval",
+        "DivideYMInterval",
+        "ExtractANSIIntervalYears",
+        "ExtractANSIIntervalMonths",
+        "ExtractANSIIntervalDays",
+        "ExtractANSIIntervalHours",
+        "ExtractANSIIntervalMinutes",
+        "ExtractANSIIntervalSeconds",
+        "SecondWithFraction",
         # the runtime's own: routing fails a record whose key cannot be hashed (partitioning.py)
         "RaiseError",
         # what analysed plans wrap built-ins in (RuntimeReplaceable implementations)
