@@ -47,7 +47,7 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 from rich.table import Table
 
-from bench.report import header, markdown, read_section, write_section
+from bench.report import header, markdown, read_section, verdict, write_section
 from bench.runtime import ExecutorGroup
 from streamtopo.contracts import KeyGroupId
 from streamtopo.controller.adaptation_loop import measured_profile
@@ -234,11 +234,15 @@ def main() -> None:
     report(console, args, top, results)
 
 
-def median_run(series_: list[dict[str, list[Run]]], fusion: str) -> list[float]:
-    """Per iteration, the median throughput over the repeats."""
-    return [
-        statistics.median(s[fusion][k].throughput for s in series_) for k in range(len(series_[0][fusion]))
-    ]
+def per_series(series_: list[dict[str, list[Run]]], fusion: str) -> list[tuple[float, float, float]]:
+    """Table 2's choices (1st, 1st-local, Max) within each series (repeat) of ``fusion``."""
+    return [choices(s[fusion]) for s in series_]
+
+
+def cell(values: list[float], none: float) -> str:
+    """A choice over the repeats: the median (relative to NONE's median), then the range."""
+    middle = statistics.median(values)
+    return f"{middle:,.0f} ({middle / none:.2f}; {min(values):,.0f}-{max(values):,.0f})"
 
 
 def report(
@@ -250,15 +254,15 @@ def report(
     measured_at = f"{datetime.now(UTC):%Y-%m-%d %H:%M}"
     rows = []
     for hosts, series_ in results.items():
-        none = median_run(series_, "none")[0]
-        fint = choices([Run("fint", k, None, 0, v) for k, v in enumerate(median_run(series_, "fint"), 1)])
-        cola = choices([Run("cola", k, None, 0, v) for k, v in enumerate(median_run(series_, "cola"), 1)])
+        nones = [s["none"][0].throughput for s in series_]
+        none = statistics.median(nones)
+        fint, cola = per_series(series_, "fint"), per_series(series_, "cola")
         paper = PAPER["VWAP1"].get(hosts)
         rows.append(
             (
                 hosts,
-                f"{none:,.0f} (1)",
-                *(f"{v:,.0f} ({v / none:.2f})" for v in (*fint, *cola)),
+                f"{none:,.0f} (1; {min(nones):,.0f}-{max(nones):,.0f})",
+                *(cell([c[i] for c in runs], none) for runs in (fint, cola) for i in range(3)),
                 "-" if paper is None else " / ".join(f"{a:.2f}" for a in paper[0]),
                 "-" if paper is None else " / ".join(f"{a:.2f}" for a in paper[1]),
                 len(series_),
@@ -279,7 +283,7 @@ def report(
         "repeats",
         "measured (UTC)",
     ]
-    table = Table(title="records per second (relative to NONE), median of the repeats")
+    table = Table(title="records per second: median over the repeats (relative to NONE's; min-max)")
     for c in columns:
         table.add_column(c, justify="right")
     for row in rows:
@@ -296,20 +300,27 @@ def report(
     )
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for colour, hosts in enumerate(measured):
-        none = median_run(results[hosts], "none")[0]
-        for fusion, marker, style in (("fint", "s", "--"), ("cola", "o", "-")):
-            values = [v / none for v in median_run(results[hosts], fusion)]
-            ax.plot(
-                range(1, len(values) + 1),
-                values,
+        none = statistics.median(s["none"][0].throughput for s in results[hosts])
+        for offset, (fusion, marker, style) in enumerate((("fint", "s", "--"), ("cola", "o", "-"))):
+            runs = [[r.throughput / none for r in s[fusion]] for s in results[hosts]]
+            middle = [statistics.median(column) for column in zip(*runs)]
+            x = [k + 1 + (offset - 0.5) * 0.08 for k in range(len(middle))]
+            ax.errorbar(
+                x,
+                middle,
+                yerr=[
+                    [m - min(column) for m, column in zip(middle, zip(*runs))],
+                    [max(column) - m for m, column in zip(middle, zip(*runs))],
+                ],
                 marker=marker,
                 linestyle=style,
+                capsize=3,
                 color=f"C{colour}",
                 label=f"{fusion.upper()}, {hosts} hosts",
             )
-    ax.axhline(1.0, color="grey", linestyle=":", label="NONE")
+    ax.axhline(1.0, color="grey", linestyle=":", label="NONE (median)")
     ax.set_xlabel("profiling iteration")
-    ax.set_ylabel("throughput relative to NONE")
+    ax.set_ylabel("throughput relative to NONE (median, min-max)")
     ax.set_title(f"Figure 7 on the runtime: VWAP (group a), {', '.join(map(str, measured))} planning hosts")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -324,13 +335,19 @@ def report(
     ]
     verdicts = []
     for hosts_, series_ in results.items():
-        none_ = median_run(series_, "none")[0]
-        cola_max = max(median_run(series_, "cola"))
-        fint_max = max(median_run(series_, "fint"))
+        nones = [s["none"][0].throughput for s in series_]
+        cola_max = [c[2] for c in per_series(series_, "cola")]
+        fint_max = [c[2] for c in per_series(series_, "fint")]
+        paper = PAPER["VWAP1"].get(hosts_)
+        over_none, why_none = verdict(cola_max, nones)
+        over_fint, why_fint = verdict(cola_max, fint_max)
         verdicts.append(
-            f"- {hosts_} hosts: COLA Max {cola_max / none_:.2f}x NONE "
-            f"({'beats' if cola_max > none_ else 'misses'} NONE), "
-            f"{cola_max / fint_max:.2f}x FINT Max ({'no lower' if cola_max >= fint_max else 'lower'})."
+            f"- {hosts_} hosts, {len(series_)} series: COLA Max against NONE: **{over_none}** ({why_none}; "
+            f"median {statistics.median(cola_max) / statistics.median(nones):.2f}x"
+            + ("" if paper is None else f", the paper {paper[1][2]:.2f}x")
+            + f"); against FINT Max: **{over_fint}** ({why_fint}"
+            + ("" if paper is None else f"; the paper {paper[1][2] / paper[0][2]:.2f}x")
+            + ")."
         )
     kept_rows, kept_verdicts, kept_notes = earlier(section, set(results), image.name)
     command = (
@@ -349,10 +366,12 @@ def report(
         "",
         f"VWAP with symbol group a of examples/vwap.yaml ({len(top.spec.operators)} operators, "
         f"{args.records:,} source records, all due at once). Throughput = source records / wall seconds "
-        "from the routing version to every sink's end of stream, median of the repeats. Relative values "
-        "are over NONE of the same host count. The paper's columns are Table 2's relative gains "
-        "(1st / 1st-local / Max). A run rewrites the rows of the host counts it measured and keeps the "
-        "others from earlier runs (their repeats and date in the row).",
+        "from the routing version to every sink's end of stream. Each cell: the median over the repeats, "
+        "relative to NONE's median of the same host count, and the range (min-max); 1st, 1st-local and Max "
+        "are chosen within each series. A verdict is beat when every run is above every run it is held "
+        "against, miss when every run is below, match when the ranges overlap. The paper's columns are "
+        "Table 2's relative gains (1st / 1st-local / Max). A run rewrites the rows of the host counts it "
+        "measured and keeps the others from earlier runs (their repeats and date in the row).",
         "",
         *by_hosts(markdown(columns, rows), kept_rows),
         "",

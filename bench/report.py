@@ -72,3 +72,24 @@ def write_section(title: str, lines: Sequence[str], path: Path = BENCHMARKS) -> 
     )
     tail = "".join(all_lines[end:])
     path.write_text("".join(all_lines[:start]) + body + ("\n" + tail if tail else ""))
+
+
+def verdict(ours: Sequence[float], theirs: Sequence[float]) -> tuple[str, str]:
+    """Whether ``ours`` is ahead of ``theirs`` over the repeats of both: ``beat`` when every run of ours is
+    above every run of theirs, ``miss`` when every one is below, else ``match`` (the ranges overlap, so
+    the runs cannot tell the two apart); with the reason, in numbers."""
+    low, high = min(ours), max(ours)
+    if low > max(theirs):
+        return (
+            "beat",
+            f"the worst of {len(ours)} runs ({low:,.0f}) above the best of {len(theirs)} ({max(theirs):,.0f})",
+        )
+    if high < min(theirs):
+        return (
+            "miss",
+            f"the best of {len(ours)} runs ({high:,.0f}) below the worst of {len(theirs)} ({min(theirs):,.0f})",
+        )
+    return (
+        "match",
+        f"the ranges overlap: {low:,.0f}-{high:,.0f} against {min(theirs):,.0f}-{max(theirs):,.0f}",
+    )

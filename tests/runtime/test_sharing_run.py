@@ -16,7 +16,8 @@ from streamtopo.planner.benoit.fuse import fuse_shared
 from streamtopo.planner.benoit.split import split_shared
 from streamtopo.planner.model import StreamTopology
 
-pytestmark = [pytest.mark.slow, pytest.mark.valkey, pytest.mark.spark]
+# One worker of a parallel run: the module's run apart (a fixture) serves every test.
+pytestmark = [pytest.mark.slow, pytest.mark.valkey, pytest.mark.spark, pytest.mark.xdist_group("sharing_run")]
 
 COUNT, RATE, KEYS = 1200, 100, 7
 PREFIX = [

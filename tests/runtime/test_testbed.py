@@ -33,6 +33,10 @@ from streamtopo.local.testbed import (
 )
 from streamtopo.planner.model import TopologyError
 
+# The bed's namespaces and cgroups are the machine's: the checks that nothing is left see every bed, so
+# these tests keep to one worker of a parallel run.
+pytestmark = [pytest.mark.xdist_group("testbed")]
+
 needs_root = pytest.mark.skipif(unavailable() is not None, reason=f"no emulated hosts here: {unavailable()}")
 
 HOSTS = """\
