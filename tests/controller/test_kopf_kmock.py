@@ -340,6 +340,35 @@ def test_suspend_deletes_the_pods_and_resume_recreates_them(
     assert set(back) == set(first["executors"]) and resumed["executors"] == len(first["executors"])
 
 
+def test_a_suspended_topology_counts_no_executors_whoever_publishes(
+    kube: EmulatedKubernetes, monkeypatch: pytest.MonkeyPatch
+):
+    """publish() of a suspended topology with the SPL daemon's outcome, which still counts the routing's
+    executors: the status says Suspended and 0 executors, never Suspended beside the stale 7 (what a
+    reader between the pods' deletion and the spec handler's next write once saw). Resumed, the same
+    outcome's count is published."""
+    from kubernetes import config
+
+    from streamtopo.controller import operator as operator_module
+    from streamtopo.controller.kubernetes import KubernetesPlatform
+    from streamtopo.controller.reconcile import Outcome
+
+    api = config.new_client_from_config(config_file=str(kube.kubeconfig))
+    monkeypatch.setattr(operator_module.STATE, "api", api)
+    cluster(kube)
+    doc = topology()
+    doc["spec"]["suspend"] = True
+    body = kube.create(CR_PATH, doc)
+    platform = KubernetesPlatform(NS, body, api)
+    daemon = Outcome(status={"executors": 7})
+    operator_module.publish(body, platform, daemon, observed=False)
+    suspended = status(kube)
+    assert (suspended["phase"], suspended["executors"]) == ("Suspended", 0)
+    resumed = kube.patch(f"{CR_PATH}/pipe", {"spec": {"suspend": False}})
+    operator_module.publish(resumed, platform, daemon, observed=False)
+    assert status(kube)["executors"] == 7 and status(kube)["phase"] != "Suspended"
+
+
 def test_the_loops_memory_is_stored_with_the_routing_table(kube: EmulatedKubernetes):
     """KubernetesPlatform writes DesiredState.memory into the routing ConfigMap beside routing.json and
     reads it back (what a restarted operator resumes from); a later apply without a change rewrites
