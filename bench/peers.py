@@ -48,6 +48,7 @@ import argparse
 import json
 import math
 import os
+import re
 import selectors
 import shlex
 import subprocess
@@ -101,9 +102,12 @@ LABELS = {
     "join": "stream-stream join, two inputs of N/2 records, pairs per key (100,003 keys) in 1 s windows",
 }
 NOT_YET = (
-    "Not in this bench yet (issue 33, item 6): the VWAP example whole is bench/vwap.py's (section \"VWAP "
-    'example on executor processes", PyFlink side by side on the same records); and 4 executors / '
-    "parallelism 4, which on 2 cores measure contention more than scale-out."
+    "Not in this bench (issue 33, item 6): the VWAP example whole is bench/vwap.py's (section \"VWAP "
+    'example on executor processes", PyFlink side by side on the same records).'
+)
+FOUR = (
+    " Nor 4 executors / parallelism 4 (`--executors 1,2,4 --parallelism 1,2,4`), which on 2 cores measure "
+    "contention more than scale-out."
 )
 ENGINES = ("streamtopo", "flink", "spark")
 ENGINE_NAMES = {
@@ -603,7 +607,12 @@ def report(
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("records per CPU-second (marginal)")
     fig.tight_layout()
-    img = ROOT / "docs" / "img" / "peers.png"
+    stem = (
+        "peers"
+        if args.section == TITLE
+        else "peers_" + "_".join(re.findall(r"[a-z0-9]+", args.section.lower()))
+    )
+    img = ROOT / "docs" / "img" / f"{stem}.png"
     img.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(img, dpi=120)
     plt.close(fig)
@@ -618,7 +627,7 @@ def report(
         "",
         *markdown(columns, rows),
         "",
-        "![peers](img/peers.png)",
+        f"![peers](img/{img.name})",
         "",
         "Shapes: " + "; ".join(f"`{s}`: {LABELS[s]}" for s in args.shapes) + ".",
         "",
@@ -659,8 +668,8 @@ def report(
             "",
             "**Partial record** (the run had not finished): not measured yet: " + ", ".join(pending),
         ]
-    lines += ["", NOT_YET]
-    write_section(TITLE, lines)
+    lines += ["", NOT_YET + ("" if 4 in args.executors and 4 in args.parallelism else FOUR)]
+    write_section(args.section, lines)
 
 
 def main() -> None:
@@ -685,6 +694,9 @@ def main() -> None:
         "--peers", default="flink,spark", help="comma-separated, of flink, spark; empty: streamtopo alone"
     )
     parser.add_argument("--no-write", action="store_true", help="print the table, leave docs/ alone")
+    parser.add_argument(
+        "--section", default=TITLE, help="the docs/benchmarks.md section this run writes (its own record)"
+    )
     args = parser.parse_args()
     args.records = args.records or (1_000_000 if args.quick else 4_000_000)
     args.shapes = args.shapes.split(",")
