@@ -19,6 +19,12 @@ def executor(
     metrics_port: int = typer.Option(
         0, "--metrics-port", help="Port of /metrics, /healthz, /readyz (0: any)."
     ),
+    port_file: Path | None = typer.Option(
+        None,
+        "--port-file",
+        help="File the endpoints' port is written to once they listen (with --metrics-port 0, the one the "
+        "system chose): how a local platform finds its executors without handing out ports.",
+    ),
     output: Path | None = typer.Option(None, "--output", help="Directory of file sinks."),
     cpu: float = typer.Option(1.0, "--cpu", help="CPU cores this executor may use (exported capacity)."),
     termination_log: Path | None = typer.Option(
@@ -45,6 +51,7 @@ def executor(
             name,
             transport,
             metrics_port=metrics_port,
+            port_file=port_file,
             output_dir=output,
             cpu=cpu,
             bind=bind,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
+from rich.markup import escape
 
 from streamtopo.planner.benoit.heuristics import DEFAULT_HEURISTIC, DEFAULT_STRATEGY, HEURISTICS, Heuristic
 from streamtopo.planner.benoit.problem import OBJECTIVES, Objective
@@ -152,7 +153,7 @@ def run_share(
             problems.extend(error.problems)
     if problems:
         for field, message in problems:
-            err.print(f"[red]error[/red] {field}: {message}", highlight=False)
+            err.print(f"[red]error[/red] {escape(field)}: {escape(message)}", highlight=False, soft_wrap=True)
         return EXIT_INVALID
 
     # Checked against HEURISTICS and OBJECTIVES above.
@@ -263,7 +264,7 @@ def _table(report: dict, out: Console, err: Console) -> None:
     from rich.table import Table
 
     if not report["feasible"]:
-        err.print(f"[red]no placement[/red]: {report['reason']}", highlight=False)
+        err.print(f"[red]no placement[/red]: {escape(report['reason'])}", highlight=False, soft_wrap=True)
         return
     table = Table(
         title=f"{len(report['instances'])} instances on {len(report['processors'])} hosts "

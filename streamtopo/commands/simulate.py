@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, get_args
 
 import typer
+from rich.markup import escape
 
 from streamtopo.planner.model import AlbicSpec, RebalancePolicy
 
@@ -169,7 +170,7 @@ def solver_config(policy: str, albic: AlbicSpec, deterministic_time: float | Non
 
 def _fail(err: Console, problems: list[str]) -> int:
     for problem in problems:
-        err.print(f"[red]error[/red] {problem}", highlight=False)
+        err.print(f"[red]error[/red] {escape(problem)}", highlight=False, soft_wrap=True)
     return 2
 
 

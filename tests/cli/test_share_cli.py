@@ -180,11 +180,14 @@ def test_bad_options_exit_2_naming_the_option(args: list[str], field: str) -> No
 
 
 def test_bad_files_exit_2_naming_the_file(tmp_path: Path) -> None:
+    # Paths longer than the console: each is printed whole (soft wrap), never folded mid-name.
+    tmp_path = tmp_path / ("deep" * 20)
+    tmp_path.mkdir()
     broken = tmp_path / "broken.yaml"
     broken.write_text("spec:\n  operators: [{name: x, kind: nonsense}]\n")
     result = share(SHARING[0], broken, tmp_path / "missing.yaml")
     assert result.exit_code == 2
-    assert "broken.yaml" in result.output and "missing.yaml" in result.output
+    assert str(broken) in result.output and str(tmp_path / "missing.yaml") in result.output
     twice = share(SHARING[0], SHARING[0])
     assert twice.exit_code == 2 and "twice" in twice.output
 
