@@ -160,7 +160,7 @@ EXPRESSIONS = frozenset(
         "MakeTimestampFromDateTime",
         "MakeTimestampNTZ",
         "MaxMinByK",
-        # datetime and interval arithmetic (ts + INTERVAL 1 HOUR, date - date, extract(HOUR FROM interval))
+        # datetime and interval arithmetic (ts + INTERVAL 1 HOUR, date - date, date_part('HOUR', interval))
         "TimestampAddInterval",
         "DateAddYMInterval",
         "SubtractTimestamps",

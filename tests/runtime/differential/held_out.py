@@ -256,6 +256,31 @@ MINIMAL: dict[str, Case] = {
         _records(t=("timestamp", [ts(2262, 4, 12), ts(1000, 1, 1)]), s=("string", ["a", "b"])),
         (Branch((Stage("map", select=("seq", "CAST(t AS STRING) AS c")),)), _filter("t IS NOT NULL")),
     ),
+    "datetime-and-interval-arithmetic": Case(
+        _records(
+            t=("timestamp", [ts(2024, 2, 29, 23, 30, 0, 123456), ts(1970, 1, 1), None]),
+            dt=("date", [dt.date(2024, 1, 31), dt.date(1999, 12, 31), None]),
+            m=("decimal(10,2)", [Decimal("1.25"), Decimal("-0.05"), None]),
+        ),
+        (
+            Branch(
+                (
+                    Stage(
+                        "map",
+                        select=(
+                            "seq",
+                            "t + INTERVAL 90 MINUTES AS later",
+                            "dt + INTERVAL 1 MONTH AS next",
+                            "date_part('HOUR', t - TIMESTAMP'2024-01-01 00:00:00') AS hours",
+                            "ceil(m, 1) AS up",
+                            "floor(m, 0) AS down",
+                        ),
+                    ),
+                )
+            ),
+            _filter("dt - DATE'2000-01-01' > INTERVAL 0 DAYS"),
+        ),
+    ),
     "user-column-named-ts": Case(
         _records(s=("string", ["a", "b"])),
         (Branch((Stage("map", select=("seq", "seq + 7 AS ts")),)), _filter("true")),
@@ -353,6 +378,7 @@ REGRESSIONS = {
     "aggregate-argument-raising-before-the-wire": ("named-stream-crossing-2", "crossing-2-small-steps"),
     "date-past-9999-in-a-join": ("driver-batch",),
     "keyed-map-key-not-in-output": ("driver-batch", "crossing-2-small-steps"),
+    "datetime-and-interval-arithmetic": ("lazy-jvm", "driver-batch", "crossing-2-small-steps"),
 }
 """Failures found on merged main (issue 30 items 1-3) and fixed with it, run in every profile: a sliding
 window's panes merged under the first double key's group (folds.normalized_keys lost the rows' labels),
