@@ -234,6 +234,11 @@ def main() -> None:
     report(console, args, top, results)
 
 
+def nones(series_: list[dict[str, list[Run]]]) -> list[float]:
+    """NONE's throughput in each series."""
+    return [s["none"][0].throughput for s in series_]
+
+
 def per_series(series_: list[dict[str, list[Run]]], fusion: str) -> list[tuple[float, float, float]]:
     """Table 2's choices (1st, 1st-local, Max) within each series (repeat) of ``fusion``."""
     return [choices(s[fusion]) for s in series_]
@@ -254,14 +259,14 @@ def report(
     measured_at = f"{datetime.now(UTC):%Y-%m-%d %H:%M}"
     rows = []
     for hosts, series_ in results.items():
-        nones = [s["none"][0].throughput for s in series_]
-        none = statistics.median(nones)
+        none_runs = nones(series_)
+        none = statistics.median(none_runs)
         fint, cola = per_series(series_, "fint"), per_series(series_, "cola")
         paper = PAPER["VWAP1"].get(hosts)
         rows.append(
             (
                 hosts,
-                f"{none:,.0f} (1; {min(nones):,.0f}-{max(nones):,.0f})",
+                f"{none:,.0f} (1; {min(none_runs):,.0f}-{max(none_runs):,.0f})",
                 *(cell([c[i] for c in runs], none) for runs in (fint, cola) for i in range(3)),
                 "-" if paper is None else " / ".join(f"{a:.2f}" for a in paper[0]),
                 "-" if paper is None else " / ".join(f"{a:.2f}" for a in paper[1]),
@@ -300,17 +305,17 @@ def report(
     )
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for colour, hosts in enumerate(measured):
-        none = statistics.median(s["none"][0].throughput for s in results[hosts])
+        none = statistics.median(nones(results[hosts]))
         for offset, (fusion, marker, style) in enumerate((("fint", "s", "--"), ("cola", "o", "-"))):
-            runs = [[r.throughput / none for r in s[fusion]] for s in results[hosts]]
-            middle = [statistics.median(column) for column in zip(*runs)]
-            x = [k + 1 + (offset - 0.5) * 0.08 for k in range(len(middle))]
+            # per iteration, the series' throughputs relative to NONE's median
+            iterations = list(zip(*([r.throughput / none for r in s[fusion]] for s in results[hosts])))
+            middle = [statistics.median(runs) for runs in iterations]
             ax.errorbar(
-                x,
+                [k + 1 + (offset - 0.5) * 0.08 for k in range(len(middle))],
                 middle,
                 yerr=[
-                    [m - min(column) for m, column in zip(middle, zip(*runs))],
-                    [max(column) - m for m, column in zip(middle, zip(*runs))],
+                    [m - min(runs) for m, runs in zip(middle, iterations)],
+                    [max(runs) - m for m, runs in zip(middle, iterations)],
                 ],
                 marker=marker,
                 linestyle=style,
@@ -335,15 +340,15 @@ def report(
     ]
     verdicts = []
     for hosts_, series_ in results.items():
-        nones = [s["none"][0].throughput for s in series_]
+        none_runs = nones(series_)
         cola_max = [c[2] for c in per_series(series_, "cola")]
         fint_max = [c[2] for c in per_series(series_, "fint")]
         paper = PAPER["VWAP1"].get(hosts_)
-        over_none, why_none = verdict(cola_max, nones)
+        over_none, why_none = verdict(cola_max, none_runs)
         over_fint, why_fint = verdict(cola_max, fint_max)
         verdicts.append(
             f"- {hosts_} hosts, {len(series_)} series: COLA Max against NONE: **{over_none}** ({why_none}; "
-            f"median {statistics.median(cola_max) / statistics.median(nones):.2f}x"
+            f"median {statistics.median(cola_max) / statistics.median(none_runs):.2f}x"
             + ("" if paper is None else f", the paper {paper[1][2]:.2f}x")
             + f"); against FINT Max: **{over_fint}** ({why_fint}"
             + ("" if paper is None else f"; the paper {paper[1][2] / paper[0][2]:.2f}x")

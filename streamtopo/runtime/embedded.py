@@ -75,7 +75,8 @@ class EmbeddedValkey:
         choice scans up from 16379, so runs starting at once on a machine (two ``streamtopo run``, test
         workers) took the same port, and the one whose server could not bind it could talk to the other's.
         So the server answering on the port must be this one, or it starts again on another."""
-        for _ in range(1 if self._requested is not None else _ATTEMPTS):
+        attempts = 1 if self._requested is not None else _ATTEMPTS
+        for _ in range(attempts):
             if self._requested is None:
                 self._server = ValkeyServer(port=_free_port(self._options["host"]), **self._options)
             with _START:
@@ -91,7 +92,8 @@ class EmbeddedValkey:
             if self._answers_itself():
                 return self
             self._server.terminate()
-        raise ValkeyServerStartupError(f"no port where this Valkey answers itself after {_ATTEMPTS} tries")
+        where = f"port {self._requested}" if self._requested is not None else f"{attempts} free ports"
+        raise ValkeyServerStartupError(f"another server answers on {where} in place of this Valkey")
 
     def _answers_itself(self) -> bool:
         """Whether the server on the port is the process started here (INFO's process_id)."""
