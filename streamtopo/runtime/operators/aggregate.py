@@ -40,6 +40,7 @@ from streamtopo.runtime.operators.aggregations import (
     Aggregation,
     finalize,
     fold,
+    merge_grouped,
     merge_partials,
     parse_aggregations,
     partial_kinds,
@@ -55,7 +56,13 @@ from streamtopo.runtime.operators.base import (
     is_spark,
     lazily,
 )
-from streamtopo.runtime.operators.folds import SparkArithmeticError, extreme, group_codes, normalized_keys
+from streamtopo.runtime.operators.folds import (
+    SparkArithmeticError,
+    extreme,
+    group_codes,
+    key_hashes,
+    normalized_keys,
+)
 from streamtopo.runtime.operators.numpy_eval import Evaluator
 from streamtopo.runtime.operators.records import (
     BUCKET,
@@ -296,44 +303,66 @@ class AggregateOperator(UnitOperator):
         if partials is not None and len(partials):
             partials = partials.drop(columns=[SRC, COUNT], errors="ignore")
             fresh = partials if fresh is None else concat([fresh, partials])
-        parts = []  # state first: what came earlier folds first, as in one Spark aggregation over all
         kgs = sorted(set(states) | (set(fresh[KG].unique().tolist()) if fresh is not None else set()))
-        for kg in kgs:
-            state = states.get(kg)
-            if state is not None and len(state["rows"]):
-                parts.append(state["rows"].assign(**{KG: np.int32(kg)}))
-        if fresh is not None and len(fresh):
-            parts.append(fresh)
-        by = [KG, *self.keys] + ([BUCKET] if self.windowing else [])
         try:
-            rows = (
-                merge_partials(concat(parts), by, self.kinds, extra_max=() if self.windowing else (TS,))
-                if parts
-                else None
-            )
-            result = (
-                self._running(rows, fresh, kgs)
-                if self.windowing is None
-                else self._fire(rows, kgs, states, watermarks)
-            )
+            if self.windowing is None:
+                result = self._running(states, fresh, kgs)
+            else:
+                parts = []  # state first: what came earlier folds first, as in one Spark aggregation
+                for kg in kgs:
+                    state = states.get(kg)
+                    if state is not None and len(state["rows"]):
+                        parts.append(state["rows"].assign(**{KG: np.int32(kg)}))
+                if fresh is not None and len(fresh):
+                    parts.append(fresh)
+                by = [KG, *self.keys, BUCKET]
+                rows = merge_partials(concat(parts), by, self.kinds) if parts else None
+                result = self._fire(rows, kgs, states, watermarks)
         except SparkArithmeticError as error:  # a total Spark's ANSI mode refuses: the step fails
             field, _, message = str(error).partition(": ")
             raise OperatorError(self.name, field, message) from None
         result.input_counts = counts
         return result
 
-    def _running(
-        self, rows: pd.DataFrame | None, fresh: pd.DataFrame | None, kgs: list[int]
-    ) -> OperatorResult:
-        if rows is None:
-            return OperatorResult(self._empty_output(), {kg: None for kg in kgs})
-        if fresh is not None:
-            output = finalize(
-                rows[_present_in(rows, fresh, [KG, *self.keys])].reset_index(drop=True), self.aggs
-            )
-        else:
-            output = self._empty_output()
-        return OperatorResult(self._ordered(output), self._split(rows, kgs, {}))
+    def _running(self, states: dict[int, Any], fresh: pd.DataFrame | None, kgs: list[int]) -> OperatorResult:
+        """Fold the step's partials into the state rows of the keys they touch and emit those keys' totals.
+
+        A key group's other rows are only passed over by their key hashes (kept beside the rows, computed
+        once per row), never regrouped: the grouping and folding cost what the step brought, not what the
+        state holds. The touched rows fold first, then the step's, in order, as one Spark aggregation over
+        everything seen would (folds.py)."""
+        kept = {kg: _rows_of(states.get(kg)) for kg in kgs}
+        if fresh is None or not len(fresh):
+            return OperatorResult(self._empty_output(), kept)
+        by = [KG, *self.keys]
+        hashes = key_hashes(fresh, self.keys)
+        owner = fresh[KG].to_numpy()
+        emitted = []
+        for kg in sorted(set(owner.tolist())):
+            mine = owner == kg
+            state = kept[kg]
+            rows = state["rows"] if state else _empty_rows(None)
+            stored = state.get("hashes") if state else np.zeros(0, dtype=np.uint64)
+            if stored is None:  # decoded from the store: hashed once
+                stored = key_hashes(rows, self.keys)
+            touched = pd.Series(stored, copy=False).isin(hashes[mine]).to_numpy()
+            before = rows[touched].assign(**{KG: np.int32(kg)})
+            both = concat([before, fresh[mine]]) if len(before) else fresh[mine].reset_index(drop=True)
+            codes, first = group_codes(both, by)
+            merged = merge_grouped(both, codes, first, by, self.kinds, extra_max=(TS,))
+            stepped = np.zeros(len(first), dtype=bool)
+            stepped[codes[len(before) :]] = True  # a key merely colliding with one of the step's is kept
+            emitted.append(merged[stepped])
+            rest = rows[~touched]
+            new = merged.drop(columns=[KG])
+            kept[kg] = {
+                "rows": concat([rest, new], contiguous=True) if len(rest) else new,
+                "hashes": np.concatenate(
+                    [stored[~touched], np.concatenate([stored[touched], hashes[mine]])[first]]
+                ),
+            }
+        output = finalize(concat(emitted).reset_index(drop=True), self.aggs)
+        return OperatorResult(self._ordered(output), kept)
 
     def _fire(
         self, rows: pd.DataFrame | None, kgs: list[int], states: dict[int, Any], watermarks: dict[int, float]
@@ -405,11 +434,9 @@ class AggregateOperator(UnitOperator):
         )
 
     def _split(self, rows: pd.DataFrame, kgs: list[int], wm: dict[int, float]) -> dict[int, Any]:
-        """Per key group state: its partial rows (without ``_kg``), and for windows the watermark it
-        fired at; a running aggregate's key group without rows has no state (None)."""
+        """A windowed aggregate's state per key group: its partial rows (without ``_kg``) and the
+        watermark it fired at."""
         by_kg = {kg: part.drop(columns=[KG]).reset_index(drop=True) for kg, part in rows.groupby(KG)}
-        if self.windowing is None:
-            return {kg: {"rows": by_kg[kg]} if kg in by_kg else None for kg in kgs}
         empty = rows.drop(columns=[KG]).iloc[:0]
         return {kg: {"rows": by_kg.get(kg, empty), "wm": wm[kg]} for kg in kgs}
 
@@ -428,10 +455,9 @@ class AggregateOperator(UnitOperator):
         return {"rows": frames["rows"], **meta}
 
 
-def _present_in(rows: pd.DataFrame, fresh: pd.DataFrame, by: list[str]) -> np.ndarray:
-    """Which of ``rows`` have keys ``by`` that also occur in ``fresh`` (grouped as Spark groups them)."""
-    codes, _ = group_codes(concat([rows[by], fresh[by]]), by)
-    return np.isin(codes[: len(rows)], codes[len(rows) :])
+def _rows_of(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A running aggregate's key group state, None when it holds no rows."""
+    return state if state is not None and len(state["rows"]) else None
 
 
 def _average_type(argument: str) -> str:

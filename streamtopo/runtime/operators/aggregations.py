@@ -148,7 +148,19 @@ def merge_partials(
     raises :class:`folds.SparkArithmeticError` naming the aggregation (``aggregations[i]: ...``)."""
     if df.empty:
         return df.reset_index(drop=True)
-    codes, first = folds.group_codes(df, by)
+    return merge_grouped(df, *folds.group_codes(df, by), by, kinds, extra_max)
+
+
+def merge_grouped(
+    df: pd.DataFrame,
+    codes: np.ndarray,
+    first: np.ndarray,
+    by: list[str],
+    kinds: dict[str, str],
+    extra_max: tuple[str, ...] = (),
+) -> pd.DataFrame:
+    """:func:`merge_partials` with the groups given (:func:`folds.group_codes` of ``df`` by ``by``), for a
+    caller that needs them too (which group holds which rows)."""
     out = folds.normalized_keys(df[by]).iloc[first].reset_index(drop=True)
     for name, kind in kinds.items():
         with _naming(name):

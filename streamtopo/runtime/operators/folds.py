@@ -27,6 +27,7 @@ one Spark can give.
 
 from __future__ import annotations
 
+import math
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Context, Decimal, localcontext
 
 import numpy as np
@@ -82,17 +83,32 @@ def first_rows(codes: np.ndarray) -> np.ndarray:
 
 
 def normalized_keys(keys: pd.DataFrame) -> pd.DataFrame:
-    """Keys as Spark groups and shows them: a floating-point -0.0 becomes 0.0 (NaN and null stay). The rows
-    keep their index (a sliding window's panes repeat it), so the keys stay on their rows."""
+    """Keys as Spark groups and shows them: a floating-point -0.0 becomes 0.0 and every NaN the one NaN
+    (Spark's NormalizeFloatingNumbers; null stays). The rows keep their index (a sliding window's panes
+    repeat it), so the keys stay on their rows."""
     out = keys.copy(deep=False)
     for name in keys.columns:
         series = keys[name]
         if isinstance(series.dtype, pd.ArrowDtype) and pa.types.is_floating(series.dtype.pyarrow_dtype):
             added = pc.add(series.array._pa_array, 0.0)  # noqa: SLF001
+            nan = pa.scalar(math.nan, added.type)
+            # Arrow compares NaNs by their bits: a NaN with another payload would be a group of its own.
+            added = pc.if_else(pc.is_nan(added), nan, added)
             out[name] = pd.Series(pd.arrays.ArrowExtensionArray(added), index=series.index)
         elif series.dtype.kind == "f":
-            out[name] = series + 0.0
+            data = series.to_numpy() + 0.0
+            out[name] = pd.Series(np.where(np.isnan(data), math.nan, data), index=series.index)
     return out
+
+
+def key_hashes(frame: pd.DataFrame, by: list[str]) -> np.ndarray:
+    """A 64-bit hash of each row's ``by`` under :func:`group_codes`' semantics: the rows of one group hash
+    alike (rows of two groups may collide: grouping them resolves it). What lets an aggregate find the
+    state rows of a step's keys without grouping its whole state (aggregate.py, ``_running``)."""
+    if not by:
+        return np.zeros(len(frame), dtype=np.uint64)
+    hashes = pd.util.hash_pandas_object(normalized_keys(frame[by]), index=False)
+    return hashes.to_numpy(dtype=np.uint64)
 
 
 # --------------------------------------------------------------------------------------------- folds

@@ -139,15 +139,16 @@ def empty_like(schema: pa.Schema) -> pd.DataFrame:
     return from_arrow(schema.empty_table())
 
 
-def concat(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
+def concat(frames: Iterable[pd.DataFrame], contiguous: bool = False) -> pd.DataFrame:
     """Row-wise concatenation that keeps every column's type: through Arrow, whose type promotion is
     Spark's widening for the cases that arise (a column missing from one frame is null there; an
-    all-null column takes the other frames' type)."""
+    all-null column takes the other frames' type). ``contiguous``: one chunk per column, for a frame
+    that is concatenated again and again (state): its chunks would otherwise grow with every step."""
     parts = list(frames)
     if len(parts) == 1:
         return parts[0].reset_index(drop=True)
-    tables = [to_arrow(part) for part in parts]
-    return from_arrow(pa.concat_tables(tables, promote_options="default"))
+    table = pa.concat_tables([to_arrow(part) for part in parts], promote_options="default")
+    return from_arrow(table.combine_chunks() if contiguous else table)
 
 
 # ------------------------------------------------------------------------------- values and masks
