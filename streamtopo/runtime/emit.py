@@ -28,6 +28,7 @@ from streamtopo.contracts import Keys, RoutingTable, unit_key
 from streamtopo.planner.graph import routing_key, unit_edges
 from streamtopo.planner.model import StreamTopologySpec
 from streamtopo.planner.scaling.aeolus import default_batch_records
+from streamtopo.runtime.combining import Reduction
 from streamtopo.runtime.counting import Counting
 from streamtopo.runtime.flows import Delivery, Flow, LazyPart, Part, Partials, Produced, part_size
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
@@ -35,7 +36,7 @@ from streamtopo.runtime.metrics import ExecutorMetrics
 from streamtopo.runtime.operators import SharedPanes
 from streamtopo.runtime.operators.aggregate import AggregateOperator
 from streamtopo.runtime.operators.base import Batch, UnitOperator, computed, is_spark
-from streamtopo.runtime.operators.records import DST, KG, SRC, from_arrow, to_arrow, to_spark
+from streamtopo.runtime.operators.records import COUNT, DST, KG, SRC, from_arrow, to_arrow, to_spark
 from streamtopo.runtime.partitioning import route, route_column
 from streamtopo.runtime.state_store import Commit
 from streamtopo.runtime.transport import entry_fields
@@ -56,6 +57,8 @@ class Emit(Counting):
     eager: bool
     sharing: list[SharedPanes]
     _dests: dict[str, dict[int, dict[str, list[int]]]]
+    reductions: defaultdict[tuple[str, str], Reduction]
+    """Per edge into an aggregate, whether combining before the wire shrinks it (combining.py)."""
     _last_punct: dict[tuple[str, str], float]
     _without_failing: Callable[..., Any]
     """Dataflow's: run a batch for an operator, its failing records to the dead-letter stream."""
@@ -122,24 +125,18 @@ class Emit(Counting):
             elif isinstance(aggregate := self.operators[v], AggregateOperator) and (
                 is_spark(produced.frame) or not wanted <= set(self.hosted)
             ):
-                frame = produced.frame if is_spark(produced.frame) else produced.pandas()
-                if frame is not None and (is_spark(frame) or len(frame)):
+                reduction = self.reductions[(op, v)]
+                if not reduction.combines():
+                    parts = self._whole(op, produced, dest_key, dest_k)
+                    reduction.sent(sum(part_size(p) or 0 for p in parts.values()))
+                elif (
+                    frame := produced.frame if is_spark(produced.frame) else produced.pandas()
+                ) is not None and (is_spark(frame) or len(frame)):
                     rows = self._combined(aggregate.partials, frame, dest_key, dest_k, (v, commit))
                     parts = {pair: Partials(part) for pair, part in _by_pair(rows)}
-            elif is_spark(produced.frame) and self.downstream[op] == [v]:
-                parts = dict(self._routed(produced.frame, dest_key, dest_k))
-            elif (records := produced.pandas()) is not None and len(records):
-                # One routing pass, one stable sort by unit pair unless the records come in that order
-                # (generated ones do), then slices (a groupby per producing unit and destination built a
-                # frame per group, about a millisecond each; the sort copies every column).
-                src = records[KG].to_numpy(dtype=np.int64)
-                dest = route(records, dest_key, dest_k, src).astype(np.int64)
-                code = _pair_code(src, dest)
-                if (np.diff(code) < 0).any():
-                    order = np.argsort(code, kind="stable")
-                    records, src, dest = records.iloc[order], src[order], dest[order]
-                rows = records.reset_index(drop=True)
-                parts = {pair: rows.iloc[a:b] for pair, a, b in _pair_runs(src, dest)}
+                    reduction.combined(int(rows[COUNT].sum()) if len(rows) else 0, len(rows))
+            else:
+                parts = self._whole(op, produced, dest_key, dest_k)
             for unit in units:
                 n_out, wm = produced.units[unit.key]
                 sizes = [part_size(p) for (src, _), p in parts.items() if src == unit.kg]
@@ -153,6 +150,28 @@ class Emit(Counting):
                 mine = {j: p for (src, j), p in parts.items() if src == unit.kg}
                 for j in sorted(set(expected) | set(mine)):
                     self._deliver(unit, v, j, mine.get(j), wm, local, commit, now)
+
+    def _whole(
+        self, op: str, produced: Produced, dest_key: tuple[str, ...] | None, dest_k: int
+    ) -> dict[tuple[int, int], Part]:
+        """Records that travel whole, per (producing unit, consuming unit): a lazy output read by one
+        operator leaves the JVM once as Arrow (:meth:`_routed`); records in the driver are routed in one
+        pass and sorted by unit pair unless they come in that order (generated ones do), then sliced (a
+        groupby per producing unit and destination built a frame per group, about a millisecond each;
+        the sort copies every column)."""
+        if is_spark(produced.frame) and len(self.downstream[op]) == 1:
+            return dict(self._routed(produced.frame, dest_key, dest_k))
+        records = produced.pandas()
+        if records is None or not len(records):
+            return {}
+        src = records[KG].to_numpy(dtype=np.int64)
+        dest = route(records, dest_key, dest_k, src).astype(np.int64)
+        code = _pair_code(src, dest)
+        if (np.diff(code) < 0).any():
+            order = np.argsort(code, kind="stable")
+            records, src, dest = records.iloc[order], src[order], dest[order]
+        rows = records.reset_index(drop=True)
+        return {pair: rows.iloc[a:b] for pair, a, b in _pair_runs(src, dest)}
 
     def _one_to_one_counts(
         self, op: str, v: str, produced: Produced, units: list[Hosted]

@@ -31,6 +31,7 @@ import secrets
 import signal
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from contextlib import suppress
 from http.server import ThreadingHTTPServer
@@ -50,6 +51,7 @@ from streamtopo.contracts import (
 )
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime import sinks
+from streamtopo.runtime.combining import Reduction
 from streamtopo.runtime.dataflow import Dataflow
 from streamtopo.runtime.handover import Handover
 from streamtopo.runtime.hosting import ExecutorConfig, Hosted
@@ -127,6 +129,7 @@ class Executor(Handover, Dataflow):
             self.downstream, self.config.scheduling, self.config.step_records, self.config.memory_limit
         )
         self._dests: dict[str, dict[int, dict[str, list[int]]]] = {}
+        self.reductions: defaultdict[tuple[str, str], Reduction] = defaultdict(Reduction)
         self._producers: dict[str, dict[int, list[str]]] = {}
         self._closes: dict[str, tuple[tuple[float, float], ...]] = {}
         self.keys = Keys.of(topology)

@@ -36,6 +36,7 @@ from streamtopo.documents import load_topology
 from streamtopo.local.runner import finalize_sinks, finished
 from streamtopo.planner.benoit.fuse import fuse_shared
 from streamtopo.planner.model import StreamTopology
+from streamtopo.runtime import combining
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.executor import Executor, ExecutorConfig
 from streamtopo.runtime.flows import Flow
@@ -1085,6 +1086,41 @@ def test_partials_of_a_keyed_map_cross_executors_exactly_once(valkey, spark, tmp
     moves = [("kept", 1), ("totals", 2), ("kept", 0), ("numbers", 3)]
     migrate_crash_and_finish(topology, routing_path, table, valkey.url, out, moves)
     assert_exactly_once(read_lines(out), rekeyed_totals(count, rate, window))
+
+
+def test_an_edge_that_stops_combining_ships_its_records_whole_exactly_once(
+    valkey, spark, tmp_path, monkeypatch
+):
+    """The kept -> totals edge judged not to shrink after every step it combines (a ratio of 0 is never
+    met) ships its records whole, and combines again every few hundred records shipped: both kinds of
+    entry reach the aggregate, while units move and an executor crashes; every window is written once,
+    with its exact totals."""
+    monkeypatch.setattr(combining, "MIN_RECORDS", 1)
+    monkeypatch.setattr(combining, "RATIO", 0.0)
+    monkeypatch.setattr(combining, "RETRY_RECORDS", 300)
+    calls = {"combined": 0, "sent": 0}
+    original_combined, original_sent = combining.Reduction.combined, combining.Reduction.sent
+
+    def combined(self, records, rows):
+        calls["combined"] += records > 0
+        original_combined(self, records, rows)
+
+    def sent(self, records):
+        calls["sent"] += records > 0
+        original_sent(self, records)
+
+    monkeypatch.setattr(combining.Reduction, "combined", combined)
+    monkeypatch.setattr(combining.Reduction, "sent", sent)
+    count, rate, window = 3000, 400, 1.0
+    topology = rekeyed("ex-rekey-whole", count, rate, window)
+    routing_path = tmp_path / "routing.json"
+    table = round_robin(topology, ["ex-0", "ex-1"])
+    write_routing(routing_path, table)
+    out = tmp_path / "out"
+    moves = [("kept", 1), ("totals", 2), ("kept", 0), ("numbers", 3)]
+    migrate_crash_and_finish(topology, routing_path, table, valkey.url, out, moves)
+    assert_exactly_once(read_lines(out), rekeyed_totals(count, rate, window))
+    assert calls["combined"] and calls["sent"], calls
 
 
 def test_lazy_chains_are_counted_exactly_without_a_job_per_edge(valkey, spark, tmp_path):
