@@ -1077,8 +1077,14 @@ def test_a_map_that_makes_rows_is_counted_as_it_makes_them(valkey, spark, tmp_pa
 def test_partials_of_a_keyed_map_cross_executors_exactly_once(valkey, spark, tmp_path):
     """The same pipeline on two executors: the kept -> totals edge crosses (combined before the wire)
     while units move and an executor crashes; every window is written once, with its exact totals."""
+    rekeyed_through_moves_and_a_crash("ex-rekey", valkey, tmp_path)
+
+
+def rekeyed_through_moves_and_a_crash(name: str, valkey, tmp_path) -> None:
+    """:func:`rekeyed` on two executors while four units move and one executor crashes: every window
+    is written once, with its exact totals."""
     count, rate, window = 3000, 400, 1.0
-    topology = rekeyed("ex-rekey", count, rate, window)
+    topology = rekeyed(name, count, rate, window)
     routing_path = tmp_path / "routing.json"
     table = round_robin(topology, ["ex-0", "ex-1"])
     write_routing(routing_path, table)
@@ -1111,15 +1117,7 @@ def test_an_edge_that_stops_combining_ships_its_records_whole_exactly_once(
 
     monkeypatch.setattr(combining.Reduction, "combined", combined)
     monkeypatch.setattr(combining.Reduction, "sent", sent)
-    count, rate, window = 3000, 400, 1.0
-    topology = rekeyed("ex-rekey-whole", count, rate, window)
-    routing_path = tmp_path / "routing.json"
-    table = round_robin(topology, ["ex-0", "ex-1"])
-    write_routing(routing_path, table)
-    out = tmp_path / "out"
-    moves = [("kept", 1), ("totals", 2), ("kept", 0), ("numbers", 3)]
-    migrate_crash_and_finish(topology, routing_path, table, valkey.url, out, moves)
-    assert_exactly_once(read_lines(out), rekeyed_totals(count, rate, window))
+    rekeyed_through_moves_and_a_crash("ex-rekey-whole", valkey, tmp_path)
     assert calls["combined"] and calls["sent"], calls
 
 
