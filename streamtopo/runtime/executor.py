@@ -129,7 +129,9 @@ class Executor(Handover, Dataflow):
             self.downstream, self.config.scheduling, self.config.step_records, self.config.memory_limit
         )
         self._dests: dict[str, dict[int, dict[str, list[int]]]] = {}
-        self.reductions: defaultdict[tuple[str, str], Reduction] = defaultdict(Reduction)
+        self.reductions: defaultdict[tuple[str, str], Reduction] = defaultdict(
+            lambda: Reduction(self.config.combine_min_records, self.config.combine_ratio)
+        )
         self._producers: dict[str, dict[int, list[str]]] = {}
         self._closes: dict[str, tuple[tuple[float, float], ...]] = {}
         self.keys = Keys.of(topology)

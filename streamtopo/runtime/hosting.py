@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamtopo.contracts import unit_key
+from streamtopo.runtime.combining import MIN_RECORDS, RATIO
 from streamtopo.runtime.pacing import Pacing
 from streamtopo.runtime.state_store import UnitRecord
 
@@ -40,6 +41,10 @@ class ExecutorConfig:
     costs outweigh its speed per record: the step runs Spark's operators interpreted (no whole-stage code
     generation), computes a lazy output several operators read once, and leaves the rest to numpy where
     it can (dataflow.Dataflow._plan_for)."""
+    combine_min_records: int = MIN_RECORDS
+    """Records an edge into an aggregate combines before it is judged (runtime/combining.py)."""
+    combine_ratio: float = RATIO
+    """Partial rows per record above which such an edge ships its records whole instead."""
     punctuation_interval: float = 0.1
     """Minimum seconds between two record-less watermark entries to the same unit (+inf always goes)."""
     idle_sleep: float = 0.02

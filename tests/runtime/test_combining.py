@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from streamtopo.runtime.combining import MIN_RECORDS, RATIO, RETRY_RECORDS, Reduction
+from streamtopo.runtime.combining import MIN_RECORDS, RATIO, RETRIES_AFTER, Reduction
+
+RETRY_RECORDS = RETRIES_AFTER * MIN_RECORDS
 
 
 def test_an_edge_combines_while_it_shrinks_the_records():

@@ -1080,7 +1080,9 @@ def test_partials_of_a_keyed_map_cross_executors_exactly_once(valkey, spark, tmp
     rekeyed_through_moves_and_a_crash("ex-rekey", valkey, tmp_path)
 
 
-def rekeyed_through_moves_and_a_crash(name: str, valkey, tmp_path) -> None:
+def rekeyed_through_moves_and_a_crash(
+    name: str, valkey, tmp_path, config: ExecutorConfig | None = None
+) -> None:
     """:func:`rekeyed` on two executors while four units move and one executor crashes: every window
     is written once, with its exact totals."""
     count, rate, window = 3000, 400, 1.0
@@ -1090,7 +1092,7 @@ def rekeyed_through_moves_and_a_crash(name: str, valkey, tmp_path) -> None:
     write_routing(routing_path, table)
     out = tmp_path / "out"
     moves = [("kept", 1), ("totals", 2), ("kept", 0), ("numbers", 3)]
-    migrate_crash_and_finish(topology, routing_path, table, valkey.url, out, moves)
+    migrate_crash_and_finish(topology, routing_path, table, valkey.url, out, moves, config)
     assert_exactly_once(read_lines(out), rekeyed_totals(count, rate, window))
 
 
@@ -1098,12 +1100,9 @@ def test_an_edge_that_stops_combining_ships_its_records_whole_exactly_once(
     valkey, spark, tmp_path, monkeypatch
 ):
     """The kept -> totals edge judged not to shrink after every step it combines (a ratio of 0 is never
-    met) ships its records whole, and combines again every few hundred records shipped: both kinds of
+    met) ships its records whole, and combines again after ten records shipped: both kinds of
     entry reach the aggregate, while units move and an executor crashes; every window is written once,
     with its exact totals."""
-    monkeypatch.setattr(combining, "MIN_RECORDS", 1)
-    monkeypatch.setattr(combining, "RATIO", 0.0)
-    monkeypatch.setattr(combining, "RETRY_RECORDS", 300)
     calls = {"combined": 0, "sent": 0}
     original_combined, original_sent = combining.Reduction.combined, combining.Reduction.sent
 
@@ -1117,7 +1116,8 @@ def test_an_edge_that_stops_combining_ships_its_records_whole_exactly_once(
 
     monkeypatch.setattr(combining.Reduction, "combined", combined)
     monkeypatch.setattr(combining.Reduction, "sent", sent)
-    rekeyed_through_moves_and_a_crash("ex-rekey-whole", valkey, tmp_path)
+    config = ExecutorConfig(combine_min_records=1, combine_ratio=0.0)
+    rekeyed_through_moves_and_a_crash("ex-rekey-whole", valkey, tmp_path, config)
     assert calls["combined"] and calls["sent"], calls
 
 

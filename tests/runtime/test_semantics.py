@@ -223,6 +223,13 @@ def aggregate_operator(make_spec, keys: list[str], aggregations: list[str]) -> A
     return operator
 
 
+def spark_aggregate(spark, frame: pd.DataFrame, keys: list[str], aggs: list[str]) -> pd.DataFrame | Exception:
+    """One Spark aggregation of ``frame`` by key group and ``keys``, or the error Spark raises."""
+    return spark_says(
+        lambda: to_pandas(to_spark(spark, frame).groupBy(KG, *keys).agg(*[F.expr(a) for a in aggs]))
+    )
+
+
 @PROPERTY
 @given(
     tables(list(dict.fromkeys([*KEYS, *VALUE_COLUMNS])), max_rows=40),
@@ -236,9 +243,7 @@ def test_partials_merged_in_the_driver_are_sparks_aggregate(spark, make_spec, ta
     frame = from_arrow(table)
     operator = aggregate_operator(make_spec, keys, aggs)
     cuts = np.linspace(0, len(frame), len(in_numpy) + 1).astype(int)
-    reference = spark_says(
-        lambda: to_pandas(to_spark(spark, frame).groupBy(KG, *keys).agg(*[F.expr(a) for a in aggs]))
-    )
+    reference = spark_aggregate(spark, frame, keys, aggs)
     try:
         partials = []
         for numpy_path, a, b in zip(in_numpy, cuts, cuts[1:]):
@@ -285,9 +290,7 @@ def test_a_running_aggregate_stepped_through_its_state_is_sparks_aggregate(
     keys (aggregate.py, ``_running``): a key missed or split by the hash lookup shows here."""
     frame = from_arrow(table)
     operator = aggregate_operator(make_spec, keys, aggs)
-    reference = spark_says(
-        lambda: to_pandas(to_spark(spark, frame).groupBy(KG, *keys).agg(*[F.expr(a) for a in aggs]))
-    )
+    reference = spark_aggregate(spark, frame, keys, aggs)
     cuts = np.linspace(0, len(frame), len(stored) + 1).astype(int)
     states: dict = {}
     emitted = []

@@ -355,11 +355,10 @@ class AggregateOperator(UnitOperator):
             emitted.append(merged[stepped])
             rest = rows[~touched]
             new = merged.drop(columns=[KG])
+            both_hashes = np.concatenate([stored[touched], hashes[mine]])
             kept[kg] = {
                 "rows": concat([rest, new], contiguous=True) if len(rest) else new,
-                "hashes": np.concatenate(
-                    [stored[~touched], np.concatenate([stored[touched], hashes[mine]])[first]]
-                ),
+                "hashes": np.concatenate([stored[~touched], both_hashes[first]]),
             }
         output = finalize(concat(emitted).reset_index(drop=True), self.aggs)
         return OperatorResult(self._ordered(output), kept)
