@@ -80,6 +80,11 @@ from streamtopo.runtime.transport import (
 
 log = logging.getLogger("streamtopo.executor")
 
+
+class EndpointUnavailable(RuntimeError):
+    """The metrics and probe port cannot be bound (another process holds it, or the address is not ours)."""
+
+
 EXIT_JVM_LOST = 5
 """The executor's JVM (its py4j gateway) is gone: a restart resumes from the committed state."""
 
@@ -179,7 +184,12 @@ class Executor(Handover, Dataflow):
         mark(self.client, self.keys.clock, repr(self.clock()).encode(), once=True)
         self.t0 = float(self.client.get(self.keys.clock))
         self._connected = True
-        self.server = serve(self.metrics, Probe(self._healthy, self._ready), self.metrics_port, self.bind)
+        try:
+            self.server = serve(self.metrics, Probe(self._healthy, self._ready), self.metrics_port, self.bind)
+        except OSError as error:  # a port another process holds: a restart may find it free
+            raise EndpointUnavailable(
+                f"cannot serve metrics and probes on {self.bind}:{self.metrics_port}: {error.strerror or error}"
+            ) from error
         if self.port_file is not None:
             written = self.port_file.with_name(self.port_file.name + ".tmp")
             written.write_text(str(self.server.server_port))
@@ -371,10 +381,10 @@ def run_executor(
 ) -> int:
     """The ``streamtopo executor`` program; returns the exit code (clear messages, no tracebacks): 2 a bad
     pipeline or a step Spark's ANSI mode fails (an overflowing sum, a join's output over its memory:
-    nothing of it is committed, so the records wait for a fixed spec), 3 no transport, 4 a file sink that
-    cannot write (retrying cannot fix any of them), 5 (:data:`EXIT_JVM_LOST`) the JVM has gone (the OOM
-    killer, a crash: a restart resumes from the last commit). The reason is also written to
-    ``termination_log`` (Kubernetes' termination message)."""
+    nothing of it is committed, so the records wait for a fixed spec), 3 no transport or a metrics port it
+    cannot bind, 4 a file sink that cannot write (retrying cannot fix 2 or 4), 5 (:data:`EXIT_JVM_LOST`)
+    the JVM has gone (the OOM killer, a crash: a restart resumes from the last commit). The reason is also
+    written to ``termination_log`` (Kubernetes' termination message)."""
     code, reason = _run(
         topology_path, routing_path, name, transport_url, metrics_port, port_file, output_dir, cpu, bind
     )
@@ -429,7 +439,7 @@ def _run(
         signal.signal(sig, lambda *_: stop.set())
     try:
         executor.start()
-    except TransportUnavailable as error:
+    except (TransportUnavailable, EndpointUnavailable) as error:
         return _failed(3, str(error))
     try:
         executor.run(stop)
