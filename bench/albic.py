@@ -41,7 +41,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.report import markdown, write_section
+from bench.report import markdown, save_figure, write_section
 from streamtopo.planner.allocation import AllocationState, ExecutorInfo
 from streamtopo.planner.rebalance.albic import AlbicConfig, MilpConfig, load_distance
 from streamtopo.planner.rebalance.registry import REBALANCERS
@@ -388,7 +388,7 @@ def plots(q51, scale, q53, conv, sizes) -> list[str]:
             ylabel="load distance (pp)",
         )
         ax.legend(fontsize=6)
-    names.append(_save(fig, img / "albic_quality.png"))
+    names.append(save_figure(fig, img / "albic_quality.png"))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, label in zip(axes, ("1OL", "5OL")):
         for mode in ("integrated", "non-integrated"):
@@ -400,7 +400,7 @@ def plots(q51, scale, q53, conv, sizes) -> list[str]:
             )
         ax.set(title=f"scale-in, {label}", xlabel="round", ylabel="load distance (pp)")
         ax.legend()
-    names.append(_save(fig, img / "albic_scalein.png"))
+    names.append(save_figure(fig, img / "albic_scalein.png"))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     size0 = "40/800/20"
     for policy in ("albic", "cola", "milp", "flux"):
@@ -417,14 +417,14 @@ def plots(q51, scale, q53, conv, sizes) -> list[str]:
     )
     axes[1].set(title=f"mean load distance, {size0}", xlabel="max collocation x (%)", ylabel="pp")
     axes[0].legend()
-    names.append(_save(fig, img / "albic_collocation.png"))
+    names.append(save_figure(fig, img / "albic_collocation.png"))
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for key, ax in zip(("collocation_factor", "load_distance", "migrations"), axes):
         for policy in ("albic", "cola"):
             ax.plot([r[key] for r in conv[policy]], label=policy)
         ax.set(title=key.replace("_", " "), xlabel="period")
         ax.legend()
-    names.append(_save(fig, img / "albic_convergence.png"))
+    names.append(save_figure(fig, img / "albic_convergence.png"))
     return names
 
 
@@ -449,14 +449,7 @@ def real_job_plot(runs: dict[str, list[dict]]) -> str:
             ax.axhline(1.0, color="grey", ls=":", lw=0.8)
         ax.set(title=title, xlabel="period", ylabel=unit)
         ax.legend(fontsize=7)
-    return _save(fig, ROOT / "docs/img/albic_realjob.png")
-
-
-def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path.name
+    return save_figure(fig, ROOT / "docs/img/albic_realjob.png")
 
 
 def table(title: str, columns: list[str], rows: list[list]) -> Table:

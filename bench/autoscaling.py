@@ -42,10 +42,10 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console
 
 from bench.report import header, markdown, write_section
-from bench.sharing_run import children_cpu, normalised
+from bench.sharing_run import normalised
 from streamtopo.documents import load_topology
 from streamtopo.local.loop import local_loop
-from streamtopo.local.platform import machine_cores
+from streamtopo.local.platform import children_cpu, machine_cores
 from streamtopo.local.runner import RunOptions, run_topology
 from streamtopo.local.summary import RunSummary
 from streamtopo.planner.model import StreamTopology

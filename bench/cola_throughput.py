@@ -19,6 +19,11 @@ iteration's profile (``planner.placement.cola.profiling.Profile``, the same the 
 ``streamtopo run --profile-iterations``). The planning cluster is ``--hosts`` hosts of ``--host-cpu``
 cores; the executors all share this machine's cores, as the paper's blades do not.
 
+Every completed series is appended to docs/data/cola_series.jsonl (its settings, commit and date), and
+the report is computed from every stored series of the same settings: a series on the bed takes about
+30 minutes here, so the five the issue asks for can be measured over several sessions (``--repeats`` is
+the series this run adds; ``--repeats 0`` reports from the stored ones).
+
 Prints the tables, draws docs/img/cola_throughput.png (Figure 7: relative throughput per iteration) and
 rewrites the "COLA throughput" section of docs/benchmarks.md.
 """
@@ -26,14 +31,17 @@ rewrites the "COLA throughput" section of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -67,6 +75,9 @@ from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.spark import MEMORY_ENV
 
 SECTION = "COLA throughput"
+SERIES = ROOT / "docs" / "data" / "cola_series.jsonl"
+"""Every completed series, one JSON object per line: ``settings``, ``hosts``, ``commit``, ``measured``
+(UTC) and ``runs`` (fusion -> its :class:`Run` s)."""
 GROUPS_LEFT_OUT = ("-b", "-c", "-d")
 
 # Table 2 of the paper (VWAP1 / VWAP2, 4-7 blades): throughput relative to NONE for FINT and COLA's
@@ -203,6 +214,8 @@ def main() -> None:
         "the machine's memory ran it out of memory",
     )
     args = parser.parse_args()
+    # A SIGTERM unwinds the bed's with-block (its namespaces, links, qdiscs and cgroups go) as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ[MEMORY_ENV] = args.executor_heap
     console = Console(width=150)
     top = vwap(args.records)
@@ -212,14 +225,23 @@ def main() -> None:
         # split every PE into one executor per key group: 256 JVMs).
         top = scale_rates(top, args.host_cpu)
     results: dict[int, list[dict[str, list[Run]]]] = {}
+    dates: dict[int, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="streamtopo-cola-") as tmp:
         work = Path(tmp)
         for hosts in args.hosts:
             cluster = Cluster.uniform(hosts, args.host_cpu)
             spec = EmulatedHostsSpec(hosts=cluster.hosts, valkey_cpu=args.valkey_cpu)
+            earlier_series = stored(args, hosts)
+            results[hosts] = [runs_of(record) for record in earlier_series]
+            dates[hosts] = [record["measured"] for record in earlier_series]
+            if not args.repeats:
+                continue
             with EmulatedHosts(spec) if args.testbed else nullcontext() as bed:
                 for repeat in range(args.repeats):
-                    print(f"{hosts} hosts, series {repeat + 1} of {args.repeats}", flush=True)
+                    print(
+                        f"{hosts} hosts, series {repeat + 1} of {args.repeats} (stored: {len(results[hosts])})",
+                        flush=True,
+                    )
                     none_plan = plan_topology(top.spec, cluster, algorithm="none")
                     none_rate, none_stats, none_placement = measure(top, none_plan, work / "none", bed)
                     print(f"  none: {len(none_plan.pes)} PEs, {none_rate:,.0f} records/s", flush=True)
@@ -228,10 +250,58 @@ def main() -> None:
                         runs[fusion] = series(
                             top, cluster, fusion, args.iterations, (none_stats, none_placement), work, bed
                         )
-                    results.setdefault(hosts, []).append(runs)
+                    results[hosts].append(runs)
+                    dates[hosts].append(f"{datetime.now(UTC):%Y-%m-%d %H:%M}")
+                    if not args.no_write:
+                        store(args, hosts, runs)
     if args.testbed and (left := leftovers(os.getpid())):
         raise SystemExit(f"the test bed left behind: {', '.join(left)}")
-    report(console, args, top, results)
+    results = {hosts: series_ for hosts, series_ in results.items() if series_}
+    if not results:
+        raise SystemExit(
+            f"no series of these settings in {SERIES.relative_to(ROOT)}; run with --repeats 1 or more"
+        )
+    report(console, args, top, results, dates)
+
+
+def settings(args: argparse.Namespace) -> dict[str, object]:
+    """What makes two series comparable: the bed, the planning hosts' cores, iterations and records."""
+    return {
+        "testbed": args.testbed,
+        "host_cpu": args.host_cpu,
+        "valkey_cpu": args.valkey_cpu if args.testbed else None,
+        "iterations": args.iterations,
+        "records": args.records,
+    }
+
+
+def stored(args: argparse.Namespace, hosts: int) -> list[dict]:
+    """The stored series of these settings and host count, oldest first."""
+    if not SERIES.exists():
+        return []
+    lines = (json.loads(line) for line in SERIES.read_text().splitlines() if line.strip())
+    return [s for s in lines if s["settings"] == settings(args) and s["hosts"] == hosts]
+
+
+def store(args: argparse.Namespace, hosts: int, runs: dict[str, list[Run]]) -> None:
+    """Append one completed series (so a run cut off later keeps it)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    record = {
+        "settings": settings(args),
+        "hosts": hosts,
+        "commit": commit,
+        "measured": f"{datetime.now(UTC):%Y-%m-%d %H:%M}",
+        "runs": {fusion: [asdict(r) for r in rs] for fusion, rs in runs.items()},
+    }
+    SERIES.parent.mkdir(parents=True, exist_ok=True)
+    with SERIES.open("a") as file:
+        file.write(json.dumps(record) + "\n")
+
+
+def runs_of(record: dict) -> dict[str, list[Run]]:
+    return {fusion: [Run(**r) for r in rs] for fusion, rs in record["runs"].items()}
 
 
 def nones(series_: list[dict[str, list[Run]]]) -> list[float]:
@@ -255,8 +325,8 @@ def report(
     args: argparse.Namespace,
     top: StreamTopology,
     results: dict[int, list[dict[str, list[Run]]]],
+    dates: dict[int, list[str]],
 ) -> None:
-    measured_at = f"{datetime.now(UTC):%Y-%m-%d %H:%M}"
     rows = []
     for hosts, series_ in results.items():
         none_runs = nones(series_)
@@ -271,7 +341,7 @@ def report(
                 "-" if paper is None else " / ".join(f"{a:.2f}" for a in paper[0]),
                 "-" if paper is None else " / ".join(f"{a:.2f}" for a in paper[1]),
                 len(series_),
-                measured_at,
+                f"{min(dates[hosts])} - {max(dates[hosts])}",
             )
         )
     columns = [
@@ -357,7 +427,7 @@ def report(
     kept_rows, kept_verdicts, kept_notes = earlier(section, set(results), image.name)
     command = (
         f".venv/bin/python bench/cola_throughput.py --hosts {' '.join(map(str, args.hosts))} --host-cpu "
-        f"{args.host_cpu:g} --iterations {args.iterations} --repeats {args.repeats} --records {args.records}"
+        f"{args.host_cpu:g} --iterations {args.iterations} --repeats N --records {args.records}"
         + (f" --testbed --valkey-cpu {args.valkey_cpu:g}" if args.testbed else "")
     )
     where = (
@@ -375,8 +445,10 @@ def report(
         "relative to NONE's median of the same host count, and the range (min-max); 1st, 1st-local and Max "
         "are chosen within each series. A verdict is beat when every run is above every run it is held "
         "against, miss when every run is below, match when the ranges overlap. The paper's columns are "
-        "Table 2's relative gains (1st / 1st-local / Max). A run rewrites the rows of the host counts it "
-        "measured and keeps the others from earlier runs (their repeats and date in the row).",
+        "Table 2's relative gains (1st / 1st-local / Max). Series accumulate over runs of the command "
+        f"(each adds N; {SERIES.relative_to(ROOT)} holds every series with its commit and date), and every "
+        "figure here is computed from all stored series of these settings; the rows of other host counts "
+        "are kept from earlier runs.",
         "",
         *by_hosts(markdown(columns, rows), kept_rows),
         "",

@@ -11,6 +11,7 @@ import platform
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "docs" / "benchmarks.md"
@@ -93,3 +94,15 @@ def verdict(ours: Sequence[float], theirs: Sequence[float]) -> tuple[str, str]:
         "match",
         f"the ranges overlap: {low:,.0f}-{high:,.0f} against {min(theirs):,.0f}-{max(theirs):,.0f}",
     )
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 100) -> str:
+    """Lay ``fig`` out, write it to ``path`` (its directory made) and close it; the file's name, for the
+    section's image link."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path.name

@@ -1,5 +1,6 @@
 """Benoit et al.'s Experiments 1-5 (RR-6864, Section 6): success counts and relative performance of the six
-heuristics under the four processor-selection strategies, and the integer program's optimum beside them.
+heuristics under the four processor-selection strategies, of H3-H6 without reuse of common sub-trees
+(the paper's Figures 3(b) and 5(b)), and the integer program's optimum beside them.
 
 For each point of an experiment, ``--runs`` random instances (50 in the paper) are placed by every heuristic
 with every strategy. rp(h) = mean over runs of best_cost / cost_h, with cost = Proc-Power (the summed speed
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.report import header, markdown, write_section
-from streamtopo.planner.benoit.heuristics import HEURISTICS, place_heuristic
+from streamtopo.planner.benoit.heuristics import HEURISTICS, Heuristic, place_heuristic
 from streamtopo.planner.benoit.ilp import solve_ilp
 from streamtopo.planner.benoit.instances import InstanceParams, random_problem, similar_pair
 from streamtopo.planner.benoit.problem import Problem
@@ -40,6 +41,14 @@ SECTION = "Sharing (Benoit et al.)"
 STRATEGIES = (1, 2, 3, 4)
 BASE = InstanceParams()
 SMALL = replace(BASE, processors=10, applications=2, size=10)
+NO_REUSE = ("topdown-bfs", "topdown-dfs", "bottomup-bfs", "bottomup-dfs")
+VARIANTS: dict[str, tuple[Heuristic, bool]] = {
+    **{h: (h, True) for h in HEURISTICS},
+    **{f"{h}/no-reuse": (h, False) for h in NO_REUSE},
+}
+"""What each point runs: the six heuristics, and H3-H6 without reuse of common sub-trees (Section 6.2,
+Figures 3(b) and 5(b); H1 RandomNoReuse is H2 without it)."""
+LABELS = {v: HEURISTICS[h] + ("" if reuse else " (no reuse)") for v, (h, reuse) in VARIANTS.items()}
 
 
 @dataclass(frozen=True)
@@ -76,12 +85,12 @@ EXPERIMENTS = (
 
 
 def one_run(job: tuple[int, float, int]) -> dict[tuple[str, int], float]:
-    """Costs (Proc-Power; inf on failure) of every heuristic x strategy on one instance."""
+    """Costs (Proc-Power; inf on failure) of every variant x strategy on one instance."""
     number, x, seed = job
     problem = EXPERIMENTS[number - 1].problem(x, seed)
     return {
-        (h, s): place_heuristic(problem, h, s, seed).cost("proc-power")
-        for h in HEURISTICS
+        (v, s): place_heuristic(problem, h, s, seed, reuse).cost("proc-power")
+        for v, (h, reuse) in VARIANTS.items()
         for s in STRATEGIES
     }
 
@@ -118,12 +127,15 @@ def plot(
     fig, axes = plt.subplots(2, 4, figsize=(17, 7.5), sharex=True, sharey="row")
     xs = list(table)
     for column, strategy in enumerate(STRATEGIES):
-        for heuristic, label in HEURISTICS.items():
-            style = "--" if heuristic.startswith("random") else "-"
+        for (heuristic, label), color in zip(
+            LABELS.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"] * 2
+        ):
+            style = ":" if heuristic.endswith("no-reuse") else "--" if heuristic.startswith("random") else "-"
             axes[0][column].plot(
                 xs,
                 [table[x][(heuristic, strategy)][0] for x in xs],
                 style,
+                color=color,
                 marker="o",
                 markersize=3,
                 label=label,
@@ -132,6 +144,7 @@ def plot(
                 xs,
                 [table[x][(heuristic, strategy)][1] for x in xs],
                 style,
+                color=color,
                 marker="o",
                 markersize=3,
                 label=label,
@@ -140,7 +153,7 @@ def plot(
         axes[1][column].set_xlabel(experiment.axis)
     axes[0][0].set_ylabel(f"successes (of {runs})")
     axes[1][0].set_ylabel("relative performance rp(h)")
-    axes[0][3].legend(fontsize=8)
+    axes[0][3].legend(fontsize=7)
     fig.suptitle(
         f"Experiment {experiment.number}: {experiment.title} (Benoit et al., Section 6.2.{experiment.number})"
     )
@@ -207,10 +220,8 @@ def report(results: dict, ilp_rows: list, args: argparse.Namespace) -> list[str]
         table = results[experiment.number]
         plot = f"sharing_exp{experiment.number}.png"
         lines += [f"Experiment {experiment.number}, {experiment.title} (plot: [{plot}](img/{plot})):", ""]
-        rows = [
-            [x] + [f"{table[x][(h, 3)][0]} / {table[x][(h, 3)][1]:.2f}" for h in HEURISTICS] for x in table
-        ]
-        lines += markdown([experiment.axis] + [HEURISTICS[h] for h in HEURISTICS], rows) + [""]
+        rows = [[x] + [f"{table[x][(v, 3)][0]} / {table[x][(v, 3)][1]:.2f}" for v in VARIANTS] for x in table]
+        lines += markdown([experiment.axis] + list(LABELS.values()), rows) + [""]
     best_share = {
         n: max(HEURISTICS, key=lambda h: sum(results[n][x][(h, 3)][1] for x in results[n])) for n in results
     }
@@ -220,6 +231,8 @@ def report(results: dict, ilp_rows: list, args: argparse.Namespace) -> list[str]
         + ".",
         "",
     ]
+    lines += ["Without reuse of common sub-trees, against the paper (Section 6.2):", ""]
+    lines += [f"- {line}" for line in no_reuse_verdicts(results)] + [""]
     lines += [
         "Integer program (Proc-Power, Experiment 5 instances) against the best of the 24 heuristic runs:",
         "",
@@ -232,6 +245,57 @@ def report(results: dict, ilp_rows: list, args: argparse.Namespace) -> list[str]
         ],
     )
     return lines
+
+
+def no_reuse_verdicts(results: dict) -> list[str]:
+    """The paper's claims on H3-H6 without reuse, judged on the same tables: Experiment 1 (strategies 3
+    and 2: 'they do not find results until at least 35 processors ... or even 60'), Experiment 3 ('they
+    no longer find results when application sizes exceed 40 operators') and, in both, 'TopDown
+    heuristics perform better'."""
+
+    def first(number: int, variant: str, strategy: int) -> float | None:
+        table = results[number]
+        return next((x for x in table if table[x][(variant, strategy)][0] > 0), None)
+
+    def shown(value: float | None) -> str:
+        return "none" if value is None else f"{value:g}"
+
+    out = []
+    for strategy, bound in ((3, 35), (2, 60)):
+        firsts = {h: first(1, f"{h}/no-reuse", strategy) for h in NO_REUSE}
+        with_reuse = {h: first(1, h, strategy) for h in NO_REUSE}
+        later = all(
+            f is None or (w is not None and f > w) for f, w in zip(firsts.values(), with_reuse.values())
+        )
+        late = all(f is None or f >= bound for f in firsts.values())
+        out.append(
+            f"Experiment 1, strategy {strategy}: first success without reuse at "
+            + ", ".join(f"{HEURISTICS[h]} {shown(f)}" for h, f in firsts.items())
+            + " processors; with reuse "
+            + ", ".join(f"{shown(w)}" for w in with_reuse.values())
+            + f". Later than with reuse: {'met' if later else 'MISSED'}; the paper's 'not until at least "
+            + f"{bound}': {'match' if late else 'miss'}"
+        )
+    big = [x for x in results[3] if x > 40]
+    found = {h: sum(results[3][x][(f"{h}/no-reuse", 3)][0] for x in big) for h in NO_REUSE}
+    out.append(
+        f"Experiment 3, strategy 3, sizes above 40 operators ({', '.join(f'{x:g}' for x in big)}): successes "
+        f"without reuse {', '.join(f'{HEURISTICS[h]} {n}' for h, n in found.items())}; the paper: none: "
+        + ("match" if not any(found.values()) else "miss")
+    )
+    for number in (1, 3):
+        table = results[number]
+        score = {
+            h: sum(table[x][(f"{h}/no-reuse", s)][1] for x in table for s in STRATEGIES) for h in NO_REUSE
+        }
+        top = min(score[h] for h in NO_REUSE[:2])
+        bottom = max(score[h] for h in NO_REUSE[2:])
+        out.append(
+            f"Experiment {number}, every strategy: summed rp without reuse "
+            + ", ".join(f"{HEURISTICS[h]} {v:.2f}" for h, v in score.items())
+            + f"; the paper's 'TopDown heuristics perform better': {'match' if top >= bottom else 'miss'}"
+        )
+    return out
 
 
 if __name__ == "__main__":

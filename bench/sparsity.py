@@ -40,7 +40,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.graphs import random_layered_dag, vwap_like
-from bench.report import markdown, write_section
+from bench.report import markdown, save_figure, write_section
 from streamtopo.planner.placement.cola.exact_cut import exact_sparsest_cut
 from streamtopo.planner.placement.cola.options import ColaOptions
 from streamtopo.planner.placement.cola.ratio_cut import min_ratio_cut
@@ -176,10 +176,7 @@ def plot(samples: list[Sample], path: Path) -> None:
     ax.set_ylabel("mean sparsity / exact optimum")
     ax.set_title("COLA sparsest cut: methods against the exact optimum")
     ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main() -> None:

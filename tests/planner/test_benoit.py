@@ -217,6 +217,12 @@ def test_sharing_saves_the_processors_the_hand_computation_says() -> None:
     assert place_heuristic(problem, "topdown-bfs", 3).cost("proc-nb") == 4.0
     no_reuse = place_heuristic(problem, "random-no-reuse", 3)
     assert not no_reuse.feasible and "compute (1)" in (no_reuse.failure or "")
+    six = Problem((app1, app2), ops, {}, Platform((*procs, Processor("P6", 100.0, 1e9))))
+    for heuristic in ("topdown-bfs", "topdown-dfs", "bottomup-bfs", "bottomup-dfs"):
+        # Section 6.2's heuristics without reuse: each node computed again, so 5 processors are too few
+        assert not place_heuristic(problem, heuristic, 3, reuse=False).feasible, heuristic
+        assert place_heuristic(six, heuristic, 3, reuse=False).cost("proc-nb") == 6.0, heuristic
+        assert place_heuristic(six, heuristic, 3).cost("proc-nb") == 4.0, heuristic
 
 
 def test_structural_problems_are_reported() -> None:

@@ -10,7 +10,9 @@ instance yet *follow* it: they are placed with the first node of their operator 
 
 Reading of the paper where the text is short (recorded in docs/sharing.md):
 - H1 RandomNoReuse computes nothing once for two applications (operators are keyed by application in
-  :class:`~.problem.Usage`), so it is the "no reuse" the experiments compare against;
+  :class:`~.problem.Usage`), so it is the "no reuse" the experiments compare against; Section 6.2's
+  "heuristics without reuse of common subtrees" (Figures 3(b), 5(b)) are H3-H6 run the same way
+  (``reuse=False``): their order and relatives, no reuse step, nothing shared;
 - H5/H6 visit the reversed BFS order and the DFS post-order of the forest under an artificial root; H6's
   "go up to the last node that is mapped elsewhere" falls out of reusing at every level of a common
   sub-tree, since a node can reuse only when its placed descendants are those of the instance;
@@ -77,21 +79,22 @@ def place_heuristic(
     heuristic: Heuristic = DEFAULT_HEURISTIC,
     strategy: int = DEFAULT_STRATEGY,
     seed: int = 0,
+    reuse: bool = True,
 ) -> HeuristicResult:
-    """Run one heuristic with one strategy; ``seed`` drives H1 and H2's random order only."""
+    """Run one heuristic with one strategy; ``seed`` drives H1 and H2's random order only. ``reuse=False``
+    is the heuristic without reuse of common sub-trees (H1 never reuses)."""
     if heuristic not in HEURISTICS:
         raise ValueError(f"unknown heuristic {heuristic!r}; use one of {', '.join(HEURISTICS)}")
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; use 1, 2, 3 or 4")
-    mapper = _Mapper(problem, heuristic, strategy)
+    mapper = _Mapper(problem, heuristic, strategy, reuse and heuristic != "random-no-reuse")
     failure = mapper.run(seed)
     return HeuristicResult(heuristic, strategy, mapper.usage, failure)
 
 
 class _Mapper:
-    def __init__(self, problem: Problem, heuristic: Heuristic, strategy: int) -> None:
-        self.problem, self.heuristic, self.strategy = problem, heuristic, strategy
-        self.reuse = heuristic != "random-no-reuse"
+    def __init__(self, problem: Problem, heuristic: Heuristic, strategy: int, reuse: bool) -> None:
+        self.problem, self.heuristic, self.strategy, self.reuse = problem, heuristic, strategy, reuse
         self.usage = Usage(problem, share=self.reuse)
         self.apps = {a.name: a for a in problem.applications}
         self.parents = {a.name: a.parents() for a in problem.applications}
