@@ -53,7 +53,10 @@ def run(
         None, "--migrate-every", min=0.1, help="Drill: move a random key group every S seconds."
     ),
     kill_every: float | None = typer.Option(
-        None, "--kill-every", min=0.5, help="Drill: kill -9 a random executor every S seconds (restarted)."
+        None,
+        "--kill-every",
+        min=0.5,
+        help="Drill: kill -9 a random executor (restarted); the next one S seconds after it runs again.",
     ),
     hosts: int | None = typer.Option(
         None,

@@ -4,8 +4,11 @@
 ``kill -9``s a random executor and restarts it. Both are timed from the run's start, so a drill asked for
 every S seconds happens S seconds into the run, not S seconds after the warm-up (which left a 30 s run
 with ``--kill-every 20`` without a kill). Both wait, though, until every executor's loop has run once
-(its JVM is up), so they exercise hand-overs and recovery rather than JVM starts; a kill also waits
-until the last victim runs again, so a restart slower than the kill interval cannot livelock the run.
+(its JVM is up), so they exercise hand-overs and recovery rather than JVM starts. The next kill comes
+``--kill-every`` seconds after the last victim runs again, not after the kill: a restart slower than the
+interval neither livelocks the run nor leaves it without a moment in which every executor runs, which is
+when migrations are clean hand-overs (CI, on a loaded machine, once saw a run whose every migration met a
+restarting receiver).
 
 A kill's recovery pause is what the killed executor's units pay: from the ``kill -9`` to the moment each of
 them is held again, with its committed state loaded, by a live executor (the heartbeat expiry, the
@@ -32,12 +35,18 @@ class Schedule:
     def __init__(self, start: float, every: float | None):
         self.every = every
         self.next = self._after(start)
+        self.held = False
 
     def due(self, now: float, ready: bool) -> bool:
         """Whether to drill now; ``ready``: the executors the drill needs run."""
-        return now >= self.next and ready
+        return not self.held and now >= self.next and ready
+
+    def hold(self) -> None:
+        """Nothing is due until :meth:`done` starts the next interval (a kill's runs from the victim's return)."""
+        self.held = True
 
     def done(self, now: float) -> None:
+        self.held = False
         self.next = self._after(now)
 
     def _after(self, moment: float) -> float:

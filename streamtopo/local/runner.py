@@ -478,15 +478,17 @@ class _Run:
         self._restart_victims(now)
         self.platform.schedule()  # pending executors start once room frees
         # Drills wait for the first warm-up, so they exercise hand-overs and recovery rather than JVM
-        # starts; a kill also waits until the last victim runs again, so a restart slower than the kill
-        # interval cannot livelock the run (a migration may go to a restarting executor: its donor keeps
-        # the unit until the receiver is ready, one of the hand-overs the drill is for).
+        # starts; the next kill comes a full interval after the last victim runs again (drills.py; a
+        # migration may go to a restarting executor: its donor keeps the unit until the receiver is
+        # ready, one of the hand-overs the drill is for).
         if self.migration_due.due(now, self.warm):
             self._migrate(now)
         if self.loop is not None and now >= self.next_period:
             self._period()
         started = set(self.routing.executors) - set(self.platform.pending)
         all_up = not self.restarts and all(map(self.progress.running, started))
+        if self.kill_due.held and all_up:
+            self.kill_due.done(now)  # the victim runs again: the next kill's interval starts now
         if self.kill_due.due(now, all_up):
             self._kill(now)
         self.progress.update(self.platform.scrape_all(), now)
@@ -628,7 +630,7 @@ class _Run:
         self.kills.append(Kill(victim, at, units))
         self.progress.forget(victim)
         self.restarts[victim] = now + 0.5
-        self.kill_due.done(now)
+        self.kill_due.hold()
 
     def _check_warm(self, now: float) -> None:
         """Until every executor ran once: which still warm up (a run ending now ended during warm-up)."""

@@ -25,6 +25,18 @@ def test_a_kill_every_20_s_comes_20_s_into_the_run_or_as_soon_as_the_warm_up_end
     assert kills.due(144.0, ready=True)
 
 
+def test_the_next_kill_comes_a_full_interval_after_the_victim_runs_again():
+    """Not after the kill: a restart slower than the interval would otherwise leave no moment in which every
+    executor runs, and no migration in the run would be a clean hand-over."""
+    kills = Schedule(start=0.0, every=4.0)
+    assert kills.due(5.0, ready=True)
+    kills.hold()  # killed at 5 s
+    assert not kills.due(30.0, ready=True)  # the victim is back at 30 s, 25 s later
+    kills.done(30.0)
+    assert not kills.due(33.9, ready=True)
+    assert kills.due(34.0, ready=True)
+
+
 def test_a_drill_not_asked_for_is_never_due():
     assert not Schedule(start=0.0, every=None).due(1e9, ready=True)
 
