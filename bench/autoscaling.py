@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from rich.console import Console
 
-from bench.report import header, markdown, write_section
+from bench.report import header, markdown, stop_if_interrupted, write_section
 from bench.sharing_run import normalised
 from streamtopo.documents import load_topology
 from streamtopo.local.loop import local_loop
@@ -102,6 +102,7 @@ def run(
         adaptation=local_loop,
     )
     summary = run_topology(topology, options, Console(quiet=True))
+    stop_if_interrupted(summary)
     if summary.failed or not summary.finished:
         print(f"  run did not finish: {summary.failed or 'cut off'}", flush=True)
     return summary

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from rich.console import Console
 
-from bench.report import header, markdown, save_figure, write_section
+from bench.report import header, markdown, save_figure, stop_if_interrupted, write_section
 from bench.runtime import marginal
 from streamtopo.documents import load_topology
 from streamtopo.local.loop import local_loop
@@ -259,6 +259,7 @@ def measure(
         )
         started = time.monotonic()
         summary = run_topology(topology, options, Console(quiet=True))
+        stop_if_interrupted(summary)
         cpu, wall = summary.cpu_seconds or math.nan, time.monotonic() - started
         if summary.failed or not summary.finished:
             result.wrong.append(f"run of {size:,}: {summary.failed or 'did not finish'}")

@@ -106,3 +106,10 @@ def save_figure(fig: Any, path: Path, dpi: int = 100) -> str:
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path.name
+
+
+def stop_if_interrupted(summary: Any) -> None:
+    """End the benchmark when the run it called was stopped by Ctrl-C or SIGTERM (``RunSummary.interrupted``):
+    the runner catches the signal to tear its run down, and a bench that went on would start the next run."""
+    if summary.interrupted:
+        raise SystemExit("interrupted")

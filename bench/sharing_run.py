@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from rich.console import Console
 
-from bench.report import header, markdown, write_section
+from bench.report import header, markdown, stop_if_interrupted, write_section
 from streamtopo.documents import load_topology
 from streamtopo.local.runner import RunOptions, run_topologies
 from streamtopo.planner.benoit.fuse import fuse_shared
@@ -170,6 +170,7 @@ def run_mode(
         seed=0,
     )
     summaries = run_topologies(parts, options, Console(quiet=True), outputs)
+    stop_if_interrupted(next(iter(summaries.values())))
     failed = {n: s.failed for n, s in summaries.items() if s.failed or not s.finished}
     if failed:
         raise SystemExit(f"a run did not finish: {failed}")

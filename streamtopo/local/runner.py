@@ -365,6 +365,7 @@ def run_topologies(
     cpu = children_cpu() - cpu_before
     for summary in summaries.values():
         summary.cpu_seconds = cpu
+        summary.interrupted = interrupted.is_set()
     return summaries
 
 

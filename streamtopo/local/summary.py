@@ -75,6 +75,9 @@ class RunSummary:
     cpu_seconds: float | None = None
     """CPU-seconds of every process the run started and waited for (executors, their JVMs, the embedded
     Valkey), the topologies of one run together."""
+    interrupted: bool = False
+    """Stopped by Ctrl-C or SIGTERM: the run caught the signal to tear down and print this summary, so a
+    program calling it (a benchmark) learns here that it was asked to stop, too."""
 
     def pause_stats(self, kind: str | None = None) -> tuple[float, float, float] | None:
         """(p50, p99, max) seconds of the pauses of ``kind`` (all kinds if None); p99 interpolated
@@ -95,7 +98,13 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     for name, counts in summary.sinks.items():
         table.add_row(name, f"{counts['in']:,}", f"{counts['out']:,}")
     console.print(table)
-    status = "finished (end of stream)" if summary.finished else "stopped"
+    status = (
+        "finished (end of stream)"
+        if summary.finished
+        else "interrupted (Ctrl-C or SIGTERM)"
+        if summary.interrupted
+        else "stopped"
+    )
     console.print(
         f"{status} after {summary.seconds:.1f}s; routing version {summary.routing_version}; "
         f"drill migrations {summary.migrations}; kills {summary.kills}; backlog {summary.backlog:,} records "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -13,11 +15,13 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 from runtime_support import (
+    STREAMTOPO,
     assert_exactly_once,
     at_least,
     expected_totals,
     read_lines,
     sequence_topology,
+    sink_totals,
     streamtopo_run,
     write_topology,
 )
@@ -176,6 +180,47 @@ def test_executor_sends_the_transport_password_from_the_environment_and_never_pr
     assert result.returncode == 3, result.stderr
     assert "invalid username-password pair" in result.stderr.lower() or "wrongpass" in result.stderr.lower()
     assert "Pa55" not in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_run_prints_its_summary_and_leaves_nothing_behind(tmp_path):
+    """What a user's Ctrl-C or a supervisor's SIGTERM gets mid-run: the executors stopped, the summary
+    (saying the run was interrupted), the file sinks at their committed content, no process left."""
+    topology = sequence_topology("cli-term", count=10**9, rate=200, keys=5, window=1.0)  # no end in sight
+    out = tmp_path / "out"
+    run = subprocess.Popen(
+        [STREAMTOPO, "run", str(write_topology(tmp_path, topology)), "--output", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        printed = []
+        assert run.stdout is not None
+        for line in run.stdout:  # a progress line every 5 s once it runs (no terminal)
+            printed.append(line)
+            if re.search(r"sinks rec/s out [1-9]", line):  # windows are being written
+                break
+        run.send_signal(signal.SIGTERM)
+        rest, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    text = "".join(printed) + rest
+    assert run.returncode == 0, text
+    assert "interrupted: stopping the executors" in text
+    assert "interrupted (Ctrl-C or SIGTERM) after" in text
+    written = sink_totals(read_lines(out))  # each window written once, exact
+    assert written, text
+    expected = expected_totals(int((max(start for _, start in written) + 1.0) * 200), 200, 5, 1.0)
+    assert all(len(rows) == 1 and rows[0] == expected[cell] for cell, rows in written.items()), written
+    time.sleep(1.0)
+    leftovers = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and str(out) in " ".join(p.info["cmdline"])
+    ]
+    assert leftovers == []
 
 
 @pytest.mark.slow
