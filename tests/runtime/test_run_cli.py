@@ -225,7 +225,7 @@ def test_sigterm_stops_the_run_prints_its_summary_and_leaves_nothing_behind(tmp_
 
 @pytest.mark.slow
 def test_run_with_drills_ends_by_itself_with_exact_output_and_no_leftovers(tmp_path):
-    count, rate, keys, window = 1500, 25, 9, 1.0  # 60 s: a restart and clean hand-overs after it
+    count, rate, keys, window = 1500, 15, 9, 1.0  # 100 s: a slow start, a restart, hand-overs after it
     topology = at_least(sequence_topology("cli-drills", count=count, rate=rate, keys=keys, window=window), 2)
     out = tmp_path / "out"
     result = run_cli(tmp_path, topology, "--executors", "2", "--migrate-every", "1.5", "--kill-every", "5")
