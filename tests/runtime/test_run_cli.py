@@ -38,6 +38,16 @@ def run_cli(tmp_path: Path, topology, *options: str) -> subprocess.CompletedProc
     return streamtopo_run(str(path), "--output", str(tmp_path / "out"), *options, "--duration", "600")
 
 
+def leftovers(out: Path) -> list[int]:
+    """Processes still running a second after a run whose command line names its output directory."""
+    time.sleep(1.0)
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and str(out) in " ".join(p.info["cmdline"])
+    ]
+
+
 def test_run_rejects_an_invalid_topology_naming_the_field(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(
@@ -214,13 +224,7 @@ def test_sigterm_stops_the_run_prints_its_summary_and_leaves_nothing_behind(tmp_
     assert written, text
     expected = expected_totals(int((max(start for _, start in written) + 1.0) * 200), 200, 5, 1.0)
     assert all(len(rows) == 1 and rows[0] == expected[cell] for cell, rows in written.items()), written
-    time.sleep(1.0)
-    leftovers = [
-        p.pid
-        for p in psutil.process_iter(["cmdline"])
-        if p.info["cmdline"] and str(out) in " ".join(p.info["cmdline"])
-    ]
-    assert leftovers == []
+    assert leftovers(out) == []
 
 
 @pytest.mark.slow
@@ -233,13 +237,7 @@ def test_run_with_drills_ends_by_itself_with_exact_output_and_no_leftovers(tmp_p
     assert "finished (end of stream)" in result.stdout
     assert "hand-over pauses: p50" in result.stdout
     assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
-    time.sleep(1.0)
-    leftovers = [
-        p.pid
-        for p in psutil.process_iter(["cmdline"])
-        if p.info["cmdline"] and str(out) in " ".join(p.info["cmdline"])
-    ]
-    assert leftovers == []
+    assert leftovers(out) == []
 
 
 @pytest.mark.slow
