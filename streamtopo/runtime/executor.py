@@ -181,8 +181,6 @@ class Executor(Handover, Dataflow):
 
         self.client = connect(self.transport_url, log=log.warning, **transport_credentials())
         self.store = StateStore(self.client, self.keys)
-        mark(self.client, self.keys.clock, repr(self.clock()).encode(), once=True)
-        self.t0 = float(self.client.get(self.keys.clock))
         self._connected = True
         try:
             self.server = serve(self.metrics, Probe(self._healthy, self._ready), self.metrics_port, self.bind)
@@ -198,6 +196,10 @@ class Executor(Handover, Dataflow):
         threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
         self.spark = get_spark()
         warm_up(self.spark)
+        # The generators' event time starts when the first executor can run a step, not at its connect: a
+        # JVM that takes a minute to start would otherwise find a minute of records due at once.
+        mark(self.client, self.keys.clock, repr(self.clock()).encode(), once=True)
+        self.t0 = float(self.client.get(self.keys.clock))
         self._warm = True
 
     def _healthy(self) -> bool:

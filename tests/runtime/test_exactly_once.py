@@ -33,9 +33,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.valkey, pytest.mark.spark]
 
 def test_drills_do_not_change_the_output(tmp_path):
     """The same finite pipeline with and without migrations and kills: identical, exact sink output."""
-    # 120 s of event time, counted from the first executor's connect: a loaded CI machine took 40 s to the
-    # first records and over 30 s to restart a victim, and the clean hand-overs come after that restart
-    # (the next kill waits a full interval after the victim runs again). 60 s once left none.
+    # 120 s of event time, counted from the first warm executor: a loaded CI machine took over 30 s to
+    # restart a victim, and the clean hand-overs come after that restart (the next kill waits a full
+    # interval after the victim runs again).
     count, rate, keys, window = 3000, 25, 13, 1.0
     outputs = {}
     for name, drills in (("plain", {}), ("drills", {"migrate_every": 1.0, "kill_every": 4.0})):
@@ -121,9 +121,9 @@ def test_suspend_and_resume_lose_and_duplicate_nothing(tmp_path):
     same routing table continues from the offsets and state kept in Valkey: the output is exact."""
     from streamtopo.controller.platform import DesiredState
 
-    # 120 s of event time, counted from the first executor's connect, so the suspension comes mid-stream
-    # even on a slow start: with 20 s the stream had sometimes ended when the suspension came (3 of 9 runs
-    # on 2026-11-28), with 40 s once in CI (40 s to the first records, then budgets that grow 8x a step)
+    # 120 s of event time, counted from the first warm executor, so the suspension comes mid-stream even
+    # on a slow machine: with 20 s the stream had sometimes ended when the suspension came (3 of 9 runs on
+    # 2026-11-28), with 40 s once in CI (then counted from the connect, 40 s before the first records)
     count, rate, keys, window = 2400, 20, 7, 1.0
     topology = sequence_topology("eo-suspend", count=count, rate=rate, keys=keys, window=window)
     suspended = topology.model_copy(update={"spec": topology.spec.model_copy(update={"suspend": True})})

@@ -35,7 +35,7 @@ def jvm_of(pid: int) -> psutil.Process:
 
 
 def test_an_executor_whose_jvm_is_killed_exits_and_its_restart_loses_nothing(tmp_path):
-    count, rate, keys, window = 1500, 50, 7, 1.0  # 30 s of event time: the kill lands mid-stream
+    count, rate, keys, window = 2400, 40, 7, 1.0  # 60 s of event time: the kill lands mid-stream
     extra = [{"name": "scaled", "kind": "map", "inputs": ["totals"], "select": ["*", "total * 2 AS double"]}]
     topology = sequence_topology(
         "jvm-loss", count=count, rate=rate, keys=keys, window=window, extra=extra, sink_input="scaled"
