@@ -223,7 +223,11 @@ def test_opted_in_topologies_run_fused_and_a_deleted_member_takes_only_its_opera
         assert [op.name for op in after.spec.operators] == ["src", "clean", "tag", "b-agg-b", "b-out"]
         assert list(fused_members(after.metadata.model_dump())) == ["b"]
         assert status(kube, "b")["sharing"]["fusedTopology"] == name
-        assert status(kube, name)["lastUpgrade"]["removed"] == ["a-agg-a", "a-out"]
+        # the status is patched after the deployment is applied: wait for it rather than race it
+        last = wait_for(
+            lambda: status(kube, name).get("lastUpgrade"), what="the fused topology's lastUpgrade"
+        )
+        assert last["removed"] == ["a-agg-a", "a-out"]
 
         kube.delete(f"{CR_PATH}/b")
         wait_for(lambda: not fused_topologies(kube), what="the fused topology deleted with its last member")
