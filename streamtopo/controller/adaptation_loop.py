@@ -353,6 +353,10 @@ def history_entry(
     }
 
 
+RECOMMENDATIONS_KEPT = 8
+"""Recommend mode: how many of the last decisions stay approvable (while made for the routing applied)."""
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """A decision computed in Recommend mode and not applied: what approving ``id`` would apply."""
@@ -421,6 +425,10 @@ class AdaptationLoop:
         """ALBIC's collocated pairs from the last round, passed into the next."""
         self.pending: Recommendation | None = None
         """Recommend mode: the last decision that would change something, until approved or replaced."""
+        self.recommended: dict[str, Recommendation] = {}
+        """Recommend mode: the last :data:`RECOMMENDATIONS_KEPT` decisions by id, oldest first. A user
+        approves the id they read, which a newer period may have replaced by then (metrics move between
+        periods): it stays approvable, and :meth:`approve` drops it as stale once the routing changed."""
         self.decisions: tuple[dict[str, Any], ...] = ()
         """The last :data:`DECISIONS_KEPT` decisions applied (persisted with the routing table)."""
         self._written: str | None = None
@@ -462,13 +470,13 @@ class AdaptationLoop:
         count = len(before.executors)
         mode = self.topology.spec.autoscaling.acting
         if self.topology.spec.suspend:
-            self.pending = None
+            self.pending, self.recommended = None, {}
             return self._record(
                 StepResult(routing=before, skipped="Suspended", executors_before=count, executors_after=count)
             )
         profiling = self.profiled < self.topology.spec.fusion.profile_iterations
         if mode == "Off" and not profiling:
-            self.pending = None
+            self.pending, self.recommended = None, {}
             return self._record(
                 StepResult(
                     routing=before,
@@ -567,16 +575,22 @@ class AdaptationLoop:
         step.outcome.status.update(status)
         return self._record(step)
 
+    def approvable(self, decision: str) -> bool:
+        """Whether ``decision`` is one of the kept recommendations (:meth:`approve` acts on it)."""
+        return decision in self.recommended
+
     def approve(self, decision: str) -> StepResult | None:
-        """Apply the pending recommendation ``decision`` (Recommend mode); None when it is not the
-        pending one (already applied, replaced by a newer decision, or never made: nothing to do).
+        """Apply the recommendation ``decision`` (Recommend mode), the pending one or one of the
+        :data:`RECOMMENDATIONS_KEPT` before it; None when it is none of them (already applied, long
+        replaced, or never made: nothing to do).
 
         A decision made for an older routing version than the one applied now is stale (the deployment
-        changed since, e.g. a re-plan) and is dropped with a Warning instead of applied."""
-        pending = self.pending
-        if pending is None or pending.id != decision or self.routing is None:
+        changed since: a re-plan, or another decision approved) and is dropped with a Warning instead of
+        applied."""
+        if self.routing is None or (pending := self.recommended.pop(decision, None)) is None:
             return None
-        self.pending = None
+        if self.pending is pending:
+            self.pending = None
         if self.routing.version != pending.before.version:
             count = len(self.routing.executors)
             step = StepResult(
@@ -729,6 +743,10 @@ class AdaptationLoop:
             ]
             return step
         self.pending = Recommendation(Recommendation.identify(routing), state, result, before, routing)
+        self.recommended.pop(self.pending.id, None)  # the same decision again: now the newest
+        self.recommended[self.pending.id] = self.pending
+        while len(self.recommended) > RECOMMENDATIONS_KEPT:
+            del self.recommended[next(iter(self.recommended))]
         approve = (
             f"approve with: kubectl annotate stopo {self.topology.metadata.name} "
             f"{APPROVE_ANNOTATION}={self.pending.id}"

@@ -832,10 +832,9 @@ class Period:
         self.loop: AdaptationLoop | None = None
 
     def approved(self, body: Mapping[str, Any]) -> str | None:
-        """The pending recommendation's id when the topology's approve annotation names it."""
+        """The id the topology's approve annotation names, when it is a recommendation the loop keeps."""
         wanted = ((body.get("metadata") or {}).get("annotations") or {}).get(APPROVE_ANNOTATION)
-        pending = self.loop.pending if self.loop is not None else None
-        return wanted if pending is not None and wanted == pending.id else None
+        return wanted if wanted and self.loop is not None and self.loop.approvable(wanted) else None
 
     def run(self, body: kopf.Body, memo: kopf.Memo, nodes_changed: bool, stopped: kopf.DaemonStopped) -> None:
         """One wake-up in a worker thread.

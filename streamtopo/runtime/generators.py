@@ -82,14 +82,24 @@ def uniform(column: str, seed: int, stream: int) -> str:
     return f"(shiftrightunsigned(xxhash64({column}, {salt(seed, stream)}L), 11) * {2.0**-53!r}D)"
 
 
+NAMED_LITERAL = 10_000
+"""Up to this many names, all of them are one split literal; beyond, the pool's names are and the others are
+built per record. Building them per record (``concat`` of a cast) was 15 % of a 2,000-key aggregate job in
+JFR; a 10k-name literal is ~80 kB, parsed once per query, like the words generator's alias table. A
+literal covering only part of a larger key space cost more than it saved (bench/generator_names.py)."""
+
+
 def _names(pool: tuple[str, ...] | list[str], index: str, count: int, prefix: str) -> str:
     """SQL naming index ``0 <= index < count``: the pool's names first, synthetic ``prefix<i>`` beyond.
-    The pool is one string literal split in the JVM (constant-folded once per query): an ``array(...)`` of
-    hundreds of literals costs far more to parse and analyse on every micro-batch."""
-    head = f"element_at(split('{','.join(pool[:count])}', ','), CAST({index} + 1 AS INT))"
-    if count <= len(pool):
+    Up to :data:`NAMED_LITERAL` names are one string literal split in the JVM (constant-folded once per
+    query): an ``array(...)`` of hundreds of literals costs far more to parse and analyse on every
+    micro-batch, and a name looked up in it is not built again for every record."""
+    listed = count if count <= NAMED_LITERAL else min(count, len(pool))
+    names = [*pool[:listed], *(f"{prefix}{i}" for i in range(len(pool), listed))]
+    head = f"element_at(split('{','.join(names)}', ','), CAST({index} + 1 AS INT))"
+    if count <= listed:
         return head
-    return f"CASE WHEN {index} < {len(pool)} THEN {head} ELSE concat('{prefix}', CAST({index} AS STRING)) END"
+    return f"CASE WHEN {index} < {listed} THEN {head} ELSE concat('{prefix}', CAST({index} AS STRING)) END"
 
 
 def _round4(expr: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -581,6 +581,39 @@ def test_a_recommendation_for_an_older_routing_version_is_not_applied():
     stale = loop.approve(pending.id)
     assert stale is not None and stale.skipped == "RecommendationStale" and loop.platform.applied == []
     assert any(e.type == "Warning" and pending.id in e.message for e in stale.outcome.events)
+
+
+def test_a_recommendation_a_newer_period_replaced_stays_approvable_until_the_routing_changes():
+    """A user approves the id they read; by then a newer period may have published another decision
+    (the metrics moved). The one approved is applied, once; the other, made for the routing replaced
+    since, is then stale; a decision older than the last RECOMMENDATIONS_KEPT is forgotten."""
+    from streamtopo.controller.adaptation_loop import RECOMMENDATIONS_KEPT
+
+    loop, source = albic_loop({}, mode="Recommend")
+    loop.step(0.0)
+    first = loop.pending
+    source.stats = hot_pair_stats(1000.0, busy=0.2)
+    loop.step(1.0)
+    second = loop.pending
+    assert first is not None and second is not None and first.id != second.id
+    assert loop.approvable(first.id) and loop.approvable(second.id)
+    approved = loop.approve(first.id)
+    assert approved is not None and approved.applied and loop.routing == first.routing
+    assert [d.routing for d in loop.platform.applied] == [first.routing]
+    assert not loop.approvable(first.id) and loop.approve(first.id) is None  # once
+    stale = loop.approve(second.id)
+    assert stale is not None and stale.skipped == "RecommendationStale" and len(loop.platform.applied) == 1
+
+    recent: list[str] = []  # ids by their last decision, oldest first; the hot pair moves around
+    for n, (i, j) in enumerate((i, j) for i in range(8) for j in range(8)):
+        traffic = dict(hot_pair_stats(10.0).traffic) | {(("src", i), ("agg", j)): 1000.0}
+        source.stats = replace(hot_pair_stats(10.0), traffic=traffic)
+        loop.step(2.0 + n)
+        if loop.pending is not None:
+            recent = [d for d in recent if d != loop.pending.id] + [loop.pending.id]
+    assert len(recent) > RECOMMENDATIONS_KEPT
+    assert list(loop.recommended) == recent[-RECOMMENDATIONS_KEPT:]
+    assert not loop.approvable(recent[0]) and loop.approve(recent[0]) is None
 
 
 # ----------------------------------------------------------------------------- Kubernetes rendering

@@ -155,6 +155,19 @@ def test_trades_and_quotes_shapes(spark):
     assert q.symbol.nunique() == len(generators.TICKERS)
 
 
+@pytest.mark.parametrize("literal", [3, 59, 60, generators.NAMED_LITERAL])
+def test_names_are_the_pool_then_the_prefix_and_index_whether_or_not_the_literal_holds_them(
+    spark, monkeypatch, literal
+):
+    """The split literal and the per-record ``concat`` name every index alike: a key's name does not
+    depend on which of them builds it (a pool of 4, 60 keys, a literal limit below and at 60, above)."""
+    monkeypatch.setattr(generators, "NAMED_LITERAL", literal)
+    pool, count = ("A", "B", "C", "D"), 60
+    sql = generators._names(pool, "id", count, "K")
+    got = [r[0] for r in spark.range(count).selectExpr(f"{sql} AS name").orderBy("id").collect()]
+    assert got == [*pool, *(f"K{i}" for i in range(4, count))]
+
+
 @pytest.mark.parametrize("keys", [None, 10000])
 def test_words_follow_zipf(spark, keys):
     """Shares of the top ranks over 200k draws against the exact Zipf(1.1) pmf (std error < 0.001)."""
