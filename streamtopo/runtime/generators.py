@@ -86,7 +86,8 @@ NAMED_LITERAL = 10_000
 """Up to this many names, all of them are one split literal; beyond, the pool's names are and the others are
 built per record. Building them per record (``concat`` of a cast) was 15 % of a 2,000-key aggregate job in
 JFR; a 10k-name literal is ~80 kB, parsed once per query, like the words generator's alias table. A
-literal covering only part of a larger key space cost more than it saved (bench/generator_names.py)."""
+literal covering only part of a larger key space measured 1.09x in a biased run (bench/generator_names.py):
+not used until measured again."""
 
 
 def _names(pool: tuple[str, ...] | list[str], index: str, count: int, prefix: str) -> str:
