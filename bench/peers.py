@@ -109,9 +109,10 @@ FOUR = (
     " Nor 4 executors / parallelism 4 (`--executors 1,2,4 --parallelism 1,2,4`), which on 2 cores measure "
     "contention more than scale-out."
 )
-ENGINES = ("streamtopo", "flink", "spark")
+ENGINES = ("streamtopo", "keyed", "flink", "spark")
 ENGINE_NAMES = {
     "streamtopo": "streamtopo",
+    "keyed": "streamtopo, keyed ingest",
     "flink": "PyFlink",
     "spark": "Structured Streaming",
 }
@@ -124,17 +125,25 @@ Run = Callable[[str, str, int], tuple[float, float, Summary]]
 # ------------------------------------------------------------------------------------- the shapes
 
 
-def shape_ops(prefix: str, name: str, count: int) -> list[dict]:
-    """The streamtopo operators of shape ``name`` over ``count`` records, named ``<prefix>-...``."""
+def shape_ops(prefix: str, name: str, count: int, keyed: bool = False) -> list[dict]:
+    """The streamtopo operators of shape ``name`` over ``count`` records, named ``<prefix>-...``;
+    ``keyed``: the sources partitioned by key (issue 33, item 4), so where the first keyed operator keys
+    by ``key`` its records stay where they are generated (every shape but ``rekey``)."""
     shape = SHAPES[name]
     numbers = {"generator": "sequence", "ratePerSecond": EVENT_RATE, "keys": shape.keys}
-    source = {"name": f"{prefix}-numbers", "kind": "source", "source": {**numbers, "count": count}}
+    by_key = {"keyBy": ["key"]} if keyed else {}
+    source = {"name": f"{prefix}-numbers", "kind": "source", "source": {**numbers, "count": count}, **by_key}
     if shape.join:  # two inputs of count / 2 records, renamed so the join's output needs no prefixes
         sides = [
             op
             for side in ("l", "r")
             for op in (
-                {"name": f"{prefix}-{side}", "kind": "source", "source": {**numbers, "count": count // 2}},
+                {
+                    "name": f"{prefix}-{side}",
+                    "kind": "source",
+                    "source": {**numbers, "count": count // 2},
+                    **by_key,
+                },
                 {
                     "name": f"{prefix}-{side}v",
                     "kind": "map",
@@ -350,14 +359,21 @@ class Worker:
 
 
 @contextmanager
-def streamtopo_engine(url: str, work: Path, executors: int, shapes: list[str], records: int) -> Iterator[Run]:
+def streamtopo_engine(
+    url: str, work: Path, executors: int, shapes: list[str], records: int, keyed: bool = False
+) -> Iterator[Run]:
     """k executor processes over one topology holding every run's pipeline (one JVM start each)."""
+    name = f"peers-{'keyed-' if keyed else ''}{executors}"
     top = pipelines_topology(
-        f"peers-{executors}",
-        [shape_ops(f"{shape}-{tag}", shape, n) for shape in shapes for tag, n in sizes(shape, records)],
+        name,
+        [
+            shape_ops(f"{shape}-{tag}", shape, n, keyed)
+            for shape in shapes
+            for tag, n in sizes(shape, records)
+        ],
     )
     os.environ[UDF_PATH_ENV] = str(ROOT / "bench")  # the executors import the udf shape's function
-    with PeerGroup(top, work / f"streamtopo-{executors}", url, executors, clock=time.time() - 86400) as group:
+    with PeerGroup(top, work / name, url, executors, clock=time.time() - 86400) as group:
 
         def run(prefix: str, shape: str, records: int) -> tuple[float, float, Summary]:
             cpu, wall = group.run(prefix, shape, records, executors)
@@ -411,7 +427,7 @@ class Point:
 
     @property
     def label(self) -> str:
-        if self.engine == "streamtopo":
+        if self.engine in ("streamtopo", "keyed"):
             return f"{self.parallelism} executor{'s' if self.parallelism > 1 else ''}"
         if self.engine == "flink":
             return f"p={self.parallelism}"
@@ -442,6 +458,7 @@ def measure(run: Run, point: Point, records: int, step: Callable[[], None]) -> N
 def configurations(args: argparse.Namespace) -> list[tuple[str, int]]:
     return [
         *(("streamtopo", k) for k in args.executors),
+        *(("keyed", k) for k in args.executors if args.keyed_ingest),
         *((engine, p) for engine in ("flink", "spark") if engine in args.engines for p in args.parallelism),
     ]
 
@@ -464,8 +481,10 @@ def bench(args: argparse.Namespace, work: Path, done: Callable[[list[Point]], No
         task = progress.add_task("starting", total=len(configs) * len(args.shapes) * 4)
         for engine, parallelism in configs:
             progress.update(task, description=f"{ENGINE_NAMES[engine]} {parallelism}: starting")
-            if engine == "streamtopo":
-                context = streamtopo_engine(valkey.url, work, parallelism, args.shapes, args.records)
+            if engine in ("streamtopo", "keyed"):
+                context = streamtopo_engine(
+                    valkey.url, work, parallelism, args.shapes, args.records, keyed=engine == "keyed"
+                )
             else:
                 python = args.flink_python if engine == "flink" else sys.executable
                 context = worker_engine(python, engine, parallelism, work)
@@ -482,7 +501,7 @@ def bench(args: argparse.Namespace, work: Path, done: Callable[[list[Point]], No
                             console.print(
                                 f"  [red]{engine} {point.label} {shape}: {point.problems[-1]}[/red]"
                             )
-                            if engine != "streamtopo":
+                            if engine not in ("streamtopo", "keyed"):
                                 break  # a worker that failed may be wedged: next configuration
                         if point.ok:
                             console.print(
@@ -552,8 +571,9 @@ def report(
     rows = []
     order = {(e, n): i for i, (e, n) in enumerate(configurations(args))}
     for p in sorted(points, key=lambda p: (args.shapes.index(p.shape), order[(p.engine, p.parallelism)])):
-        first = find(p.shape, p.engine, (args.executors if p.engine == "streamtopo" else args.parallelism)[0])
-        versus = ratio(p, find(p.shape, "flink", p.parallelism)) if p.engine == "streamtopo" else ""
+        ours = p.engine in ("streamtopo", "keyed")
+        first = find(p.shape, p.engine, (args.executors if ours else args.parallelism)[0])
+        versus = ratio(p, find(p.shape, "flink", p.parallelism)) if ours else ""
         rows.append(
             (
                 p.shape,
@@ -589,7 +609,7 @@ def report(
 
     fig, axes = plt.subplots(1, len(args.shapes), figsize=(4.2 * len(args.shapes), 4.2), squeeze=False)
     for ax, shape in zip(axes[0], args.shapes):
-        for engine, marker in zip(ENGINES, "osd"):
+        for engine, marker in zip(ENGINES, "oxsd"):
             curve = [p for p in points if p.shape == shape and p.engine == engine and p.ok]
             if curve:
                 ax.errorbar(
@@ -692,6 +712,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--peers", default="flink,spark", help="comma-separated, of flink, spark; empty: streamtopo alone"
+    )
+    parser.add_argument(
+        "--keyed-ingest",
+        action="store_true",
+        help="also streamtopo with its sources partitioned by key (keyBy on the source, issue 33 item 4)",
     )
     parser.add_argument("--no-write", action="store_true", help="print the table, leave docs/ alone")
     parser.add_argument(

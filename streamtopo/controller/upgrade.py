@@ -17,10 +17,12 @@ moment the last executor of the old spec committed:
   committed and it had not consumed are dropped and counted instead, and it starts at its producers'
   committed output: their sequence numbers and watermarks become its own, so nothing they send later is
   taken for a duplicate or a gap.
-- generator source (its key groups changed): records are ``seq = kg + i * K``, so the old key groups'
-  offsets are a ragged front in seq; every new key group starts at the first seq no old one had reached
-  (``S``), nothing is generated twice, and the seqs below ``S`` a lagging key group had not generated are
-  skipped and counted.
+- generator source (its key groups or its partitioning by key changed): key group ``kg``'s records are
+  the seqs of its layout in order (``seq = kg + i * K``, or those whose key hashes to ``kg``:
+  planner/source_layout.py), so the old key groups' offsets are a ragged front in seq; every new key
+  group starts at its first seq at or after the first seq no old one had reached (``S``), nothing is
+  generated twice, and the seqs below ``S`` a lagging key group had not generated are skipped and
+  counted.
 - stream source: a new stream (or a new origin) is read from its first stored entry; new key groups all
   start at the furthest offset any old one committed (each reads the whole stream and takes its share),
   and the entries between a lagging key group's offset and that one are counted as skipped (at most:
@@ -50,6 +52,7 @@ from streamtopo.contracts import Keys, UnitRecord, unit_key
 from streamtopo.controller.platform import DesiredState, Platform
 from streamtopo.planner.graph import unit_edges
 from streamtopo.planner.model import StreamTopologySpec
+from streamtopo.planner.source_layout import layout
 from streamtopo.planner.upgrade import Upgrade, data_plane
 
 
@@ -138,7 +141,7 @@ class _Reset:
 
     def run(self, marker: str) -> ResetReport:
         points = tuple(
-            (op.name, min(fronts), max(fronts))
+            (op.name, min(fronts.values()), max(fronts.values()))
             for op in self.old.operators
             if op.source is not None and op.source.generator is not None and (fronts := self._fronts(op.name))
         )
@@ -185,10 +188,15 @@ class _Reset:
             self.records[key] = UnitRecord.decode(raw) if raw else None
         return self.records[key]
 
-    def _fronts(self, op: str) -> list[int]:
-        """A generator's key groups' fronts under the old spec: the first seq each had not generated."""
-        k = self.old.key_groups_of(op)
-        return [kg + (r.emitted if (r := self.rec(op, kg)) is not None else 0) * k for kg in range(k)]
+    def _fronts(self, op: str) -> dict[int, int]:
+        """A generator's key groups' fronts under the old spec: the first seq each had not generated (of
+        those with any records: a key group no key hashes to has none to wait for)."""
+        fronts = {}
+        for kg in range(self.old.key_groups_of(op)):
+            front = layout(self.old, op, kg).seq(r.emitted if (r := self.rec(op, kg)) is not None else 0)
+            if front != math.inf:
+                fronts[kg] = int(front)
+        return fronts
 
     def old_records(self, op: str) -> dict[int, UnitRecord]:
         found = {kg: self.rec(op, kg) for kg in range(self.old.key_groups_of(op))}
@@ -259,21 +267,24 @@ class _Reset:
         assert source is not None and source.rate_per_second > 0
         k_old, k_new = self.old.key_groups_of(name), self.new.key_groups_of(name)
         old_origin = self.old.operator(name).source
-        fronts = self._fronts(name) if old_origin is not None and old_origin.generator is not None else []
-        start = max(fronts, default=0)
+        fronts = self._fronts(name) if old_origin is not None and old_origin.generator is not None else {}
+        start = max(fronts.values(), default=0)
         limit = start if source.count is None else min(start, source.count)
-        self.counts["skipped"] += sum(max(0, -(-(limit - front) // k_old)) for front in fronts)
+        for kg in fronts:  # an old key group's seqs in [its front, limit): never generated
+            emitted = r.emitted if (r := self.rec(name, kg)) is not None else 0
+            self.counts["skipped"] += max(0, layout(self.old, name, kg).below(limit) - emitted)
         for kg in range(k_new):
-            first = max(0, -(-(start - kg) // k_new))
+            new_layout = layout(self.new, name, kg)
+            first = new_layout.below(start)
             rec = (self.rec(name, kg) if kg < k_old else None) or UnitRecord()
             rec.offsets, rec.seq_in, rec.wm_in = {}, {}, {}
             rec.emitted = first
             rec.state = struct.pack("<q", first)  # SourceOperator.encode_state: the records generated so far
-            total = None if source.count is None else max(0, -(-(source.count - kg) // k_new))
+            total = new_layout.total(source.count)
             rec.watermark = (
                 math.inf
                 if total is not None and first >= total
-                else (kg + first * k_new) / source.rate_per_second
+                else new_layout.seq(first) / source.rate_per_second
             )
             self.writes[unit_key((name, kg))] = rec
 

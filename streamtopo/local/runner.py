@@ -44,6 +44,7 @@ from streamtopo.planner.capacity import Shortfall, free_cores
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology
 from streamtopo.planner.plan import Plan
+from streamtopo.planner.source_layout import layout
 from streamtopo.runtime import sinks
 from streamtopo.runtime.executor import EXIT_JVM_LOST
 from streamtopo.runtime.handover import Pause
@@ -682,10 +683,11 @@ def source_backlog(store: StateStore, topology: StreamTopology, now: float) -> i
     total = 0
     for op in spec.operators:
         if op.source is not None and op.source.generator is not None:
-            k = spec.key_groups_of(op.name)
-            for kg in range(k):
+            for kg in range(spec.key_groups_of(op.name)):
                 _, rec = store.load(unit_key((op.name, kg)))
-                pace = SourcePace(float(t0), op.source.rate_per_second, kg, k, op.source.count)
+                pace = SourcePace(
+                    float(t0), op.source.rate_per_second, layout(spec, op.name, kg), op.source.count
+                )
                 total += max(0, pace.due(now) - (rec.emitted if rec else 0))
     return total
 

@@ -207,8 +207,9 @@ def pane_group(spec: StreamTopologySpec, op: Operator) -> tuple[str, tuple[str, 
 def partition_key(spec: StreamTopologySpec, name: str) -> tuple[str, ...] | None:
     """The columns an operator's key groups hash: its keyBy, else inherited through a single input.
 
-    A stateless operator fed by one keyed operator keeps that partitioning, so the pair is one-to-one
-    in the unit graph; a source without keyBy, or an operator with several unkeyed inputs, has none.
+    A stateless operator fed by one keyed operator (a source partitioned by key included) keeps that
+    partitioning, so the pair is one-to-one in the unit graph; a source without keyBy, or an operator
+    with several unkeyed inputs, has none.
     Nor does one whose input is a map that drops a key column: its records no longer carry the key, so
     nothing downstream can be partitioned by it (a sink after ``keyBy: [i]`` and ``select: [s]`` is
     unkeyed and fed forward, as a Flink stream is no longer keyed after a map).
@@ -217,8 +218,9 @@ def partition_key(spec: StreamTopologySpec, name: str) -> tuple[str, ...] | None
     op = spec.operator(name)
     if op.key_by:
         return tuple(op.key_by)
-    if len(op.inputs) != 1 or (producer := spec.operator(op.inputs[0])).kind == "source":
+    if len(op.inputs) != 1:
         return None
+    producer = spec.operator(op.inputs[0])
     key = partition_key(spec, producer.name)
     return None if key is not None and _drops(producer, key) else key
 

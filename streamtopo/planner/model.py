@@ -334,6 +334,37 @@ class RequiresSpec(Model):
         return self
 
 
+MAX_KEYED_SOURCE_KEYS = 4_000_000
+"""Keys of a sequence source partitioned by key: each process hashes every key once to find its key
+groups' seqs (planner/source_layout.py), about 32 bytes and 50 ns a key."""
+
+
+def _keyed_source_problem(op: Operator) -> tuple[str, str] | None:
+    """Why a source's ``keyBy`` cannot be honoured: its key groups must generate exactly the records whose
+    key hashes to them (planner/source_layout.py), which only the sequence generator's key allows."""
+    assert op.source is not None
+    read_by = "put keyBy on the operator that reads it"
+    if op.source.generator is None:
+        return (
+            "keyBy",
+            f"a stream source is not partitioned by key (its entries are split by producer); {read_by}",
+        )
+    if op.source.generator != "sequence":
+        return "keyBy", (
+            f"a {op.source.generator} source draws each record's key from a hash of its seq, so a key group's"
+            f" records cannot be generated apart: only the sequence generator (key = seq % keys) is"
+            f" partitioned by key; {read_by}"
+        )
+    if op.key_by != ["key"]:
+        return (
+            "keyBy",
+            f"a sequence source is partitioned by its key column only (keyBy: [key]), not {op.key_by}",
+        )
+    if op.source.keys is not None and op.source.keys > MAX_KEYED_SOURCE_KEYS:
+        return "source.keys", f"a sequence source partitioned by key has at most {MAX_KEYED_SOURCE_KEYS} keys"
+    return None
+
+
 class Operator(Model):
     """A node of the user's graph."""
 
@@ -357,6 +388,14 @@ class Operator(Model):
             "a join operator needs keyBy, window",
             ".keyBy",
         ),
+        (
+            "self.kind != 'source' || !has(self.keyBy) || (has(self.source) && has(self.source.generator)"
+            " && self.source.generator == 'sequence' && self.keyBy == ['key']"
+            f" && (!has(self.source.keys) || self.source.keys <= {MAX_KEYED_SOURCE_KEYS}))",
+            "a source is partitioned by key (keyBy) only as a sequence generator by its key column, of at"
+            f" most {MAX_KEYED_SOURCE_KEYS} keys",
+            ".keyBy",
+        ),
     )
 
     name: OpName
@@ -366,7 +405,9 @@ class Operator(Model):
     key_by: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
         default=None, max_length=16
     )
-    """Partition key columns; key groups are hash(key) mod keyGroups."""
+    """Partition key columns; key groups are hash(key) mod keyGroups. On a source (a sequence generator,
+    ``[key]``), each key group generates the records whose key hashes to it: an operator keyed alike after
+    it takes its records where they are generated, none cross."""
     key_groups: int | None = Field(default=None, ge=1, le=4096)
     """Key groups of this operator (defaults to spec.keyGroups, or to Aeolus' sizing when that is unset)."""
     expr: str | None = Field(default=None, min_length=1, max_length=MAX_EXPRESSION)
@@ -408,6 +449,8 @@ class Operator(Model):
             raise field_error(missing[0], f"a {self.kind} operator needs {', '.join(missing)}")
         if self.kind != "source" and self.source is not None:
             raise field_error("source", "only a source operator has a source")
+        if self.kind == "source" and self.key_by is not None and (problem := _keyed_source_problem(self)):
+            raise field_error(*problem)
         if self.kind != "sink" and self.sink is not None:
             raise field_error("sink", "only a sink operator has a sink")
         return self

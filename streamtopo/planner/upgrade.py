@@ -186,6 +186,14 @@ def state_layout(spec: StreamTopologySpec, name: str, prefix: str = "spec") -> d
                 prepared=False,
                 resettable=False,
             )
+            if op.key_by:
+                facts["partition"] = Fact(
+                    (tuple(op.key_by), op.source.keys),
+                    f"{where}.keyBy",
+                    "partitioning by key (which key group generates which seqs: those whose key, seq % keys,"
+                    " hashes to it)",
+                    prepared=False,
+                )
         else:
             facts["origin"] = Fact(
                 f"stream {op.source.stream}",

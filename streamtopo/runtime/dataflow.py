@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from streamtopo.contracts import parse_unit, unit_key
 from streamtopo.planner.graph import unit_edges
+from streamtopo.planner.source_layout import layout
 from streamtopo.runtime import sinks
 from streamtopo.runtime.emit import Emit
 from streamtopo.runtime.flows import (
@@ -292,15 +293,13 @@ class Dataflow(Emit):
         op = units[0].op
         source = self.spec.operator(op).source
         assert source is not None  # only generator units are paced
-        k = self.spec.key_groups_of(op)
         if op not in self._closes:
             self._closes[op] = tuple((w.slide, w.size) for w in closing_windows(self.spec, op))
         return {
             u.kg: SourcePace(
                 self.t0,
                 source.rate_per_second,
-                u.kg,
-                k,
+                layout(self.spec, op, u.kg),
                 source.count,
                 self._closes[op],
                 self.config.held_records,

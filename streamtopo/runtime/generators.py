@@ -21,9 +21,13 @@ import json
 from collections.abc import Callable
 from functools import cache
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+
+from streamtopo.planner.source_layout import Layout, round_robin
+from streamtopo.planner.source_layout import by_key as by_key_layout
 
 _MASK = (1 << 64) - 1
 
@@ -209,46 +213,64 @@ GENERATORS: dict[str, Callable[[DataFrame, int, int | None], DataFrame]] = {
 }
 
 
-def _seq_frame(spark: SparkSession, parts: list[tuple[int, int, int]], k: int) -> DataFrame:
+def _seq_frame(
+    spark: SparkSession, parts: list[tuple[int, int, int]], layouts: dict[int, Layout]
+) -> DataFrame:
     """Columns ``seq`` (long) and ``_kg`` (int) of the parts' records, generated from data, not literals.
 
     Spark writes a ``spark.range``'s bounds into its generated Java as literals, and the optimizer pushes
     the filters after a source down to the range, into its code-generation stage, whatever boundary is put
     between them (a ``coalesce`` was one): every step's bounds made new classes of the source's whole chain,
     which Janino compiled and the JIT compiled anew. VWAP on one executor compiled 24 classes a step. Here
-    the bounds are rows of a small relation (:func:`_runs`, at most :data:`RUN_CHUNK` records a row)
-    exploded by ``sequence``: the generated code is the same from step to step, so each class is compiled
-    once per process, and the range fuses with the operators after it.
+    the bounds are rows of a small relation (:func:`_runs`, at most :data:`RUN_CHUNK` records a row, each
+    with its key group) exploded by ``sequence``: the generated code is the same from step to step, so
+    each class is compiled once per process, and the range fuses with the operators after it.
     """
-    rows = [
-        (lo, min(lo + (RUN_CHUNK - 1) * step, last), step)
-        for first, last, step in _runs(parts, k)
-        for lo in range(first, last + 1, RUN_CHUNK * step)
-    ]
     # From Arrow: a list of tuples becomes a pickled RDD that the JVM unpickles again in every job that
     # reads it (each of a step's jobs over the source), about 0.15 s of wall time per job on this machine.
+    lo, hi, step, kg = _runs(parts, layouts)
     bounds = spark.createDataFrame(
         pa.table(
             {
-                name: pa.array([row[i] for row in rows], pa.int64())
-                for i, name in enumerate(("lo", "hi", "step"))
+                "lo": pa.array(lo, pa.int64()),
+                "hi": pa.array(hi, pa.int64()),
+                "step": pa.array(step, pa.int64()),
+                "kg": pa.array(kg, pa.int32()),
             }
         )
     )
-    ids = bounds.select(F.explode(F.sequence("lo", "hi", "step")).alias("id"))
-    return ids.selectExpr("id AS seq", f"CAST(id % {k}L AS INT) AS _kg")
+    ids = bounds.select(F.explode(F.sequence("lo", "hi", "step")).alias("id"), "kg")
+    return ids.selectExpr("id AS seq", "kg AS _kg")
 
 
-def _runs(parts: list[tuple[int, int, int]], k: int) -> list[tuple[int, int, int]]:
-    """The parts' seqs as arithmetic runs ``(first, last, step)`` (``last`` included), one per part in
-    key-group order: part ``(kg, first, n)`` is ``kg + (first + i) * k`` for ``i < n``, a run of step ``k``.
+def _runs(
+    parts: list[tuple[int, int, int]], layouts: dict[int, Layout]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The parts' seqs as arithmetic runs: (first seqs, last seqs included, steps, key groups), at most
+    :data:`RUN_CHUNK` records a run. Part ``(kg, first, n)`` is records ``first .. first + n - 1`` of key
+    group ``kg``'s layout (planner/source_layout.py): one run of step ``K`` unkeyed, one per key of the
+    key group's that has any of them keyed by key.
 
-    Each seq is in exactly one run (no record is generated only to be dropped), and the records come out
-    grouped by key group, in seq order within each: a step's output taken to pandas is already in the
-    order the emitter cuts it into unit pairs (emit.py), where records of interleaved key groups (one run
-    of step 1 over all of them) cost a sort and a copy of every column.
+    Each seq is in exactly one run (no record is generated only to be dropped), and the runs come in key
+    group order: a step's output taken to pandas is already grouped as the emitter cuts it into unit
+    pairs (emit.py), where records of interleaved key groups (one run of step 1 over all of them) cost a
+    sort and a copy of every column.
     """
-    return [(kg + first * k, kg + (first + n - 1) * k, k) for kg, first, n in sorted(parts) if n > 0]
+    pieces: list[tuple[np.ndarray, ...]] = []
+    for kg, first, n in sorted(parts):
+        first_seqs, last_seqs, period = layouts[kg].runs(first, n)
+        count = len(first_seqs)
+        pieces.append((first_seqs, last_seqs, np.full(count, period, np.int64), np.full(count, kg, np.int32)))
+    if not pieces:
+        pieces.append(tuple(np.empty(0, t) for t in (np.int64, np.int64, np.int64, np.int32)))
+    lo, hi, step, kg_of = (np.concatenate(column) for column in zip(*pieces))
+    chunks = (hi - lo) // (step * RUN_CHUNK) + 1  # a run of more than RUN_CHUNK records is cut up
+    if (chunks > 1).any():
+        offset = np.arange(int(chunks.sum())) - np.repeat(np.cumsum(chunks) - chunks, chunks)
+        lo, hi, step, kg_of = (np.repeat(column, chunks) for column in (lo, hi, step, kg_of))
+        lo = lo + offset * RUN_CHUNK * step
+        hi = np.minimum(lo + (RUN_CHUNK - 1) * step, hi)
+    return lo, hi, step, kg_of
 
 
 def frame(
@@ -259,12 +281,16 @@ def frame(
     rate_per_second: float,
     seed: int = 0,
     keys: int | None = None,
+    by_key: bool = False,
 ) -> DataFrame:
-    """Lazy Spark DataFrame of the records of the given parts: each part ``(kg, first, n)`` is the records
-    ``seq = kg + (first + i) * k`` for ``i in range(n)``, with the generator's columns, ``_ts`` (double,
-    ``seq / rate_per_second``) and ``_kg`` (int, = kg). Nothing is computed until an action runs."""
+    """Lazy Spark DataFrame of the records of the given parts: part ``(kg, first, n)`` is records ``first
+    .. first + n - 1`` of key group ``kg`` of ``k`` (unkeyed ``seq = kg + i * k``; ``by_key``: the seqs
+    whose ``key`` hashes to ``kg``, planner/source_layout.py), with the generator's columns, ``_ts``
+    (double, ``seq / rate_per_second``) and ``_kg`` (int, = kg). Nothing is computed until an action runs."""
     if name not in GENERATORS:
         raise ValueError(f"source.generator: unknown generator {name!r} (known: {', '.join(GENERATORS)})")
+    kgs = {kg for kg, _, _ in parts}
+    layouts = {kg: by_key_layout(kg, k, keys or 1) if by_key else round_robin(kg, k) for kg in kgs}
     ts = (F.col("seq") / F.lit(float(rate_per_second))).alias("_ts")
-    df = _seq_frame(spark, parts, k).select("seq", ts, "_kg")
+    df = _seq_frame(spark, parts, layouts).select("seq", ts, "_kg")
     return GENERATORS[name](df, seed, keys)

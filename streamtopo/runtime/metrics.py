@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from streamtopo.contracts import Metric
+from streamtopo.planner.source_layout import Layout
 
 UNIT = ("topology", "executor", "operator", "kg")
 EXECUTOR = ("topology", "executor")
@@ -35,8 +36,9 @@ PAUSE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 @dataclass(frozen=True)
 class SourcePace:
-    """When a generator unit's records come due: its i-th record (global seq ``i * key_groups + kg``) has
-    event time ``seq / rate`` seconds after the topology's start ``t0``, and is due once wall time passes it.
+    """When a generator unit's records come due: its i-th record (global seq ``layout.seq(i)``: ``i *
+    key_groups + kg`` unkeyed, planner/source_layout.py) has event time ``seq / rate`` seconds after the
+    topology's start ``t0``, and is due once wall time passes it.
 
     A generator has no input stream, so what waits for it is not queued anywhere: it is the records due by
     now and not yet emitted, a function of the clock that must be evaluated when it is read (a gauge set
@@ -45,8 +47,7 @@ class SourcePace:
 
     t0: float
     rate: float
-    kg: int
-    key_groups: int
+    layout: Layout
     count: int | None = None
     """Records of the whole source (all key groups), None for an endless one."""
     closes: tuple[tuple[float, float], ...] = ()
@@ -58,12 +59,13 @@ class SourcePace:
     @property
     def total(self) -> int | None:
         """Records of this unit in all: its share of ``count`` (None for an endless source)."""
-        return None if self.count is None else max(0, -(-(self.count - self.kg) // self.key_groups))
+        return self.layout.total(self.count)
 
     def due(self, now: float) -> int:
         """Records of this unit whose event time is <= ``now`` (capped by the unit's share of ``count``)."""
-        due = max(0, math.floor(((now - self.t0) * self.rate - self.kg) / self.key_groups) + 1)
-        return due if self.total is None else min(due, self.total)
+        due = self.layout.below(math.floor((now - self.t0) * self.rate) + 1)
+        total = self.total
+        return due if total is None else min(due, total)
 
     def released(self, now: float, emitted: int) -> float:
         """The time up to which the unit emits what is due, having emitted ``emitted`` records by ``now``.
@@ -76,7 +78,8 @@ class SourcePace:
         Beyond ``hold`` records, incremental steps keep the work at a window's end small.
         """
         due = self.due(now)
-        if not self.closes or due - emitted >= self.hold or (self.total is not None and due >= self.total):
+        total = self.total
+        if not self.closes or due - emitted >= self.hold or (total is not None and due >= total):
             return now
         since = now - self.t0
         return self.t0 + max(math.floor((since - size) / slide) * slide + size for slide, size in self.closes)
@@ -87,7 +90,7 @@ class SourcePace:
 
     def event_time(self, index: int) -> float:
         """Seconds after ``t0`` of the unit's ``index``-th record."""
-        return (index * self.key_groups + self.kg) / self.rate
+        return self.layout.seq(index) / self.rate
 
 
 def observe_all(histogram: Histogram, values: np.ndarray) -> None:

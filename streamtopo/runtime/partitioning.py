@@ -37,77 +37,16 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from streamtopo.planner.graph import partition_key
+from streamtopo.planner.murmur3 import SEED, hash_bytes, hash_doubles
 
 __all__ = ["key_hash", "partition_key", "route", "route_column", "spark_key_kind", "unsupported_key"]
 # partition_key (keyBy, else inherited through a single non-source input, else None) is the planner's
 # function: the runtime must route exactly as the planner's unit graph assumes, so there is one copy.
 
-SEED = 42  # Murmur3Hash's seed in Spark's hash()
-
 # Spark type names (typeof) hashed as doubles; 'void' is an all-null column.
 _SPARK_NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double", "boolean", "void")
 # pandas.api.types.infer_dtype results of object columns that canonicalise to doubles.
 _OBJECT_NUMERIC = ("boolean", "integer", "floating", "mixed-integer-float", "empty")
-
-# ------------------------------------------------------------------ Murmur3_x86_32, as Spark has it
-# numpy uint32 arithmetic wraps modulo 2**32 exactly as Java's int does, so no explicit masking is
-# needed; the bit patterns are Java's, read unsigned.
-
-_C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
-
-
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
-
-
-def _mix_k1(k1: np.ndarray) -> np.ndarray:
-    return _rotl(k1 * _C1, 15) * _C2
-
-
-def _mix_h1(h1: np.ndarray, k1: np.ndarray) -> np.ndarray:
-    return _rotl(h1 ^ k1, 13) * np.uint32(5) + np.uint32(0xE6546B64)
-
-
-def _fmix(h1: np.ndarray, length: np.ndarray | int) -> np.ndarray:
-    h1 = h1 ^ np.asarray(length, dtype=np.uint32)
-    h1 = (h1 ^ (h1 >> np.uint32(16))) * np.uint32(0x85EBCA6B)
-    h1 = (h1 ^ (h1 >> np.uint32(13))) * np.uint32(0xC2B2AE35)
-    return h1 ^ (h1 >> np.uint32(16))
-
-
-def _hash_doubles(values: np.ndarray, h: np.ndarray) -> np.ndarray:
-    """Spark's hash of a double column with per-row seeds ``h``: ``hashLong(doubleToLongBits(v))``,
-    low word then high word; -0.0 hashed as 0.0; NaN (null) rows keep their seed."""
-    bits = (values + 0.0).view(np.uint64)  # -0.0 + 0.0 == +0.0
-    low = (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    high = (bits >> np.uint64(32)).astype(np.uint32)
-    hashed = _fmix(_mix_h1(_mix_h1(h, _mix_k1(low)), _mix_k1(high)), 8)
-    return np.where(np.isnan(values), h, hashed)
-
-
-def _hash_bytes(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-    """Spark's ``Murmur3_x86_32.hashUnsafeBytes`` of many byte strings at once (``flat[start:start+length]``
-    each, ``flat`` padded by 3 zero bytes): 4-byte little-endian words, then each remaining byte mixed
-    alone as a sign-extended int (Spark's legacy variant, not the reference Murmur3 tail), then fmix
-    with the byte length. Loops over word positions, never over strings."""
-    h = seeds.astype(np.uint32, copy=True)
-    flat32 = flat.astype(np.uint32)
-    words = lengths // 4
-    for j in range(int(words.max(initial=0))):
-        rows = np.flatnonzero(words > j)
-        p = starts[rows] + 4 * j
-        word = (
-            flat32[p]
-            | (flat32[p + 1] << np.uint32(8))
-            | (flat32[p + 2] << np.uint32(16))
-            | (flat32[p + 3] << np.uint32(24))
-        )
-        h[rows] = _mix_h1(h[rows], _mix_k1(word))
-    signed = flat.view(np.int8).astype(np.int32).view(np.uint32)
-    for t in range(3):
-        rows = np.flatnonzero(lengths % 4 > t)
-        h[rows] = _mix_h1(h[rows], _mix_k1(signed[starts[rows] + 4 * words[rows] + t]))
-    return _fmix(h, lengths.astype(np.uint32))
 
 
 def _hash_strings(values: pd.Series, h: np.ndarray) -> np.ndarray:
@@ -138,13 +77,13 @@ def _hash_strings(values: pd.Series, h: np.ndarray) -> np.ndarray:
         return out
     seeds, rows = h[present], codes[present]
     if (seeds == seeds[0]).all():
-        out[present] = _hash_bytes(flat, starts, lengths, np.full(len(uniques), seeds[0]))[rows]
+        out[present] = hash_bytes(flat, starts, lengths, np.full(len(uniques), seeds[0]))[rows]
         return out
     pairs, inverse = np.unique(
         (seeds.astype(np.uint64) << np.uint64(32)) | rows.astype(np.uint64), return_inverse=True
     )
     code = (pairs & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    hashed = _hash_bytes(flat, starts[code], lengths[code], (pairs >> np.uint64(32)).astype(np.uint32))
+    hashed = hash_bytes(flat, starts[code], lengths[code], (pairs >> np.uint64(32)).astype(np.uint32))
     out[present] = hashed[inverse]
     return out
 
@@ -208,7 +147,7 @@ def key_hash(df: pd.DataFrame, key: tuple[str, ...]) -> np.ndarray:
     h = np.full(len(df), SEED, dtype=np.uint32)
     for column in key:
         kind, values = _canonical(df[column], column)
-        h = _hash_doubles(values, h) if kind == "double" else _hash_strings(values, h)
+        h = hash_doubles(values, h) if kind == "double" else _hash_strings(values, h)
     return h.view(np.int32)
 
 

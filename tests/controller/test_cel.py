@@ -218,6 +218,7 @@ CASES = {
     "two origins": (lambda s: _op(s, "source")["source"].update(stream="feed"), ".source"),
     "two targets": (lambda s: _op(s, "sink")["sink"].update(stream="out", console={}), ".sink"),
     "source without source": (lambda s: _op(s, "source").pop("source"), ".source"),
+    "trades partitioned by key": (lambda s: _op(s, "source").update(keyBy=["symbol"]), ".keyBy"),
     "filter with a sink": (lambda s: _op(s, "filter").update(sink={"console": {}}), ".sink"),
     "filter without expr": (lambda s: _op(s, "filter").pop("expr"), ".expr"),
     "aggregate without aggregations": (lambda s: _op(s, "aggregate").pop("aggregations"), ".aggregations"),

@@ -18,6 +18,7 @@ from streamtopo.controller.scrape import ScrapeMetricsSource
 from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster, Host
 from streamtopo.planner.scaling.policy import observe
+from streamtopo.planner.source_layout import round_robin
 from streamtopo.runtime.metrics import ExecutorMetrics, Probe, SourcePace, serve
 
 RATE = 1000.0
@@ -69,7 +70,7 @@ def test_a_generator_units_lag_is_what_is_due_when_scraped(exporter):
     """Emitted 500 of the ~1000 records due 2 s after start: the rest wait, the first of them ~1 s old,
     however long ago the executor last stepped (a gauge set at generation time read 0)."""
     metrics, url = exporter
-    pace = SourcePace(t0=time.time() - 2.0, rate=RATE, kg=0, key_groups=1)
+    pace = SourcePace(t0=time.time() - 2.0, rate=RATE, layout=round_robin(0, 1))
     metrics.source_progress("src", 0, pace, emitted=500)
     first = gauges(url)
     assert first[("streamtopo_unit_backlog_records", "0")] >= 1000 * 2.0 + 1 - 500
@@ -90,7 +91,7 @@ def test_records_held_for_a_window_end_are_not_lag(exporter):
     records due since wait on purpose, so neither backlog nor oldest age counts them."""
     metrics, url = exporter
     start = time.time() - 2.5
-    pace = SourcePace(t0=start, rate=RATE, kg=0, key_groups=1, closes=((1.0, 1.0),), hold=100_000)
+    pace = SourcePace(t0=start, rate=RATE, layout=round_robin(0, 1), closes=((1.0, 1.0),), hold=100_000)
     last_end = start + int(time.time() - start)
     metrics.source_progress("src", 0, pace, emitted=pace.due(last_end))
     held = gauges(url)
@@ -102,7 +103,7 @@ def test_records_held_for_a_window_end_are_not_lag(exporter):
 
 def test_a_finite_generator_has_no_lag_once_its_count_is_emitted(exporter):
     metrics, url = exporter
-    pace = SourcePace(t0=time.time() - 100.0, rate=RATE, kg=1, key_groups=2, count=11)
+    pace = SourcePace(t0=time.time() - 100.0, rate=RATE, layout=round_robin(1, 2), count=11)
     assert pace.due(time.time()) == 5  # seqs 1, 3, 5, 7, 9 of 0..10
     metrics.source_progress("src", 1, pace, emitted=5)
     assert gauges(url)[("streamtopo_unit_backlog_records", "1")] == 0
@@ -115,7 +116,7 @@ def test_the_scaling_input_rate_of_generator_sources_is_their_due_rate(exporter)
     now = time.time()
     for kg in (0, 1):
         metrics.source_progress(
-            "src", kg, SourcePace(t0=now - 100.0, rate=RATE, kg=kg, key_groups=2), emitted=0
+            "src", kg, SourcePace(t0=now - 100.0, rate=RATE, layout=round_robin(kg, 2)), emitted=0
         )
     for unit in (("src", 0), ("src", 1), ("out", 0), ("out", 1)):
         metrics.unit(metrics.busy, *unit).inc(0.5)
@@ -142,7 +143,7 @@ def test_prometheus_reports_a_generators_due_rate_as_its_records_in(exporter, pr
     """The same through a real Prometheus scraping the exporter every second."""
     metrics, url = exporter
     metrics.source_progress(
-        "src", 0, SourcePace(t0=time.time() - 10.0, rate=RATE, kg=0, key_groups=1), emitted=0
+        "src", 0, SourcePace(t0=time.time() - 10.0, rate=RATE, layout=round_robin(0, 1)), emitted=0
     )
     metrics.unit(metrics.busy, "src", 0).inc(0.1)
     prometheus = prometheus_factory([url.removeprefix("http://").removesuffix("/metrics")])

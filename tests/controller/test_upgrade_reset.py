@@ -14,6 +14,8 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pytest
 from controller_testkit import MemoryPlatform
 
@@ -24,6 +26,7 @@ from streamtopo.documents import load_topology
 from streamtopo.planner.cluster import Cluster
 from streamtopo.planner.model import StreamTopology
 from streamtopo.planner.upgrade import plan_upgrade
+from streamtopo.runtime.partitioning import route
 
 DOC: dict[str, Any] = {
     "apiVersion": "streamtopo.dev/v1alpha1",
@@ -225,6 +228,36 @@ def test_a_generator_with_new_key_groups_starts_where_no_old_key_group_had_been(
     assert rec(store, ("numbers", 1)).seq_out == {unit_key(("totals", j)): 21 for j in range(4)} | {
         unit_key(("pairs", j)): 30 for j in range(4)
     }  # its channels to the (kept) consumers carry on
+
+
+def test_a_generator_newly_partitioned_by_key_starts_where_no_old_key_group_had_been(store):
+    """keyBy on the generator (key = seq % 7): key group kg's records become the seqs whose key hashes to
+    kg, in order; each starts at its first seq past every old front (none generated twice), the seqs
+    below it a lagging old key group had not generated are skipped and counted, and the aggregate that
+    reads it by key keeps its state (it was routed by the same key before). Under keepState the change
+    is refused naming keyBy."""
+
+    def keyed(spec: dict[str, Any]) -> None:
+        op(spec, "numbers").update(keyBy=["key"])
+        op(spec, "numbers")["source"]["keys"] = 7
+
+    refused = plan_upgrade(topology().spec, topology(keyed).spec)
+    assert refused.refused and refused.problems[0][0] == "spec.operators[0].keyBy", refused.problems
+    upgrade, report = reset(topology(), topology(keyed, "resetState"), store)
+    assert upgrade.of("totals").action == "keep"
+    generated = {kg + 4 * i for kg, n in enumerate(EMITTED) for i in range(n)}
+    start = max(kg + 4 * n for kg, n in enumerate(EMITTED))
+    assert report.skipped_records == len(set(range(start)) - generated)
+    seqs = np.arange(2_000, dtype=np.int64)
+    owner = route(pd.DataFrame({"key": seqs % 7}), ("key",), 4, 0)  # the routing hash of every keyed edge
+    for kg in range(4):
+        mine = seqs[owner == kg].tolist()
+        got = rec(store, ("numbers", kg))
+        first = sum(s < start for s in mine)
+        assert got.emitted == first and struct.unpack("<q", got.state)[0] == first
+        assert got.watermark == mine[first] / 100 and mine[first] >= start > (
+            mine[first - 1] if first else -1
+        )
 
 
 def test_the_source_operator_reads_the_offset_the_reset_writes():

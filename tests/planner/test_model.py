@@ -148,3 +148,31 @@ def test_wrong_kind_and_api_version_name_their_field():
     with pytest.raises(TopologyError) as caught:
         load_topology({"apiVersion": "v1", "metadata": {"name": "t"}, "spec": {"operators": [SRC, SINK]}})
     assert caught.value.problems[0][0] == "apiVersion"
+
+
+@pytest.mark.parametrize(
+    ("source", "key", "field", "says"),
+    [
+        ({"generator": "trades"}, ["symbol"], "keyBy", "only the sequence generator"),
+        ({"stream": "feed"}, ["key"], "keyBy", "stream source is not partitioned by key"),
+        ({"generator": "sequence"}, ["value"], "keyBy", "by its key column only"),
+        ({"generator": "sequence", "keys": 4_000_001}, ["key"], "source.keys", "at most 4000000 keys"),
+    ],
+)
+def test_a_source_keyed_where_its_records_cannot_be_generated_by_key_is_refused(source, key, field, says):
+    """keyBy on a source means each key group generates the records whose key hashes to it; where that
+    cannot be done the document is refused naming the field, not run with records routed elsewhere."""
+    found = problems({"operators": [{**SRC, "source": source, "keyBy": key}, SINK]})
+    assert found[0][0] == f"spec.operators[0].{field}" and says in found[0][1], found
+
+
+def test_a_sequence_source_keyed_by_its_key_is_accepted():
+    topology = load_topology(
+        {
+            "metadata": {"name": "t"},
+            "spec": {
+                "operators": [{**SRC, "source": {"generator": "sequence", "keys": 9}, "keyBy": ["key"]}, SINK]
+            },
+        }
+    )
+    assert topology.spec.operators[0].key_by == ["key"]

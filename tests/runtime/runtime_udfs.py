@@ -8,3 +8,8 @@ def poison_13(df: pd.DataFrame) -> pd.DataFrame:
     if (df["value"] % 100 == 13).any():
         raise ValueError("value ends in 13")
     return df
+
+
+def unchanged(df: pd.DataFrame) -> pd.DataFrame:
+    """Every record as it came: a keyed pandas function whose input crosses whole wherever it is remote."""
+    return df

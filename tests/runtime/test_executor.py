@@ -35,6 +35,7 @@ from streamtopo.contracts import Keys
 from streamtopo.documents import load_topology
 from streamtopo.local.runner import finalize_sinks, finished
 from streamtopo.planner.benoit.fuse import fuse_shared
+from streamtopo.planner.graph import unit_edges
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime import combining
 from streamtopo.runtime.embedded import EmbeddedValkey
@@ -1094,6 +1095,70 @@ def rekeyed_through_moves_and_a_crash(
     moves = [("kept", 1), ("totals", 2), ("kept", 0), ("numbers", 3)]
     migrate_crash_and_finish(topology, routing_path, table, valkey.url, out, moves, config)
     assert_exactly_once(read_lines(out), rekeyed_totals(count, rate, window))
+
+
+def keyed_ingest(name: str, count: int, rate: float, window: float, keys: int = 11) -> StreamTopology:
+    """numbers, partitioned by key (keyBy on the source) -> big (a filter, keyed by inheritance) -> a
+    keyed udf -> totals (tumbling count and sum by key) -> out: every edge is one-to-one, none crosses."""
+    source = numbers(count, rate, keys)
+    return StreamTopology.model_validate(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "keyGroups": 4,
+                "operators": [
+                    {**source, "keyBy": ["key"]},
+                    {"name": "big", "kind": "filter", "inputs": ["numbers"], "expr": "value >= 0"},
+                    {
+                        "name": "same",
+                        "kind": "udf",
+                        "inputs": ["big"],
+                        "keyBy": ["key"],
+                        "function": "runtime_udfs:unchanged",
+                    },
+                    {
+                        "name": "totals",
+                        "kind": "aggregate",
+                        "inputs": ["same"],
+                        "keyBy": ["key"],
+                        "window": {"size": window},
+                        "aggregations": ["count(*) AS n", "sum(value) AS total"],
+                    },
+                    {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
+                ],
+            },
+        }
+    )
+
+
+def test_a_source_partitioned_by_key_feeds_its_keyed_operators_where_its_records_are(valkey, spark, tmp_path):
+    """Key group i of the keyed source generates the records whose key routes to i, so every edge after
+    it carries records only from kg i to kg i (whole records included: a keyed udf's input) and the
+    output is exactly the windows'; the planner's unit graph says the same (one-to-one edges)."""
+    count, rate, window = 1200, 3000, 0.1
+    topology = keyed_ingest("ex-keyed-source", count, rate, window)
+    spec = topology.spec
+    for u, v in (("numbers", "big"), ("big", "same"), ("same", "totals")):
+        assert unit_edges(spec, u, v) == [(i, i, 0.25) for i in range(4)]
+    sums = finished_counts(topology, valkey.url, tmp_path, ExecutorConfig(small_step_records=0))
+    assert_exactly_once(read_lines(tmp_path / "out"), expected_totals(count, rate, 11, window))
+    for u, v in (("numbers", "big"), ("big", "same"), ("same", "totals")):
+        pairs = sums[("streamtopo_kg_records_total", u, v, "pairs")]
+        assert all(i == j for i, j in pairs) and sum(pairs.values()) == count, (u, v, pairs)
+
+
+def test_a_source_partitioned_by_key_stays_exact_through_moves_and_a_crash(valkey, spark, tmp_path):
+    """The keyed-ingest pipeline on two executors while source and aggregate units move apart and back and
+    one executor crashes: a moved source unit resumes its own seqs, every window is written once."""
+    count, rate, window = 3000, 400, 1.0
+    topology = keyed_ingest("ex-keyed-moves", count, rate, window)
+    routing_path = tmp_path / "routing.json"
+    table = round_robin(topology, ["ex-0", "ex-1"])
+    write_routing(routing_path, table)
+    out = tmp_path / "out"
+    moves = [("numbers", 1), ("totals", 2), ("numbers", 2), ("same", 0)]
+    migrate_crash_and_finish(topology, routing_path, table, valkey.url, out, moves)
+    assert_exactly_once(read_lines(out), expected_totals(count, rate, 11, window))
 
 
 def test_an_edge_that_stops_combining_ships_its_records_whole_exactly_once(

@@ -291,11 +291,12 @@ def test_the_live_view_shows_a_generators_due_records_as_lag(make_spec):
     """A generator unit 3 s behind its pace, read through its real exporter: lag and its age show, even
     though no step ran since (the gauge set at generation time read 0 whatever the step's length)."""
     from streamtopo.local.progress import Progress
+    from streamtopo.planner.source_layout import round_robin
     from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace
 
     metrics = ExecutorMetrics("live", "ex-0")
     metrics.source_progress(
-        "src", 0, SourcePace(t0=time.time() - 3.0, rate=100.0, kg=0, key_groups=1), emitted=0
+        "src", 0, SourcePace(t0=time.time() - 3.0, rate=100.0, layout=round_robin(0, 1)), emitted=0
     )
     metrics.unit(metrics.backlog, "agg", 0).set(7)  # a stream-fed unit's queue counts too
     metrics.refresh()

@@ -8,6 +8,7 @@ from runtime_support import round_robin
 
 from streamtopo.contracts import unit_key
 from streamtopo.planner.model import StreamTopology
+from streamtopo.planner.source_layout import round_robin as one_of
 from streamtopo.runtime.executor import Executor, ExecutorConfig
 from streamtopo.runtime.hosting import Hosted
 from streamtopo.runtime.metrics import SourcePace
@@ -66,13 +67,15 @@ def test_closing_windows_are_those_every_path_ends_in(consumers, through_filter,
 
 
 def test_released_is_the_last_window_end_while_few_records_wait():
-    pace = SourcePace(t0=1000.0, rate=100.0, kg=0, key_groups=1, closes=((1.0, 1.0), (2.0, 5.0)), hold=1000)
+    pace = SourcePace(t0=1000.0, rate=100.0, layout=one_of(0, 1), closes=((1.0, 1.0), (2.0, 5.0)), hold=1000)
     assert pace.released(1002.5, emitted=0) == 1002.0
     assert pace.released(1007.5, emitted=pace.due(1007.0)) == 1007.0  # 5 s windows end at 5, 7, 9...
     assert pace.released(1012.5, emitted=0) == 1012.5  # 1,251 records due: more than hold
-    plain = SourcePace(t0=1000.0, rate=100.0, kg=0, key_groups=1)
+    plain = SourcePace(t0=1000.0, rate=100.0, layout=one_of(0, 1))
     assert plain.released(1002.5, emitted=0) == 1002.5
-    ending = SourcePace(t0=1000.0, rate=100.0, kg=0, key_groups=1, count=250, closes=((1.0, 1.0),), hold=1000)
+    ending = SourcePace(
+        t0=1000.0, rate=100.0, layout=one_of(0, 1), count=250, closes=((1.0, 1.0),), hold=1000
+    )
     assert ending.released(1002.5, emitted=0) == 1002.5  # all 250 due: the end of stream goes out now
 
 

@@ -1,6 +1,7 @@
 """Generator sources: deterministic, replayable record streams (streamtopo/runtime/generators.py).
 
-Key group ``kg`` of ``k`` emits the records ``seq = kg, kg + k, kg + 2k, ...`` so the union over all key
+Key group ``kg`` of ``k`` emits the records ``seq = kg, kg + k, kg + 2k, ...``, or, for a source with
+``keyBy``, the seqs whose key hashes to ``kg`` (planner/source_layout.py), so the union over all key
 groups is 0, 1, 2, ... (up to ``count``). A key group's state is just how many records it has emitted:
 the offset a replay or a move resumes from. Its watermark is the event time of the next record it will
 emit (the stream is generated in event-time order), ``+inf`` once the count is exhausted. Records are
@@ -17,6 +18,7 @@ import pandas as pd
 from pyspark.sql import DataFrame as SparkFrame
 from pyspark.sql import SparkSession
 
+from streamtopo.planner import source_layout
 from streamtopo.planner.model import Operator, SourceSpec, StreamTopologySpec
 from streamtopo.runtime import generators
 from streamtopo.runtime.operators.base import OperatorError, OperatorResult, UnitOperator
@@ -25,6 +27,7 @@ from streamtopo.runtime.operators.base import OperatorError, OperatorResult, Uni
 class SourceOperator(UnitOperator):
     def __init__(self, op: Operator, spec: StreamTopologySpec):
         super().__init__(op, spec)
+        self.spec = spec
         assert op.source is not None  # a source operator has its source (the model's validator)
         self.source: SourceSpec = op.source
         if self.source.generator is not None and self.source.generator not in generators.GENERATORS:
@@ -59,18 +62,19 @@ class SourceOperator(UnitOperator):
         parts, out = [], {}
         for kg, state, max_records in requests:
             done = state or 0
-            # Records of this kg still to come: seq = kg + i*k < count  <=>  i < ceil((count - kg) / k).
-            total = None if count is None else max(0, -(-(count - kg) // k))
+            layout = source_layout.layout(self.spec, self.name, kg)
+            total = layout.total(count)  # records of this kg in all
             n = max(0, max_records if total is None else min(max_records, total - done))
             if n:
                 parts.append((kg, done, n))
             done += n
-            out[kg] = (n, done, math.inf if total is not None and done >= total else (kg + done * k) / rate)
+            out[kg] = (n, done, math.inf if total is not None and done >= total else layout.seq(done) / rate)
+        source, generator = self.source, self.source.generator
         df = (
             None
             if not parts
             else generators.frame(
-                spark, self.source.generator, parts, k, rate, self.source.seed, self.source.keys
+                spark, generator, parts, k, rate, source.seed, source.keys, by_key=bool(self.op.key_by)
             )
         )
         return df, out
