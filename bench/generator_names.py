@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 
-from bench.report import header, markdown, write_section  # noqa: E402
+from bench.report import header, markdown, spread_cells, write_section  # noqa: E402
 from bench.runtime import cpu_seconds  # noqa: E402
 from streamtopo.runtime import generators  # noqa: E402
 from streamtopo.runtime.spark import get_spark  # noqa: E402
@@ -90,16 +90,8 @@ def main() -> None:
     for keys in counts:
         base = statistics.median(cpu[(keys, "per record")])
         for name in SETTINGS:
-            runs = cpu[(keys, name)]
-            med = statistics.median(runs)
             rows.append(
-                (
-                    f"{keys:,}",
-                    name,
-                    f"{1e9 * med / args.records:.0f}",
-                    f"{1e9 * min(runs) / args.records:.0f}-{1e9 * max(runs) / args.records:.0f}",
-                    f"{med / base:.2f}x",
-                )
+                (f"{keys:,}", name, *spread_cells(cpu[(keys, name)], base, 1e9 / args.records, ".0f"))
             )
     lines = markdown(["symbols", "names", "CPU ns per record (median)", "min-max", "vs per record"], rows)
     console.print("\n".join(lines))

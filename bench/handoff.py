@@ -55,7 +55,7 @@ from pyspark.sql.types import StructType  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 
-from bench.report import header, markdown, write_section  # noqa: E402
+from bench.report import header, markdown, spread_cells, write_section  # noqa: E402
 from bench.runtime import cpu_seconds  # noqa: E402
 from streamtopo.runtime.embedded import EmbeddedValkey  # noqa: E402
 from streamtopo.runtime.operators import records  # noqa: E402
@@ -231,17 +231,7 @@ def main() -> None:
     for rows in sizes:
         base = statistics.median(cpu[("parquet", rows)])
         for name in names:
-            runs = cpu[(name, rows)]
-            med = statistics.median(runs)
-            rows_out.append(
-                (
-                    f"{rows:,}",
-                    name,
-                    f"{1e6 * med / rows:.2f}",
-                    f"{1e6 * min(runs) / rows:.2f}-{1e6 * max(runs) / rows:.2f}",
-                    f"{med / base:.2f}x",
-                )
-            )
+            rows_out.append((f"{rows:,}", name, *spread_cells(cpu[(name, rows)], base, 1e6 / rows, ".2f")))
     columns = ["rows per step", "route", "CPU µs per record (median)", "min-max", "vs parquet"]
     lines = markdown(columns, rows_out)
     console.print("\n".join(lines))

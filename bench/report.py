@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +40,17 @@ def markdown(columns: Sequence[str], rows: Sequence[Sequence[object]], digits: i
     return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)] + [
         "| " + " | ".join(cell(v) for v in row) + " |" for row in rows
     ]
+
+
+def spread_cells(runs: Sequence[float], base: float, scale: float, fmt: str) -> tuple[str, str, str]:
+    """Table cells of repeated measurements: the median and min-max, each times ``scale`` (e.g. 1e9 /
+    records: ns per record) formatted with ``fmt``, and the median against ``base`` (another median)."""
+    med = statistics.median(runs)
+    return (
+        f"{scale * med:{fmt}}",
+        f"{scale * min(runs):{fmt}}-{scale * max(runs):{fmt}}",
+        f"{med / base:.2f}x",
+    )
 
 
 def read_section(title: str, path: Path = BENCHMARKS) -> list[str]:

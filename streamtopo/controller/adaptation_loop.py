@@ -587,11 +587,11 @@ class AdaptationLoop:
         A decision made for an older routing version than the one applied now is stale (the deployment
         changed since: a re-plan, or another decision approved) and is dropped with a Warning instead of
         applied."""
-        if self.routing is None or (pending := self.recommended.pop(decision, None)) is None:
+        if self.routing is None or (kept := self.recommended.pop(decision, None)) is None:
             return None
-        if self.pending is pending:
+        if self.pending is kept:
             self.pending = None
-        if self.routing.version != pending.before.version:
+        if self.routing.version != kept.before.version:
             count = len(self.routing.executors)
             step = StepResult(
                 routing=self.routing,
@@ -602,21 +602,21 @@ class AdaptationLoop:
             step.outcome.events.append(
                 Event(
                     "RecommendationStale",
-                    f"decision {decision} was made for routing v{pending.before.version}, "
+                    f"decision {decision} was made for routing v{kept.before.version}, "
                     f"v{self.routing.version} is applied now: not applied",
                     "Warning",
                 )
             )
             return self._record(step)
-        step = self._apply(pending.state, pending.before, pending.routing, pending.result)
+        step = self._apply(kept.state, kept.before, kept.routing, kept.result)
         step.outcome.events.insert(
             0,
             Event(
                 "RecommendationApproved",
-                f"decision {decision} approved: applied as routing v{pending.routing.version}",
+                f"decision {decision} approved: applied as routing v{kept.routing.version}",
             ),
         )
-        step.outcome.status["recommendation"] = pending.summary(approved=True)
+        step.outcome.status["recommendation"] = kept.summary(approved=True)
         return self._record(step)
 
     @property
