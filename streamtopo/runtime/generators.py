@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from streamtopo.planner.source_layout import Layout, round_robin
 from streamtopo.planner.source_layout import by_key as by_key_layout
+from streamtopo.runtime.partitioning import route_column
 
 _MASK = (1 << 64) - 1
 
@@ -64,6 +65,12 @@ VOCABULARY = (  # noqa: SIM905 - a paragraph reads better than 200 quoted words
 ZIPF_EXPONENT = 1.1
 RUN_CHUNK = 1 << 16
 """Records per row of a step's seq runs (runs are exploded as arrays: this bounds an array's memory)."""
+SPAN_RATIO = 64
+"""A step keyed by key is generated as one span of consecutive seqs filtered by key group when its runs
+outnumber the span's seqs / SPAN_RATIO. A run is a row taken from Arrow into the JVM and exploded, ~5 us
+per row in every job that reads it; a spanned seq is generated, hashed and compared in generated code,
+~0.2 us, kept or not (docs/benchmarks.md, "Key-partitioned ingest": a step of 500k records of 1,000,003
+keys took 3.1 s from one-record runs, 0.63 s spanned, 0.54 s unkeyed)."""
 
 
 def splitmix64(x: int) -> int:
@@ -214,7 +221,10 @@ GENERATORS: dict[str, Callable[[DataFrame, int, int | None], DataFrame]] = {
 
 
 def _seq_frame(
-    spark: SparkSession, parts: list[tuple[int, int, int]], layouts: dict[int, Layout]
+    spark: SparkSession,
+    parts: list[tuple[int, int, int]],
+    layouts: dict[int, Layout],
+    route: tuple[int, int] | None = None,
 ) -> DataFrame:
     """Columns ``seq`` (long) and ``_kg`` (int) of the parts' records, generated from data, not literals.
 
@@ -222,13 +232,18 @@ def _seq_frame(
     the filters after a source down to the range, into its code-generation stage, whatever boundary is put
     between them (a ``coalesce`` was one): every step's bounds made new classes of the source's whole chain,
     which Janino compiled and the JIT compiled anew. VWAP on one executor compiled 24 classes a step. Here
-    the bounds are rows of a small relation (:func:`_runs`, at most :data:`RUN_CHUNK` records a row, each
-    with its key group) exploded by ``sequence``: the generated code is the same from step to step, so
-    each class is compiled once per process, and the range fuses with the operators after it.
+    the bounds are rows of a small relation exploded by ``sequence``: the generated code is the same from
+    step to step, so each class is compiled once per process, and the range fuses with the operators
+    after it. The rows are the parts' runs (:func:`_runs`, at most :data:`RUN_CHUNK` records a row, each
+    with its key group), or, keyed by key (``route``: ``(keys, K)``) where the runs are many, the span
+    of seqs that holds them (:func:`_span`).
     """
     # From Arrow: a list of tuples becomes a pickled RDD that the JVM unpickles again in every job that
     # reads it (each of a step's jobs over the source), about 0.15 s of wall time per job on this machine.
     lo, hi, step, kg = _runs(parts, layouts)
+    span = None if route is None else _span(parts, layouts, route[1])
+    if route and span and len(lo) * SPAN_RATIO > int((span[1] - span[0]).sum()) + len(span[0]):
+        return _span_frame(spark, *span, *route)
     bounds = spark.createDataFrame(
         pa.table(
             {
@@ -241,6 +256,58 @@ def _seq_frame(
     )
     ids = bounds.select(F.explode(F.sequence("lo", "hi", "step")).alias("id"), "kg")
     return ids.selectExpr("id AS seq", "kg AS _kg")
+
+
+def _span(
+    parts: list[tuple[int, int, int]], layouts: dict[int, Layout], k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The parts as the seqs from the first part's first seq to the last one's last, cut at
+    :data:`RUN_CHUNK` (first seqs, last seqs included), with each key group's own first and last seq
+    (arrays of ``k``; a key group without a part has the empty window ``[0, -1]``). None when a key group
+    has two parts, which one window per key group cannot tell apart."""
+    parts = [part for part in parts if part[2] > 0]
+    if not parts or len({kg for kg, _, _ in parts}) < len(parts):
+        return None
+    first = np.zeros(k, np.int64)
+    last = np.full(k, -1, np.int64)
+    for kg, start, n in parts:
+        first[kg], last[kg] = layouts[kg].seq(start), layouts[kg].seq(start + n - 1)
+    held = last >= first
+    a, b = int(first[held].min()), int(last[held].max())
+    lo = np.arange(a, b + 1, RUN_CHUNK, dtype=np.int64)
+    return lo, np.minimum(lo + RUN_CHUNK - 1, b), first, last
+
+
+def _span_frame(
+    spark: SparkSession,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    keys: int,
+    k: int,
+) -> DataFrame:
+    """The seqs of ``lo .. hi`` (rows) whose key (``seq % keys``) Spark's routing hash sends to a key group
+    whose window ``first[kg] .. last[kg]`` holds them: the same records and key groups as the runs, in
+    seq order rather than key group by key group (the emitter sorts what crosses). The windows ride on
+    each row as two arrays, so the code is the same from step to step and no join is planned."""
+    rows = len(lo)
+    bounds = spark.createDataFrame(
+        pa.table(
+            {
+                "lo": pa.array(lo, pa.int64()),
+                "hi": pa.array(hi, pa.int64()),
+                "first": pa.array([first] * rows, pa.list_(pa.int64())),
+                "last": pa.array([last] * rows, pa.list_(pa.int64())),
+            }
+        )
+    )
+    ids = bounds.select(F.explode(F.sequence("lo", "hi")).alias("seq"), "first", "last")
+    keyed = ids.withColumn("key", F.col("seq") % F.lit(keys))
+    routed = keyed.withColumn("_kg", route_column(("key",), k, 0))
+    window = F.col("_kg") + 1
+    inside = F.col("seq").between(F.element_at("first", window), F.element_at("last", window))
+    return routed.where(inside).select("seq", "_kg")
 
 
 def _runs(
@@ -292,5 +359,6 @@ def frame(
     kgs = {kg for kg, _, _ in parts}
     layouts = {kg: by_key_layout(kg, k, keys or 1) if by_key else round_robin(kg, k) for kg in kgs}
     ts = (F.col("seq") / F.lit(float(rate_per_second))).alias("_ts")
-    df = _seq_frame(spark, parts, layouts).select("seq", ts, "_kg")
+    route = (keys or 1, k) if by_key else None
+    df = _seq_frame(spark, parts, layouts, route).select("seq", ts, "_kg")
     return GENERATORS[name](df, seed, keys)

@@ -1147,18 +1147,21 @@ def test_a_source_partitioned_by_key_feeds_its_keyed_operators_where_its_records
         assert all(i == j for i, j in pairs) and sum(pairs.values()) == count, (u, v, pairs)
 
 
-def test_a_source_partitioned_by_key_stays_exact_through_moves_and_a_crash(valkey, spark, tmp_path):
+@pytest.mark.parametrize("keys", [11, 1009])
+def test_a_source_partitioned_by_key_stays_exact_through_moves_and_a_crash(valkey, spark, tmp_path, keys):
     """The keyed-ingest pipeline on two executors while source and aggregate units move apart and back and
-    one executor crashes: a moved source unit resumes its own seqs, every window is written once."""
+    one executor crashes: a moved source unit resumes its own seqs, every window is written once. With
+    11 keys a step's records are a few long runs; with 1,009 (about three records a key) they are
+    one-record runs, generated as a span of seqs filtered by key group (generators.SPAN_RATIO)."""
     count, rate, window = 3000, 400, 1.0
-    topology = keyed_ingest("ex-keyed-moves", count, rate, window)
+    topology = keyed_ingest(f"ex-keyed-moves-{keys}", count, rate, window, keys)
     routing_path = tmp_path / "routing.json"
     table = round_robin(topology, ["ex-0", "ex-1"])
     write_routing(routing_path, table)
     out = tmp_path / "out"
     moves = [("numbers", 1), ("totals", 2), ("numbers", 2), ("same", 0)]
     migrate_crash_and_finish(topology, routing_path, table, valkey.url, out, moves)
-    assert_exactly_once(read_lines(out), expected_totals(count, rate, 11, window))
+    assert_exactly_once(read_lines(out), expected_totals(count, rate, keys, window))
 
 
 def test_an_edge_that_stops_combining_ships_its_records_whole_exactly_once(
