@@ -340,15 +340,14 @@ groups' seqs (planner/source_layout.py), about 32 bytes and 50 ns a key."""
 
 
 def _keyed_source_problem(op: Operator) -> tuple[str, str] | None:
-    """Why a source's ``keyBy`` cannot be honoured: its key groups must generate exactly the records whose
-    key hashes to them (planner/source_layout.py), which only the sequence generator's key allows."""
+    """Why a source's ``keyBy`` cannot be honoured: its key groups must take exactly the records whose
+    key hashes to them. A stream source can (runtime/dataflow.py: a sink's unit i partitioned by the same
+    key over as many key groups is its key group i's alone, any other entry is split by key); a generator
+    must generate them apart (planner/source_layout.py), which only the sequence generator's key allows."""
     assert op.source is not None
     read_by = "put keyBy on the operator that reads it"
     if op.source.generator is None:
-        return (
-            "keyBy",
-            f"a stream source is not partitioned by key (its entries are split by producer); {read_by}",
-        )
+        return None
     if op.source.generator != "sequence":
         return "keyBy", (
             f"a {op.source.generator} source draws each record's key from a hash of its seq, so a key group's"
@@ -389,11 +388,11 @@ class Operator(Model):
             ".keyBy",
         ),
         (
-            "self.kind != 'source' || !has(self.keyBy) || (has(self.source) && has(self.source.generator)"
-            " && self.source.generator == 'sequence' && self.keyBy == ['key']"
-            f" && (!has(self.source.keys) || self.source.keys <= {MAX_KEYED_SOURCE_KEYS}))",
-            "a source is partitioned by key (keyBy) only as a sequence generator by its key column, of at"
-            f" most {MAX_KEYED_SOURCE_KEYS} keys",
+            "self.kind != 'source' || !has(self.keyBy) || (has(self.source) && (!has(self.source.generator)"
+            " || (self.source.generator == 'sequence' && self.keyBy == ['key']"
+            f" && (!has(self.source.keys) || self.source.keys <= {MAX_KEYED_SOURCE_KEYS}))))",
+            "a source is partitioned by key (keyBy) only as a stream, or as a sequence generator by its key"
+            f" column, of at most {MAX_KEYED_SOURCE_KEYS} keys",
             ".keyBy",
         ),
     )

@@ -186,20 +186,22 @@ def state_layout(spec: StreamTopologySpec, name: str, prefix: str = "spec") -> d
                 prepared=False,
                 resettable=False,
             )
-            if op.key_by:
-                facts["partition"] = Fact(
-                    (tuple(op.key_by), op.source.keys),
-                    f"{where}.keyBy",
-                    "partitioning by key (which key group generates which seqs: those whose key, seq % keys,"
-                    " hashes to it)",
-                    prepared=False,
-                )
+            partition: object
+            partition, which = (
+                (tuple(op.key_by or ()), op.source.keys),
+                "which key group generates which seqs: those whose key, seq % keys, hashes to it",
+            )
         else:
             facts["origin"] = Fact(
                 f"stream {op.source.stream}",
                 f"{where}.source.stream",
                 "stream (its offsets are positions in the stream it reads)",
                 prepared=False,
+            )
+            partition, which = tuple(op.key_by or ()), "which records of the stream each key group takes"
+        if op.key_by:
+            facts["partition"] = Fact(
+                partition, f"{where}.keyBy", f"partitioning by key ({which})", prepared=False
             )
         facts["keyGroups"] = Fact(k, k_field, "key groups (its records are split over them)", prepared=False)
         return facts

@@ -30,7 +30,7 @@ import pandas as pd
 import pyarrow as pa
 
 from streamtopo.contracts import parse_unit, unit_key
-from streamtopo.planner.graph import unit_edges
+from streamtopo.planner.graph import partition_key, unit_edges
 from streamtopo.planner.source_layout import layout
 from streamtopo.runtime import sinks
 from streamtopo.runtime.emit import Emit
@@ -64,6 +64,7 @@ from streamtopo.runtime.operators.source import SourceOperator
 from streamtopo.runtime.operators.state import frame_to_ipc
 from streamtopo.runtime.operators.windows import closing_windows
 from streamtopo.runtime.pacing import SourceBudget
+from streamtopo.runtime.partitioning import route
 from streamtopo.runtime.scheduling import DEFAULT_RECORD_BYTES, Backlog, Scheduler, UnitLoad
 from streamtopo.runtime.state_store import Commit, StateStore
 from streamtopo.runtime.transport import (
@@ -589,37 +590,59 @@ class Dataflow(Emit):
         return batch
 
     def _take_named(self, unit: Hosted, entry: Entry) -> bool:
-        """Whether this unit of a stream source takes ``entry``: the stream's entries are split over the
-        source's key groups by producer (keeping each producer's order in one unit), external entries by
-        id. A sink's entries also say how many units write the stream: the unit then waits for the
-        watermarks of those it owns (``*`` marks the set as known; alone it means +inf)."""
-        k = self.spec.key_groups_of(unit.op)
+        """Whether this unit of a stream source takes ``entry`` (:meth:`_owner`). A sink's entries also
+        say how many units write the stream: the unit then waits for the watermarks of those it owns
+        (``*`` marks the set as known; alone it means +inf)."""
         if entry.producers is not None and "*" not in unit.rec.wm_in:
             sink = entry.producer.rsplit("/", 1)[0]
             unit.rec.wm_in["*"] = math.inf
             for i in range(entry.producers):
                 name = unit_key((sink, i))
-                if zlib.crc32(name.encode()) % k == unit.kg:
+                if self._owner(unit.op, name, entry) in (None, unit.kg):
                     unit.rec.wm_in.setdefault(name, -math.inf)
-        return zlib.crc32((entry.producer or entry.id).encode()) % k == unit.kg
+        return self._owner(unit.op, entry.producer or entry.id, entry) in (None, unit.kg)
+
+    def _owner(self, op: str, producer: str, entry: Entry) -> int | None:
+        """The key group of stream source ``op`` that takes the entries of ``producer`` (or the external
+        entry of that id); None: every key group, each keeping the records whose key hashes to it.
+
+        Unkeyed, entries are split by producer, keeping each producer's order in one unit, external ones
+        by id. Keyed by ``keyBy`` (issue 33, item 4): sink unit ``i`` partitioned by the same key over as
+        many key groups holds exactly key group ``i``'s records, so unit ``i`` takes its entries alone
+        and nothing crosses to the keyed operator after it; any other entry every unit reads."""
+        k = self.spec.key_groups_of(op)
+        key = self.spec.operator(op).key_by
+        if not key:
+            return zlib.crc32(producer.encode()) % k
+        index = producer.rpartition("/")[2]
+        if entry.partition == tuple(key) and entry.producers == k and index.isdigit():
+            return int(index)
+        return None
 
     def _named_records(self, unit: Hosted, entry: Entry, commit: Commit) -> pd.DataFrame | None:
-        """An entry's records; a malformed external entry goes to the dead-letter stream (nothing else
-        stops). External entries advance the watermark to the latest event time seen."""
+        """An entry's records, those whose key hashes to the unit where every unit reads the entry; a
+        malformed external entry, or one without the source's key columns, goes to the dead-letter stream
+        once (from the unit its id falls to; nothing else stops). External entries advance the watermark
+        to the latest event time seen."""
+        k = self.spec.key_groups_of(unit.op)
+        key = self.spec.operator(unit.op).key_by
+        split = bool(key) and self._owner(unit.op, entry.producer or entry.id, entry) is None
+        field, raw = "source.stream", [b"entry", entry.id.encode(), b"raw", entry.json or entry.data or b""]
         try:
             records = entry.records()
-        except MalformedEntry as error:
-            self._dead_letter(
-                commit,
-                unit.op,
-                "source.stream",
-                str(error),
-                1,
-                [b"entry", entry.id.encode(), b"raw", entry.json or b""],
-            )
+            if records is None or not len(records):
+                return records
+            if entry.producer == "":
+                unit.rec.wm_in[""] = max(unit.rec.wm_in.get("", -math.inf), float(records[TS].max()))
+            if split:
+                field = "keyBy"
+                if missing := [c for c in key or () if c not in records.columns]:
+                    raise MalformedEntry(f"the entry has no column {missing[0]!r} of keyBy {key}")
+                records = records[route(records, tuple(key or ()), k, unit.kg) == unit.kg]
+        except ValueError as error:  # MalformedEntry, Arrow's ArrowInvalid, a key type without a hash
+            if zlib.crc32(entry.id.encode()) % k == unit.kg:
+                self._dead_letter(commit, unit.op, field, str(error), 1, raw)
             return None
-        if entry.producer == "" and records is not None and len(records):
-            unit.rec.wm_in[""] = max(unit.rec.wm_in.get("", -math.inf), float(records[TS].max()))
         return records
 
     def _without_failing(
@@ -731,7 +754,17 @@ class Dataflow(Emit):
             unit.rec.wm_out[target] = max(sent, wm)
             records = df if df is not None and len(df) else None
             commit.appends.append(
-                (target, entry_fields(unit.key, seq, wm, records, producers=self.spec.key_groups_of(unit.op)))
+                (
+                    target,
+                    entry_fields(
+                        unit.key,
+                        seq,
+                        wm,
+                        records,
+                        producers=self.spec.key_groups_of(unit.op),
+                        partition=partition_key(self.spec, unit.op),
+                    ),
+                )
             )
         elif sink.console is not None and df is not None and len(df):
             outcome.console.extend(operator.format_console(df))

@@ -65,12 +65,13 @@ VOCABULARY = (  # noqa: SIM905 - a paragraph reads better than 200 quoted words
 ZIPF_EXPONENT = 1.1
 RUN_CHUNK = 1 << 16
 """Records per row of a step's seq runs (runs are exploded as arrays: this bounds an array's memory)."""
-SPAN_RATIO = 64
+SPAN_RATIO = 16
 """A step keyed by key is generated as one span of consecutive seqs filtered by key group when its runs
 outnumber the span's seqs / SPAN_RATIO. A run is a row taken from Arrow into the JVM and exploded, ~5 us
 per row in every job that reads it; a spanned seq is generated, hashed and compared in generated code,
-~0.2 us, kept or not (docs/benchmarks.md, "Key-partitioned ingest": a step of 500k records of 1,000,003
-keys took 3.1 s from one-record runs, 0.63 s spanned, 0.54 s unkeyed)."""
+~0.3 us kept or dropped (docs/benchmarks.md, "Key-partitioned ingest": a step of 500k records of
+1,000,003 keys over 32 key groups took 3.1 s from one-record runs, 0.63 s spanned, 0.54 s unkeyed; 250k
+records of every other key group, spanned over 500k seqs, 0.55 s, unkeyed 0.38 s)."""
 
 
 def splitmix64(x: int) -> int:

@@ -16,7 +16,10 @@ punctuation that tells the consumer no later record of ``p`` is older than ``w``
 
 A user-named stream (``sink: {stream: NAME}``, ``source: {stream: NAME}``) is the key ``NAME`` itself, so
 other topologies and programs can read or write it. Sink units add ``k``, how many units write it (the
-sink's key groups), and a last punctuation ``w = inf`` when their input ends. Readers never trim it.
+sink's key groups), ``key``, the columns their records are partitioned by when they are (a JSON list:
+unit ``i`` holds the records whose key hashes to ``i`` of ``k``, so a source reading by the same key
+and key groups takes unit ``i``'s entries in its key group ``i``), and a last punctuation ``w = inf``
+when their input ends. Readers never trim it.
 
 Every key of a topology shares the hash tag ``{topology}``, so the commit script (state_store.py) that
 touches unit records and streams together is legal on a Valkey cluster too.
@@ -109,11 +112,13 @@ def entry_fields(
     records: pd.DataFrame | pa.Table | None,
     producers: int | None = None,
     combined: int | None = None,
+    partition: tuple[str, ...] | None = None,
 ) -> list[bytes]:
     """Field/value pairs of one entry, flat, in the order XADD takes them.
 
     ``producers`` (a sink stream's entries) is how many units write the stream, so a reader knows
-    whose watermarks it must wait for before its own can advance. ``combined`` marks ``records`` as
+    whose watermarks it must wait for before its own can advance; ``partition`` the key the producing
+    units' records are partitioned by (over ``producers`` key groups). ``combined`` marks ``records`` as
     partial aggregates standing for that many records (the ``n`` that backlogs and metrics count)."""
     n = combined if combined is not None else 0 if records is None else len(records)
     fields = [
@@ -128,6 +133,8 @@ def entry_fields(
     ]
     if producers is not None:
         fields += [b"k", str(producers).encode()]
+    if partition is not None:
+        fields += [b"key", json.dumps(list(partition)).encode()]
     if combined is not None:
         fields += [b"c", str(0 if records is None else len(records)).encode()]
     if records is not None and len(records):
@@ -152,6 +159,8 @@ class Entry:
     data: bytes | None
     json: bytes | None = None
     producers: int | None = None
+    partition: tuple[str, ...] | None = None
+    """The columns the producing units' records are partitioned by, over ``producers`` key groups."""
     combined: bool = False
     """``data`` holds partial aggregates (see the module docstring, field ``c``)."""
 
@@ -190,8 +199,21 @@ class Entry:
             count=int(fields.get(b"n", b"0")),
             data=fields.get(b"d"),
             producers=int(fields[b"k"]) if b"k" in fields else None,
+            partition=_partition(fields.get(b"key")),
             combined=b"c" in fields,
         )
+
+
+def _partition(raw: bytes | None) -> tuple[str, ...] | None:
+    """A ``key`` field: a JSON list of column names (anything else, as another program may write, is no
+    partitioning the reader can rely on)."""
+    try:
+        columns = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    if isinstance(columns, list) and columns and all(isinstance(c, str) for c in columns):
+        return tuple(columns)
+    return None
 
 
 class MalformedEntry(ValueError):

@@ -238,3 +238,10 @@ def test_each_rule_refuses_what_it_is_written_for(name: str):
     refused = cel_refusals(document)
     assert validator_refuses(document), name
     assert any(where in path for path, _ in refused), (name, refused)
+
+
+def test_a_stream_source_partitioned_by_key_passes_every_rule():
+    """keyBy on a stream source is honoured (a sink's units partitioned by the same key are taken whole,
+    other entries split by key): CEL and the validator both let it through."""
+    document = _set(VWAP, lambda s: _op(s, "source").update(source={"stream": "feed"}, keyBy=["symbol"]))
+    assert cel_refusals(document) == [] and not validator_refuses(document)

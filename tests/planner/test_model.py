@@ -154,7 +154,6 @@ def test_wrong_kind_and_api_version_name_their_field():
     ("source", "key", "field", "says"),
     [
         ({"generator": "trades"}, ["symbol"], "keyBy", "only the sequence generator"),
-        ({"stream": "feed"}, ["key"], "keyBy", "stream source is not partitioned by key"),
         ({"generator": "sequence"}, ["value"], "keyBy", "by its key column only"),
         ({"generator": "sequence", "keys": 4_000_001}, ["key"], "source.keys", "at most 4000000 keys"),
     ],
@@ -166,13 +165,12 @@ def test_a_source_keyed_where_its_records_cannot_be_generated_by_key_is_refused(
     assert found[0][0] == f"spec.operators[0].{field}" and says in found[0][1], found
 
 
-def test_a_sequence_source_keyed_by_its_key_is_accepted():
+@pytest.mark.parametrize(
+    ("source", "key"),
+    [({"generator": "sequence", "keys": 9}, ["key"]), ({"stream": "feed"}, ["shop", "day"])],
+)
+def test_a_sequence_source_keyed_by_its_key_or_a_keyed_stream_source_is_accepted(source, key):
     topology = load_topology(
-        {
-            "metadata": {"name": "t"},
-            "spec": {
-                "operators": [{**SRC, "source": {"generator": "sequence", "keys": 9}, "keyBy": ["key"]}, SINK]
-            },
-        }
+        {"metadata": {"name": "t"}, "spec": {"operators": [{**SRC, "source": source, "keyBy": key}, SINK]}}
     )
-    assert topology.spec.operators[0].key_by == ["key"]
+    assert topology.spec.operators[0].key_by == key

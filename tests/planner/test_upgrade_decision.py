@@ -195,6 +195,12 @@ INCOMPATIBLE = {
         "spec.operators[1].source.stream",
         False,
     ),
+    "a stream source's partitioning by key": (
+        setter("quotes", "keyBy", value=["symbol"]),
+        "quotes",
+        "spec.operators[1].keyBy",
+        False,
+    ),
     "a generator's key groups": (
         setter("trades", "keyGroups", value=8),
         "trades",

@@ -48,6 +48,18 @@ def streamtopo_run(
     )
 
 
+def totals(window: float) -> dict:
+    """The aggregate ``totals``: count and sum of value per key over tumbling windows of ``window`` s."""
+    return {
+        "name": "totals",
+        "kind": "aggregate",
+        "inputs": ["numbers"],
+        "keyBy": ["key"],
+        "window": {"size": window},
+        "aggregations": ["count(*) AS n", "sum(value) AS total"],
+    }
+
+
 def sequence_topology(
     name: str,
     *,
@@ -66,14 +78,7 @@ def sequence_topology(
             "kind": "source",
             "source": {"generator": "sequence", "ratePerSecond": rate, "count": count, "keys": keys},
         },
-        {
-            "name": "totals",
-            "kind": "aggregate",
-            "inputs": ["numbers"],
-            "keyBy": ["key"],
-            "window": {"size": window},
-            "aggregations": ["count(*) AS n", "sum(value) AS total"],
-        },
+        totals(window),
         *(extra or []),
         {"name": "out", "kind": "sink", "inputs": [sink_input], "sink": {"file": {}}},
     ]

@@ -26,6 +26,7 @@ from runtime_support import (
     read_lines,
     round_robin,
     sequence_topology,
+    totals,
     wait_finished,
     write_routing,
     write_topology,
@@ -434,33 +435,88 @@ def test_a_stream_sink_feeds_another_topologys_stream_source(valkey, spark, tmp_
                 "keyGroups": 2,
                 "operators": [
                     {"name": "numbers", "kind": "source", "source": {"stream": "chain"}},
-                    {
-                        "name": "totals",
-                        "kind": "aggregate",
-                        "inputs": ["numbers"],
-                        "keyBy": ["key"],
-                        "window": {"size": 0.05},
-                        "aggregations": ["count(*) AS n", "sum(value) AS total"],
-                    },
+                    totals(0.05),
                     {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
                 ],
             },
         }
     )
+    run_chain(producer, consumer, valkey.url, tmp_path)
+    assert_exactly_once(read_lines(tmp_path / "out"), expected_totals(450, 3000, 5, 0.05))
+
+
+def run_chain(
+    producer: StreamTopology, consumer: StreamTopology, url: str, tmp_path: Path
+) -> dict[tuple[str, ...], Any]:
+    """Run a topology writing a named stream and one reading it on one executor name until the reader
+    ends; the reader's metric sums (:func:`metric_sums`)."""
     paths = {}
     for top in (producer, consumer):
         paths[top.metadata.name] = tmp_path / f"{top.metadata.name}.json"
         write_routing(paths[top.metadata.name], round_robin(top, ["ex-0"]))
     runs = [
-        Running(Executor(top, paths[top.metadata.name], "ex-0", valkey.url, output_dir=tmp_path / "out"))
+        Running(Executor(top, paths[top.metadata.name], "ex-0", url, output_dir=tmp_path / "out"))
         for top in (producer, consumer)
     ]
     try:
         wait_finished(runs[1].executor.store, consumer)
+        return metric_sums(runs[1].executor)
     finally:
         for run in runs:
             run.stop()
-    assert_exactly_once(read_lines(tmp_path / "out"), expected_totals(450, 3000, 5, 0.05))
+
+
+def keyed_chain(name: str, key_groups: int, operators: list[dict]) -> StreamTopology:
+    return StreamTopology.model_validate(
+        {"metadata": {"name": name}, "spec": {"keyGroups": key_groups, "operators": operators}}
+    )
+
+
+@pytest.mark.parametrize("key_groups", [4, 3])
+def test_a_stream_source_partitioned_by_key_reads_a_keyed_sinks_units_where_they_are(
+    valkey, spark, tmp_path, key_groups
+):
+    """A sink keyed by key writes the stream "kchain" from 4 units; a source with keyBy [key] reads it
+    into an aggregate keyed by key. With 4 key groups each source unit takes its own sink unit's entries
+    (the same hash, the same count); with 3 every unit reads every entry and keeps the records whose key
+    hashes to it. Either way nothing crosses from source to aggregate (kg i to kg i only) and the windows
+    are exact."""
+    count, rate, keys, window = 600, 3000, 13, 0.05
+    producer = keyed_chain(
+        f"kchain-a-{key_groups}",
+        4,
+        [
+            numbers(count, rate, keys),
+            {
+                "name": "publish",
+                "kind": "sink",
+                "inputs": ["numbers"],
+                "keyBy": ["key"],
+                "sink": {"stream": f"kchain-{key_groups}"},
+            },
+        ],
+    )
+    consumer = keyed_chain(
+        f"kchain-b-{key_groups}",
+        key_groups,
+        [
+            {
+                "name": "numbers",
+                "kind": "source",
+                "source": {"stream": f"kchain-{key_groups}"},
+                "keyBy": ["key"],
+            },
+            totals(window),
+            {"name": "out", "kind": "sink", "inputs": ["totals"], "sink": {"file": {}}},
+        ],
+    )
+    assert unit_edges(consumer.spec, "numbers", "totals") == [
+        (i, i, 1 / key_groups) for i in range(key_groups)
+    ]
+    sums = run_chain(producer, consumer, valkey.url, tmp_path)
+    assert_exactly_once(read_lines(tmp_path / "out"), expected_totals(count, rate, keys, window))
+    pairs = sums[("streamtopo_kg_records_total", "numbers", "totals", "pairs")]
+    assert all(i == j for i, j in pairs) and sum(pairs.values()) == count, pairs
 
 
 def test_an_unkeyed_operator_with_more_key_groups_than_its_input_reaches_end_of_stream(
@@ -524,29 +580,39 @@ def test_two_namespaces_run_the_same_topology_name_on_one_valkey_apart(valkey, s
     assert not client.exists("numbers-out")
 
 
-def test_a_stream_source_reads_external_json_entries(valkey, spark, tmp_path):
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_stream_source_reads_external_json_entries(valkey, spark, tmp_path, keyed):
     """Entries another program XADDs (``json``: an object or a list): event time from ``ts``; a malformed
-    entry goes to the dead-letter stream and the rest is processed."""
+    entry goes to the dead-letter stream and the rest is processed. Keyed by shop over two key groups,
+    every key group reads every entry and keeps its shops' records; an entry without a shop goes to the
+    dead-letter stream once, naming keyBy."""
+    name, stream = ("ex-json-keyed", "orders-keyed") if keyed else ("ex-json", "orders")
     client = connect(valkey.url)
-    client.delete("orders")
+    client.delete(stream)
     rows = [
         {"shop": s, "amount": a, "_ts": t}
         for t, (s, a) in enumerate([("a", 3), ("b", 4), ("a", 5), ("b", 6)])
     ]
-    client.xadd("orders", {"json": json.dumps(rows[:2])})
-    client.xadd("orders", {"json": b"{not json"})
-    client.xadd("orders", {"json": json.dumps(rows[2])})
-    client.xadd("orders", {"json": json.dumps(rows[3])})
-    client.xadd(
-        "orders", {"json": json.dumps({"shop": "c", "amount": 0, "_ts": 100})}
-    )  # closes windows [0, 4)
+    keyless = json.dumps({"amount": 1, "_ts": 1}).encode()
+    client.xadd(stream, {"json": json.dumps(rows[:2])})
+    client.xadd(stream, {"json": b"{not json"})
+    client.xadd(stream, {"json": json.dumps(rows[2])})
+    if keyed:
+        client.xadd(stream, {"json": keyless})
+    client.xadd(stream, {"json": json.dumps(rows[3])})
+    client.xadd(stream, {"json": json.dumps({"shop": "c", "amount": 0, "_ts": 100})})  # closes windows [0, 4)
     topology = StreamTopology.model_validate(
         {
-            "metadata": {"name": "ex-json"},
+            "metadata": {"name": name},
             "spec": {
-                "keyGroups": 1,
+                "keyGroups": 2 if keyed else 1,
                 "operators": [
-                    {"name": "orders", "kind": "source", "source": {"stream": "orders"}},
+                    {
+                        "name": "orders",
+                        "kind": "source",
+                        "source": {"stream": stream},
+                        **({"keyBy": ["shop"]} if keyed else {}),
+                    },
                     {
                         "name": "spend",
                         "kind": "aggregate",
@@ -572,8 +638,9 @@ def test_a_stream_source_reads_external_json_entries(valkey, spark, tmp_path):
         running.stop()
     got = sorted((r["shop"], r["window_start"], r["total"]) for r in read_lines(tmp_path / "out"))
     assert got == [("a", 0.0, 3), ("a", 2.0, 5), ("b", 0.0, 4), ("b", 2.0, 6)]
-    letters = client.xrange(Keys("ex-json").dead_letters)
-    assert [(f[b"field"], f[b"raw"]) for _, f in letters] == [(b"source.stream", b"{not json")]
+    letters = client.xrange(Keys(name).dead_letters)
+    want = [(b"source.stream", b"{not json")] + ([(b"keyBy", keyless)] if keyed else [])
+    assert sorted((f[b"field"], f[b"raw"]) for _, f in letters) == sorted(want)
 
 
 def test_a_unit_moving_to_an_executor_that_is_not_up_keeps_running_on_its_donor(valkey, spark, tmp_path):
@@ -799,9 +866,15 @@ def finished_counts(
     running = Running(executor)
     try:
         wait_finished(running.executor.store, topology)
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{executor.server.server_port}/metrics").read()
+        return metric_sums(executor)
     finally:
         running.stop()
+
+
+def metric_sums(executor: Executor) -> dict[tuple[str, ...], Any]:
+    """An executor's records in and out per operator and kg traffic per edge, summed over units from its
+    /metrics (and under ``(..., "pairs")`` per kg pair)."""
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{executor.server.server_port}/metrics").read()
     sums: dict[tuple[str, ...], Any] = {}
     for family in text_string_to_metric_families(metrics.decode()):
         for s in family.samples:
