@@ -404,9 +404,10 @@ class Operator(Model):
     key_by: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
         default=None, max_length=16
     )
-    """Partition key columns; key groups are hash(key) mod keyGroups. On a source (a sequence generator,
-    ``[key]``), each key group generates the records whose key hashes to it: an operator keyed alike after
-    it takes its records where they are generated, none cross."""
+    """Partition key columns; key groups are hash(key) mod keyGroups. On a source, each key group takes
+    the records whose key hashes to it: a sequence generator (``[key]``) generates them there, a stream
+    source takes a sink's unit i whole where the sink is partitioned alike, else splits entries by key.
+    An operator keyed alike after it takes its records where they are, none cross."""
     key_groups: int | None = Field(default=None, ge=1, le=4096)
     """Key groups of this operator (defaults to spec.keyGroups, or to Aeolus' sizing when that is unset)."""
     expr: str | None = Field(default=None, min_length=1, max_length=MAX_EXPRESSION)
