@@ -243,7 +243,7 @@ def _seq_frame(
     # reads it (each of a step's jobs over the source), about 0.15 s of wall time per job on this machine.
     lo, hi, step, kg = _runs(parts, layouts)
     span = None if route is None else _span(parts, layouts, route[1])
-    if route and span and len(lo) * SPAN_RATIO > int((span[1] - span[0]).sum()) + len(span[0]):
+    if route and span and len(lo) * SPAN_RATIO > int(span[1][-1] - span[0][0]) + 1:  # the span's seqs
         return _span_frame(spark, *span, *route)
     bounds = spark.createDataFrame(
         pa.table(
