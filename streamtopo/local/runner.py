@@ -8,7 +8,7 @@ key group to another executor through the normal hand-over (a new routing versio
 kill -9s a random executor and restarts it. With finite sources (a count, or ``source_seconds``) the run
 ends by itself once every sink unit has seen the end-of-stream watermark (+inf).
 
-After the executors stopped, every file sink is brought to its committed content (sinks.redo): the
+After the executors stopped, every file sink is brought to its committed content (sinks.resume): the
 store's commit, not whatever a killed process managed to write, is the truth.
 """
 
@@ -236,7 +236,7 @@ def finalize_sinks(store: StateStore, topology: StreamTopology, output: Path) ->
             for kg in range(topology.spec.key_groups_of(op.name)):
                 _, rec = store.load(unit_key((op.name, kg)))
                 if rec is not None:
-                    sinks.redo(sinks.sink_file(output, op, kg), rec.sink_len, rec.pending)
+                    sinks.resume(sinks.sink_file(output, op, kg), rec.sink_len, rec.pending)
 
 
 def executor_env(options: RunOptions) -> dict[str, str]:

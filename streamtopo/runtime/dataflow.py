@@ -174,8 +174,8 @@ class Dataflow(Emit):
             commit.units.append((key, unit.epoch, unit.rec.encode()))
         self.store.commit(commit)
         self.eager = False
-        for path, offset, data in outcome.sink_writes:
-            sinks.write_at(path, offset, data)
+        for segment, offset, data in outcome.sink_writes:
+            segment.write(offset, data)
         for line in outcome.console:
             print(line, flush=True)
         self.pacing.end(self.clock())
@@ -735,13 +735,12 @@ class Dataflow(Emit):
             latency = self.metrics.sink_latency.labels(self.keys.topology, self.name, unit.op)
             lags = self.clock() - self.t0 - df[TS].to_numpy(dtype=float)
             observe_all(latency, np.where(lags > 0, lags, 0.0))
-        path = self._sink_path(unit.op, unit.kg)
-        if path is not None:
+        if unit.segment is not None:
             data = sinks.lines_bytes(df[LINE].tolist()) if df is not None and len(df) else b""
             unit.rec.pending = data
             unit.rec.sink_len += len(data)
             if data:
-                outcome.sink_writes.append((path, unit.rec.sink_len - len(data), data))
+                outcome.sink_writes.append((unit.segment, unit.rec.sink_len - len(data), data))
         elif sink.stream is not None:
             # Records, or a punctuation when the watermark moved (readers' windows need it to fire).
             target = self.keys.sink_stream(sink.stream)

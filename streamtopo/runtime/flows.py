@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property, reduce
-from pathlib import Path
 from typing import TypeAlias
 
 import pandas as pd
@@ -16,6 +15,7 @@ from pyspark.sql import functions as F
 
 from streamtopo.runtime.operators.base import Batch, materialize
 from streamtopo.runtime.operators.records import COUNT, DST, KG, SRC
+from streamtopo.runtime.sinks import Segment
 
 COMBINED = "__combined"
 """Where a consumer collects the partials producers combined for it (apart from records, by input)."""
@@ -138,7 +138,7 @@ class Produced:
 @dataclass
 class StepOutcome:
     work: bool = False
-    sink_writes: list[tuple[Path, int, bytes]] = field(default_factory=list)
+    sink_writes: list[tuple[Segment, int, bytes]] = field(default_factory=list)
     console: list[str] = field(default_factory=list)
     uncounted: list[tuple[str, Flow, set[tuple[int, int]]]] = field(default_factory=list)
     """Flows a lazy consumer took without counting them (consumer, flow, pairs accepted): the step

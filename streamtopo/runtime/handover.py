@@ -192,7 +192,7 @@ class Handover:
         unit.state = self.operators[unit.op].decode_state(unit.rec.state) if unit.rec.state else None
         path = self._sink_path(unit.op, unit.kg)
         if path is not None:
-            sinks.redo(path, unit.rec.sink_len, unit.rec.pending)
+            unit.segment = sinks.resume(path, unit.rec.sink_len, unit.rec.pending)
 
     def _recover(self) -> None:
         """Back to the last commit: reload every hosted unit; units fenced meanwhile wait to be re-acquired."""

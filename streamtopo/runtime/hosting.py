@@ -9,6 +9,7 @@ from typing import Any
 from streamtopo.contracts import unit_key
 from streamtopo.runtime.combining import MIN_RECORDS, RATIO
 from streamtopo.runtime.pacing import Pacing
+from streamtopo.runtime.sinks import Segment
 from streamtopo.runtime.state_store import UnitRecord
 
 
@@ -81,6 +82,8 @@ class Hosted:
     state: Any
     busy: float = 0.0
     """Seconds this executor spent on the unit since acquiring it (C-MR's MEM rank divides by it)."""
+    segment: Segment | None = None
+    """A file sink unit's file here (sinks.resume, when acquired or recovered)."""
 
     @property
     def key(self) -> str:

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -21,6 +22,7 @@ import yaml
 from streamtopo.contracts import ExecutorEntry, RoutingTable, unit_key
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.hosting import ExecutorConfig
+from streamtopo.runtime.state_store import StateStore
 
 STREAMTOPO = str(Path(sys.executable).with_name("streamtopo"))
 """The installed command, as a user runs it."""
@@ -119,6 +121,22 @@ def read_lines(output: Path, sink: str = "out") -> list[dict]:
     ]
 
 
+def read_pods_lines(pods: list[Path], sink: str = "out") -> list[dict]:
+    """The lines of a file sink written in several directories (pods' emptyDirs): each key group's files,
+    wherever they are, put together by their offsets (sinks.tile: no byte missing, overlaps identical),
+    none holding a NUL."""
+    from streamtopo.runtime.sinks import tile
+
+    pieces: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+    for pod in pods:
+        for path in (Path(pod) / sink).glob("kg-*.jsonl"):
+            kg, _, base = path.stem.partition("_")
+            data = path.read_bytes()
+            assert b"\0" not in data, f"NUL bytes in {path}"
+            pieces[kg].append((int(base or 0), data))
+    return [json.loads(line) for kg in sorted(pieces) for line in tile(pieces[kg]).decode().splitlines()]
+
+
 def sink_totals(lines: list[dict]) -> dict[tuple[int, float], list[tuple[int, int]]]:
     """(key, window start) -> every (n, total) written: a duplicate shows as two entries."""
     out: dict[tuple[int, float], list[tuple[int, int]]] = defaultdict(list)
@@ -187,14 +205,25 @@ def wait_finished(store, topology: StreamTopology, timeout: float = 240.0) -> No
         time.sleep(0.2)
 
 
-def move_each(routing_path: Path, table: RoutingTable, units: list[tuple[str, int]]) -> RoutingTable:
-    """Move each of ``units`` to the other of ex-0 and ex-1, one routing version 0.7 s after another."""
+def move_each(
+    routing_path: Path,
+    table: RoutingTable,
+    units: list[tuple[str, int]],
+    runs: dict[str, Running] | None = None,
+) -> RoutingTable:
+    """Move each of ``units`` to the other of ex-0 and ex-1, one routing version 0.7 s after another;
+    with ``runs``, each move also waits until its receiver hosts the unit (a move back cannot overtake
+    the hand-over)."""
     for unit in units:
         time.sleep(0.7)
         assignment = table.assignment()
-        assignment[unit] = "ex-1" if assignment[unit] == "ex-0" else "ex-0"
+        assignment[unit] = receiver = "ex-1" if assignment[unit] == "ex-0" else "ex-0"
         table = table.moved(assignment)
         write_routing(routing_path, table)
+        deadline = time.time() + 120
+        while runs is not None and unit_key(unit) not in runs[receiver].executor.hosted:
+            assert time.time() < deadline, f"{unit} did not reach {receiver} in time"
+            time.sleep(0.1)
     return table
 
 
@@ -206,23 +235,34 @@ def migrate_crash_and_finish(
     out: Path,
     units: list[tuple[str, int]],
     config: ExecutorConfig | None = None,
+    pods: bool = False,
+    until: Callable[[StateStore], bool] | None = None,
 ) -> None:
     """Two executors ex-0 and ex-1: move each of ``units`` to the other one, 0.7 s apart, crash ex-1 (no
-    release) and start it again, then run to the end of stream and finalize the file sinks."""
+    release) and start it again, then run to the end of stream and finalize the file sinks. ``pods``:
+    each executor writes its file sinks under ``out/<its name>``, as pods each write to their own
+    emptyDir, nothing is finalized (a cluster has no run end that would), and each move waits for its
+    hand-over. ``until``: the moves wait for the committed state to say so."""
     from streamtopo.local.runner import finalize_sinks
     from streamtopo.runtime.executor import Executor
 
     def start(name: str) -> Running:
-        return Running(Executor(topology, routing_path, name, url, output_dir=out, config=config))
+        output = out / name if pods else out
+        return Running(Executor(topology, routing_path, name, url, output_dir=output, config=config))
 
     runs = {n: start(n) for n in ("ex-0", "ex-1")}
     store = runs["ex-0"].executor.store
     try:
-        move_each(routing_path, table, units)
+        deadline = time.time() + 120
+        while until is not None and not until(store):
+            assert time.time() < deadline, "the state the moves wait for was not committed in time"
+            time.sleep(0.1)
+        move_each(routing_path, table, units, runs if pods else None)
         runs["ex-1"].stop(release=False)
         runs["ex-1"] = start("ex-1")
         wait_finished(store, topology)
     finally:
         for run in runs.values():
             run.stop()
-    finalize_sinks(store, topology, out)
+    if not pods:
+        finalize_sinks(store, topology, out)

@@ -24,6 +24,7 @@ from runtime_support import (
     migrate_crash_and_finish,
     move_each,
     read_lines,
+    read_pods_lines,
     round_robin,
     sequence_topology,
     totals,
@@ -32,7 +33,7 @@ from runtime_support import (
     write_topology,
 )
 
-from streamtopo.contracts import Keys
+from streamtopo.contracts import Keys, unit_key
 from streamtopo.documents import load_topology
 from streamtopo.local.runner import finalize_sinks, finished
 from streamtopo.planner.benoit.fuse import fuse_shared
@@ -45,7 +46,7 @@ from streamtopo.runtime.flows import Flow
 from streamtopo.runtime.handover import Pause
 from streamtopo.runtime.operators.base import LazyFailure, OperatorError
 from streamtopo.runtime.operators.state import ipc_to_frame
-from streamtopo.runtime.state_store import Fenced, StateStore
+from streamtopo.runtime.state_store import Fenced, StateStore, UnitRecord
 from streamtopo.runtime.transport import append, connect, entry_fields
 
 pytestmark = [pytest.mark.valkey, pytest.mark.spark]
@@ -808,9 +809,7 @@ def test_source_steps_take_the_backlog_while_records_stay_in_the_jvm(consumer, e
     """A backlogged source's units together may take up to max_source_records when their records only ever
     meet aggregates or lazy local operators, up to materialized_records when they come out: an executor
     hosting half the units takes as many records per step."""
-    from streamtopo.contracts import unit_key
     from streamtopo.runtime.hosting import Hosted
-    from streamtopo.runtime.state_store import UnitRecord
 
     last = (
         {"kind": "aggregate", "keyBy": ["key"], "aggregations": ["count(*) AS n"]}
@@ -1152,6 +1151,30 @@ def test_partials_of_a_keyed_map_cross_executors_exactly_once(valkey, spark, tmp
     """The same pipeline on two executors: the kept -> totals edge crosses (combined before the wire)
     while units move and an executor crashes; every window is written once, with its exact totals."""
     rekeyed_through_moves_and_a_crash("ex-rekey", valkey, tmp_path)
+
+
+def test_a_file_sink_moving_between_pods_tiles_its_output_across_their_directories(valkey, spark, tmp_path):
+    """Each executor writes its file sinks in its own directory, as pods each write to their emptyDir: sink
+    units move from one to the other and back, and one crashes. Each key group's output is in segments
+    that tile it exactly across both directories (no NUL bytes where the bytes before were written on the
+    other pod, none lost, none twice), and every window is written once with its exact totals."""
+    count, rate, keys, window = 3000, 400, 13, 1.0
+    topology = sequence_topology("ex-sink-pods", count=count, rate=rate, keys=keys, window=window)
+    routing_path = tmp_path / "routing.json"
+    table = round_robin(topology, ["ex-0", "ex-1"])
+    write_routing(routing_path, table)
+    out = tmp_path / "out"
+    moves = [("out", 1), ("out", 2), ("out", 1), ("totals", 3), ("out", 2)]
+
+    def written(store: StateStore) -> bool:  # the moving sink units have committed output: they move it
+        return all((store.load(unit_key(("out", kg)))[1] or UnitRecord()).sink_len > 0 for kg in (1, 2))
+
+    migrate_crash_and_finish(topology, routing_path, table, valkey.url, out, moves, pods=True, until=written)
+    pods = [out / "ex-0", out / "ex-1"]
+    assert_exactly_once(read_pods_lines(pods), expected_totals(count, rate, keys, window))
+    for kg in (1, 2):  # each moved key group's output starts in one pod and goes on in the other's segment
+        names = [sorted(p.name for p in (pod / "out").glob(f"kg-000{kg}*")) for pod in pods]
+        assert all(names) and any("_" in name for pod in names for name in pod), names
 
 
 def rekeyed_through_moves_and_a_crash(
