@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import shutil
 import signal
@@ -60,6 +61,16 @@ _memory: str | None = None
 REAP_WAIT = 2.0
 """Seconds to wait for the JVM to be seen as exited after a py4j connection error: its sockets close
 before its parent can reap it, so the error can come first."""
+JIT_SCALING = 10.0
+"""HotSpot's ``-XX:CompileThresholdScaling``: a method is compiled after this many times the invocations
+and loop iterations it would be by default. Measured (docs/benchmarks.md, "The JIT's share of an
+executor"): an executor's JVM spent half its CPU in the JIT compilers over a 40M-record run and still a
+third in the steady state, compiling the long tail of Spark's planner (analysis, optimizer, tree nodes:
+6,431 compilations after 20 s, none large) that each step runs a little of. At 10 the compilers took
+8.0 CPU-s instead of 20.5, the code they no longer compile 4.7 CPU-s more, the whole run 0.88x the CPU;
+hot loops (generated code, aggregation) are still compiled, only later."""
+JIT_SCALING_ENV = "STREAMTOPO_JIT_SCALING"
+"""Overrides :data:`JIT_SCALING` (a positive number; 1 is HotSpot's default), for benchmarks comparing values."""
 VERBOSE_ENV = "STREAMTOPO_VERBOSE"
 """Set to 1: Spark logs at WARN and PySpark's own loggers stay on (``streamtopo run --verbose``)."""
 
@@ -100,6 +111,21 @@ def default_heap(limit: float) -> str:
     return f"{int(max(MIN_HEAP, limit * HEAP_SHARE)) // 2**20}m"
 
 
+def jit_scaling() -> float:
+    """:data:`JIT_SCALING`, or ``STREAMTOPO_JIT_SCALING`` when set (ValueError naming it if it is not a
+    positive number)."""
+    text = os.environ.get(JIT_SCALING_ENV, "")
+    if not text:
+        return JIT_SCALING
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise ValueError(f"{JIT_SCALING_ENV}: a positive number, not {text!r}")
+    return value
+
+
 def spark_conf(
     cores: int = DEFAULT_CORES,
     memory: str | None = None,
@@ -115,7 +141,7 @@ def spark_conf(
     # driver threads (task-result-getter) and the job waits forever for the result it lost, so an executor
     # hung mid-step with an idle JVM (a million-key running aggregate at 512m). An exit is JvmLost: the
     # executor exits for a restart that resumes from its last commit, and says why.
-    java = "-XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError"
+    java = f"-XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError -XX:CompileThresholdScaling={jit_scaling():g}"
     if java_extra:
         java += f" {java_extra}"
     if local_dir is not None:

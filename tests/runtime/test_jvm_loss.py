@@ -275,3 +275,24 @@ def test_the_heap_is_a_share_of_the_memory_the_process_may_use(spark):
     # maxMemory is the heap less one survivor space: within a tenth of -Xmx under the serial collector.
     seen = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
     assert 0.9 * heap <= seen <= heap, (seen, heap)
+
+
+def test_the_jit_compiles_at_the_scaled_thresholds_and_a_bad_scaling_is_named(spark, monkeypatch):
+    """The session's JVM runs with CompileThresholdScaling = spark.JIT_SCALING (or its env override), as
+    HotSpot itself reports it; a value that is not a positive number is refused naming the variable."""
+    import os
+
+    from streamtopo.runtime.spark import JIT_SCALING_ENV, jit_scaling
+
+    jvm = spark.sparkContext._jvm
+    bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    assert float(bean.getVMOption("CompileThresholdScaling").getValue()) == jit_scaling()
+    assert os.environ.get(JIT_SCALING_ENV) or jit_scaling() == 10.0
+    for bad in ("0", "-2", "fast", "inf", "nan"):
+        monkeypatch.setenv(JIT_SCALING_ENV, bad)
+        with pytest.raises(ValueError, match=JIT_SCALING_ENV):
+            jit_scaling()
+    monkeypatch.setenv(JIT_SCALING_ENV, "2.5")
+    assert jit_scaling() == 2.5
