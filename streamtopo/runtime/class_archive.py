@@ -6,7 +6,8 @@ and 14.6 CPU-seconds after its process started without the archive, 5.9 s and 9.
 executor start (a scale-out, a restart, each executor of ``streamtopo run``) pays that before any work.
 
 The archive is JDK 17's dynamic archive (``-XX:ArchiveClassesAtExit``, then ``-XX:SharedArchiveFile``),
-one per Spark version and Java binary, under ``~/.cache/streamtopo`` (``STREAMTOPO_CLASS_ARCHIVE`` names
+one per Spark install (version and location: its jars are the class path the archive is checked
+against) and Java binary, under ``~/.cache/streamtopo`` (``STREAMTOPO_CLASS_ARCHIVE`` names
 another file, or ``off``). Writing it costs about 13 s at the exit of the JVM that writes it, so only
 a JVM that is asked to (:func:`java_options` with ``build``) writes it: ``streamtopo run``'s expression
 check, once per machine, and the runtime image's build. Executors only read it: a missing archive costs
@@ -47,7 +48,10 @@ def archive_path() -> Path | None:
     if java is None:
         return None
     stat = java.stat()
-    key = hashlib.sha256(f"{java}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    # Two installs of one Spark version (two virtualenvs, a CI clone beside a checkout) have different
+    # class paths: one archive for both would be refused by the other's JVMs at every start.
+    spark_home = Path(pyspark.__file__).resolve().parent
+    key = hashlib.sha256(f"{java}:{stat.st_size}:{stat.st_mtime_ns}:{spark_home}".encode()).hexdigest()[:12]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streamtopo"
     return cache / f"spark-{pyspark.__version__}-java-{key}.jsa"
 

@@ -83,3 +83,21 @@ def test_the_archive_written_at_exit_is_mapped_by_the_next_jvm_and_a_bad_one_is_
     assert ignored.returncode == 0 and ignored.stdout.split()[-1] == "10", ignored.stderr
     refused = _spark(archive, build=False, **strict)
     assert refused.returncode != 0  # the check above would fail if the archive were not mapped
+
+
+def test_two_spark_installs_get_two_archives(tmp_path, monkeypatch):
+    """The archive is checked against Spark's class path: a second install of the same Spark version (a
+    CI clone's virtualenv beside a checkout's) gets its own archive instead of one the other's JVMs refuse
+    at every start ("The top archive failed to load")."""
+    import types
+
+    if class_archive.archive_path() is None:
+        pytest.skip("no java here")
+    monkeypatch.delenv(ARCHIVE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    paths = set()
+    for install in ("a", "b", "a"):
+        fake = types.SimpleNamespace(__version__="9.9.9", __file__=str(tmp_path / install / "__init__.py"))
+        monkeypatch.setattr(class_archive, "pyspark", fake)
+        paths.add(class_archive.archive_path())
+    assert len(paths) == 2 and all(p.parent == tmp_path / "streamtopo" for p in paths)

@@ -105,8 +105,9 @@ def stage_operator(stage: Stage, name: str, inputs: str, records: Records) -> di
     return op
 
 
-def plan(case: Case, stream: str | None = None) -> Plan:
-    """The case's topology: records from a ``sequence`` generator (``stream`` None) or the named stream."""
+def plan(case: Case, stream: str | None = None, key_by: tuple[str, ...] = ()) -> Plan:
+    """The case's topology: records from a ``sequence`` generator (``stream`` None) or the named stream,
+    partitioned by ``key_by`` when given (the stream source's ``keyBy``)."""
     recs = case.records
     if stream is None:
         ops: list[dict[str, Any]] = [
@@ -119,6 +120,8 @@ def plan(case: Case, stream: str | None = None) -> Plan:
         ]
     else:
         ops = [{"name": "rec", "kind": "source", "source": {"stream": stream}}]
+        if key_by:
+            ops[0]["keyBy"] = list(key_by)
     sinks = []
 
     def chain(stages: tuple[Stage, ...], prefix: str, named: list[tuple[str, Stage | Join]]) -> str:

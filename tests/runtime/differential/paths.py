@@ -30,6 +30,9 @@ class Path:
     config: ExecutorConfig = field(default_factory=ExecutorConfig)
     stream: bool = False
     """Records from a named stream pre-filled with Arrow entries (else a sequence generator and a map)."""
+    key_by: tuple[str, ...] = ()
+    """The stream source's ``keyBy``: its entries (a program's, not partitioned) are read by every key
+    group, each keeping the records whose key routes to it (runtime/partitioning.py, in pandas)."""
     drill: Drill | None = None
     rate: float = 1024.0
     """Records per second (event time seq / rate): drills run at a slow rate, so windows are open while
@@ -65,7 +68,7 @@ def run_on(path: Path, spark, valkey_url: str, case: Case, work: FilePath) -> tu
     """``case`` through ``path`` and through the reference: the plan, what Spark batch evaluation gives,
     what the run left."""
     stream = f"diff-in-{path.name}-{os.getpid()}-{next(_streams)}" if path.stream else None
-    p = plan(case, stream=stream)
+    p = plan(case, stream=stream, key_by=path.key_by)
     with reference_session(spark):
         expected = expected_of(spark, p)
     outcome = run_in_process(

@@ -6,6 +6,8 @@ Parquet) and a sum that overflows, which must fail the run naming the operator a
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from harness import compare, expected_of, plan, reference_session, run_cli
 from held_out import EVERY_EDGE, MANY, MINIMAL, MINIMAL_PATHS, OVERFLOW, REGRESSIONS
@@ -20,6 +22,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.valkey]
 @pytest.mark.parametrize("path", ["3-large-steps"])
 def test_every_edge_value_in_process(path, spark, valkey, tmp_path):
     check_on(BY_NAME[path], spark, valkey.url, EVERY_EDGE, tmp_path)
+
+
+@pytest.mark.parametrize("key", ["s", "b", "f"])
+def test_every_edge_value_through_a_stream_source_partitioned_by_key(key, spark, valkey, tmp_path):
+    """A stream source with ``keyBy`` reading a program's entries (no partition of its own): each key group
+    decodes every entry and keeps the records whose key routes to it, in pandas. Keyed by strings (empty,
+    unicode, null), bigints (2**63 - 1, -2**63, null) or booleans (null) on two executors, the answers are
+    Spark batch evaluation's: the pandas route and Spark's hash agree on them, or the aggregate keyed by
+    ``f`` (reading an ``f``-keyed source one to one) and the keyed map by ``s`` would split their keys."""
+    path = dataclasses.replace(
+        BY_NAME["named-stream-crossing-2"], name=f"named-stream-keyed-{key}", key_by=(key,)
+    )
+    check_on(path, spark, valkey.url, EVERY_EDGE, tmp_path)
 
 
 @pytest.mark.parametrize("path", ["2-small-steps"])
