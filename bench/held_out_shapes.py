@@ -305,18 +305,27 @@ def plot(pairs: list[tuple[Measured, Measured]], path: Path) -> None:
     save_figure(fig, path)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=5_000_000, help="N: runs of N, 4N and N records")
-    parser.add_argument(
-        "--pipelines", default=",".join(PIPELINES), help=f"comma-separated, of {', '.join(PIPELINES)}"
-    )
+def arguments(parser: argparse.ArgumentParser, records: int, pipelines: str) -> None:
+    """The options every bench over these pipelines takes: N, which pipelines, whether to write docs/."""
+    parser.add_argument("--records", type=int, default=records, help="N: runs of N, 4N and N records")
+    parser.add_argument("--pipelines", default=pipelines, help=f"comma-separated, of {', '.join(PIPELINES)}")
     parser.add_argument("--no-write", action="store_true", help="print the table, leave docs/ alone")
-    args = parser.parse_args()
-    names = args.pipelines.split(",")
+
+
+def chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The pipelines ``--pipelines`` names (an unknown one is a usage error naming the known ones)."""
+    names: list[str] = args.pipelines.split(",")
     unknown = [n for n in names if n not in PIPELINES]
     if unknown:
         parser.error(f"--pipelines: unknown {', '.join(unknown)} (known: {', '.join(PIPELINES)})")
+    return names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    arguments(parser, 5_000_000, ",".join(PIPELINES))
+    args = parser.parse_args()
+    names = chosen(parser, args)
     console = Console(width=160)
     pairs = []
     with tempfile.TemporaryDirectory(prefix="bench-held-out-") as tmp:

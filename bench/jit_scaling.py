@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from rich.console import Console
 
-from bench.held_out_shapes import PIPELINES, Measured, measure
+from bench.held_out_shapes import Measured, arguments, chosen, measure
 from bench.report import header, markdown, save_figure, write_section
 from streamtopo.runtime.spark import JIT_SCALING, JIT_SCALING_ENV
 
@@ -103,16 +103,11 @@ def plot(results: dict[tuple, Measured], values: list[float], path: Path) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=10_000_000, help="N: runs of N, 4N and N records")
-    parser.add_argument("--pipelines", default="trade-totals,lot-rekey", help=f"of {', '.join(PIPELINES)}")
+    arguments(parser, 10_000_000, "trade-totals,lot-rekey")
     parser.add_argument("--values", default=f"1,{JIT_SCALING:g}", help="CompileThresholdScaling values")
     parser.add_argument("--executors", default="1,2")
-    parser.add_argument("--no-write", action="store_true", help="print the table, leave docs/ alone")
     args = parser.parse_args()
-    names = args.pipelines.split(",")
-    unknown = [n for n in names if n not in PIPELINES]
-    if unknown:
-        parser.error(f"--pipelines: unknown {', '.join(unknown)} (known: {', '.join(PIPELINES)})")
+    names = chosen(parser, args)
     values = [float(v) for v in args.values.split(",")]
     executors = [int(k) for k in args.executors.split(",")]
     results = run(names, executors, values, args.records)
