@@ -22,6 +22,7 @@ import yaml
 from streamtopo.contracts import ExecutorEntry, RoutingTable, unit_key
 from streamtopo.planner.model import StreamTopology
 from streamtopo.runtime.hosting import ExecutorConfig
+from streamtopo.runtime.sinks import SEGMENT, tile
 from streamtopo.runtime.state_store import StateStore
 
 STREAMTOPO = str(Path(sys.executable).with_name("streamtopo"))
@@ -125,15 +126,14 @@ def read_pods_lines(pods: list[Path], sink: str = "out") -> list[dict]:
     """The lines of a file sink written in several directories (pods' emptyDirs): each key group's files,
     wherever they are, put together by their offsets (sinks.tile: no byte missing, overlaps identical),
     none holding a NUL."""
-    from streamtopo.runtime.sinks import tile
-
     pieces: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
     for pod in pods:
         for path in (Path(pod) / sink).glob("kg-*.jsonl"):
-            kg, _, base = path.stem.partition("_")
+            match = SEGMENT.fullmatch(path.name)
+            assert match, f"not a key group's file: {path}"
             data = path.read_bytes()
             assert b"\0" not in data, f"NUL bytes in {path}"
-            pieces[kg].append((int(base or 0), data))
+            pieces[match.group(1)].append((int(match.group(2) or 0), data))
     return [json.loads(line) for kg in sorted(pieces) for line in tile(pieces[kg]).decode().splitlines()]
 
 
