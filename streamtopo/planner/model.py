@@ -114,6 +114,9 @@ Duration = Annotated[
 """Seconds as a float in Python; ``"60s"`` style strings in YAML and in the CRD."""
 
 NonNegative = Annotated[float, Field(ge=0)]
+DEFAULT_STEP_INTERVAL = 4.0
+"""``spec.batching.interval``'s default (docs/benchmarks.md, "Step interval": per-executor cost of a paced
+pipeline against the interval)."""
 Name = Annotated[str, Field(pattern=_NAME.pattern, min_length=1, max_length=52)]
 """A Kubernetes object name (DNS-1123 label): topology and Secret names."""
 OpName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", min_length=1, max_length=63)]
@@ -127,6 +130,7 @@ MAX_EXECUTORS = 1024
 MAX_RECORD_BYTES = 64 * 2**20
 MAX_RATE_PER_SECOND = 1e8
 MIN_INTERVAL = 1.0
+MAX_STEP_INTERVAL = 60.0
 """Bounds on what one tenant's topology may ask for (docs/security.md): counts a planner and a cluster can
 serve, so a huge value is refused at the door instead of hanging a worker."""
 
@@ -750,12 +754,29 @@ class TransportSpec(Model):
 
 
 class BatchingSpec(Model):
-    """Aeolus batching: batch size per edge from its cost model, capped at ``maxBytes``."""
+    """How records are batched: per edge (Aeolus: batch size from its cost model, capped at ``maxBytes``)
+    and in time (``interval``: how often an executor that keeps up runs a step)."""
 
     max_bytes: int = Field(default=65536, ge=64, le=64 * 2**20)
     """B_max (the Aeolus paper uses 64 KB)."""
     size: int | None = Field(default=None, ge=1, le=10**7)
     """Fixed records per batch, overriding Aeolus."""
+    interval: Duration = DEFAULT_STEP_INTERVAL
+    """Seconds between the starts of two steps of an executor that keeps up with its input, as Spark
+    Structured Streaming's processing-time trigger (sooner where steps are quick: at most 4x a step's
+    length): a step's fixed cost (planning its Spark jobs, the JIT, the Python around them: about 0.5
+    CPU-s on a 2-core machine) is paid once per interval instead of back to back, at the price of up to
+    this much latency per executor a record passes. A step that is behind (records due or entries queued
+    beyond what it took) is followed at once. ``0s``: step again at once (an executor then uses a whole
+    core whenever records keep coming)."""
+
+    @model_validator(mode="after")
+    def _interval_bounds(self) -> BatchingSpec:
+        if not 0 <= self.interval <= MAX_STEP_INTERVAL:
+            raise field_error(
+                "interval", f"interval must be between 0s and {MAX_STEP_INTERVAL:g}s (got {self.interval:g}s)"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------------- executor pods

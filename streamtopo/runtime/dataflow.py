@@ -96,6 +96,9 @@ class Dataflow(Emit):
     _producers: dict[str, dict[int, list[str]]]
     _closes: dict[str, tuple[tuple[float, float], ...]]
     pacing: SourceBudget
+    behind: bool
+    """The last step left input for the next: a generator unit records due beyond what it took, a stream
+    entries beyond what it read (the executor steps again at once, not after ``spec.batching.interval``)."""
 
     # ------------------------------------------------------------------------------------- topology
 
@@ -120,6 +123,7 @@ class Dataflow(Emit):
     def step(self) -> StepOutcome:
         """One micro-batch over every hosted unit, committed atomically."""
         clear_scratch()  # Parquet hand-offs of the previous step: no lazy frame refers to them any more
+        self.behind = False
         outcome = StepOutcome()
         commit = Commit()
         touched: set[str] = set()
@@ -196,6 +200,7 @@ class Dataflow(Emit):
         kept = [(key, stream) for key, stream in owners if counts[stream] > 0]
         for (key, stream), entries in zip(kept, read_entries(self.client, requests)):
             out[key].extend((stream, e) for e in entries)
+            self.behind |= len(entries) >= counts[stream]  # the stream may hold more
         return out, counts
 
     def _read_late(
@@ -215,8 +220,11 @@ class Dataflow(Emit):
                         (stream, got[-1].id if got else unit.rec.offsets.get(stream, "0-0"), room)
                     )
                     owners.append((unit.key, stream))
-        for (key, stream), entries in zip(owners, read_entries(self.client, requests)):
+        for (key, stream), entries, (_, _, room) in zip(
+            owners, read_entries(self.client, requests), requests
+        ):
             inputs[key].extend((stream, e) for e in entries)
+            self.behind |= len(entries) >= room
 
     def _allotments(self, owners: list[tuple[str, str]]) -> dict[str, int]:
         """Entries to read per stream: all (up to ``max_entries``) unless a policy must choose. The queues'
@@ -247,6 +255,11 @@ class Dataflow(Emit):
         hosting = {unit.op for unit in self.hosted.values()}
         loads = [self._load_of(self.hosted[key], hosting) for key in backlogs]
         counts.update(self.scheduler.entries(loads, backlogs, limit))
+        # A stream the policy gives nothing this step waits with its entries (one it gives some to is
+        # behind if it fills its allotment: _read_inputs).
+        self.behind |= any(
+            counts[b.stream] == 0 and b.records > 0 for queue in backlogs.values() for b in queue
+        )
         if self.scheduler.last_policy is not None:
             self.metrics.scheduling.labels(self.keys.topology, self.name, self.scheduler.last_policy).inc()
         return counts
@@ -311,17 +324,16 @@ class Dataflow(Emit):
     def _requests(
         self, units: list[Hosted], paces: dict[int, SourcePace], now: float
     ) -> list[tuple[int, Any, int]]:
-        """(kg, state, records) each unfinished generator unit takes this step: what is due, up to the cap."""
+        """(kg, state, records) each unfinished generator unit takes this step: what is due, up to the cap.
+        A unit that leaves records due makes the step :attr:`behind`."""
         cap = min(self._source_cap(units[0].op, len(units)), self._paced(units[0].op, len(units)))
-        return [
-            (
-                u.kg,
-                u.state,
-                max(0, min(paces[u.kg].releasable(now, u.rec.emitted) - u.rec.emitted, cap)),
-            )
+        due = {
+            u.kg: max(0, paces[u.kg].releasable(now, u.rec.emitted) - u.rec.emitted)
             for u in units
             if u.rec.watermark != math.inf
-        ]
+        }
+        self.behind |= any(n > cap for n in due.values())
+        return [(u.kg, u.state, min(due[u.kg], cap)) for u in units if u.kg in due]
 
     def _due(self, units: list[Hosted], now: float) -> int:
         return sum(n for _, _, n in self._requests(units, self._paces(units), now))

@@ -105,6 +105,13 @@ class Handover:
 
     _sink_path: Callable[[str, int], Path | None]
 
+    def _routing_changed(self) -> bool:
+        """Whether the routing file changed since it was last applied (one ``stat``)."""
+        try:
+            return self.routing_path.stat().st_mtime != self._routing_mtime
+        except FileNotFoundError:
+            return False
+
     def _apply_routing(self) -> None:
         try:
             mtime = self.routing_path.stat().st_mtime

@@ -48,6 +48,10 @@ class ExecutorConfig:
     """Partial rows per record above which such an edge ships its records whole instead."""
     punctuation_interval: float = 0.1
     """Minimum seconds between two record-less watermark entries to the same unit (+inf always goes)."""
+    busy_share: float = 0.25
+    """An executor that keeps up waits after a step up to ``1 / busy_share`` times the step's length from
+    its start (at most ``spec.batching.interval``): the share of its time its steps take at least, where
+    their fixed cost dominates (executor.Executor._pause)."""
     idle_sleep: float = 0.02
     """Seconds between steps that found no work while a generator is due to produce or units move."""
     idle_block: float = 0.5

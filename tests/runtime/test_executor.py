@@ -118,6 +118,75 @@ def test_pipeline_output_is_exact(valkey, spark, tmp_path):
     assert all(t.endswith("\n") for t in texts if t)
 
 
+def with_interval(topology: StreamTopology, interval: str) -> StreamTopology:
+    spec = topology.spec.model_dump(by_alias=True)
+    spec["batching"]["interval"] = interval
+    return StreamTopology.model_validate({"metadata": {"name": topology.metadata.name}, "spec": spec})
+
+
+def traced_steps(valkey, topology: StreamTopology, tmp_path, config: ExecutorConfig | None = None) -> list:
+    """Run ``topology`` to its end on one executor (output checked exact): (start, seconds, behind) of
+    every step with work, read off the executor's own clock."""
+    routing = tmp_path / "routing.json"
+    write_routing(routing, round_robin(topology, ["ex-0"]))
+    executor = Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out", config=config)
+    steps, step = [], executor.step
+
+    def traced():
+        began = executor.clock()
+        outcome = step()
+        if outcome.work:
+            steps.append((began, executor.clock() - began, executor.behind))
+        return outcome
+
+    executor.step = traced  # type: ignore[method-assign]
+    running = Running(executor)
+    try:
+        wait_finished(executor.store, topology)
+    finally:
+        running.stop()
+    source = topology.spec.operator("numbers").source
+    window = topology.spec.operator("totals").window
+    assert source is not None and source.count is not None and window is not None
+    expected = expected_totals(source.count, source.rate_per_second, source.keys or 1, window.size)
+    assert_exactly_once(read_lines(tmp_path / "out"), expected)
+    return steps
+
+
+@pytest.mark.parametrize("interval, busy_share", [("1s", 0.01), ("60s", 0.25)])
+def test_an_executor_that_keeps_up_waits_before_its_next_step(valkey, spark, tmp_path, interval, busy_share):
+    """spec.batching.interval is Spark's processing-time trigger, shortened for quick steps: at 1,000
+    records/s, which one executor keeps up with, a step that took everything due is followed by the next
+    one ``min(interval, its length / busy_share)`` after it began, not at once (back to back, an
+    executor pays a step's fixed cost for a sliver of records: a whole core at any rate it keeps up with).
+    """
+    topology = with_interval(
+        sequence_topology(f"ex-interval-{interval}", count=4000, rate=1000, keys=5, window=1.0), interval
+    )
+    steps = traced_steps(valkey, topology, tmp_path, ExecutorConfig(busy_share=busy_share))
+    limit = float(interval.removesuffix("s"))
+    waits = [
+        (b - a, min(limit, took / busy_share))
+        for (a, took, behind), (b, _, _) in zip(steps, steps[1:])
+        if not behind
+    ]
+    assert len(waits) >= 2, steps
+    assert all(gap >= wanted - 0.01 for gap, wanted in waits), waits
+
+
+def test_an_executor_that_is_behind_steps_again_at_once(valkey, spark, tmp_path):
+    """A step that left records due (here: a cap of 100 records a step, against 20,000 due) is followed
+    at once, whatever the interval: waiting would only let the backlog grow."""
+    topology = with_interval(
+        sequence_topology("ex-behind", count=2000, rate=20000, keys=5, window=0.05), "5s"
+    )
+    config = ExecutorConfig(max_source_records=100, materialized_records=100, busy_share=0.01)
+    steps = traced_steps(valkey, topology, tmp_path, config)
+    behind = [b - a for (a, _, late), (b, _, _) in zip(steps, steps[1:]) if late]
+    assert len(behind) >= 10, steps
+    assert max(behind) < 5.0, behind
+
+
 def test_a_fused_topologys_executor_says_which_member_each_operator_serves(valkey, spark, tmp_path):
     """Two topologies fused (one source computed once, windows of their own): the executor exports one
     member series per member operator, and joining the unit series on them gives each member its own
@@ -686,7 +755,8 @@ def test_a_unit_moving_to_an_executor_that_is_not_up_keeps_running_on_its_donor(
 def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path, policy, served):
     """Two aggregate units with 300 queued records each, a step budget of 100: ODF serves the queue whose
     first entry arrived first, YDF the other; without a policy both are read in full. An entry another
-    executor appends during the step is read late, before the aggregate runs, only within the allotment."""
+    executor appends during the step is read late, before the aggregate runs, only within the allotment.
+    A step that leaves entries queued is behind (no pause before the next, Executor._pause)."""
     name = f"ex-sched-{policy}"
     topology = sequence_topology(name, count=0, rate=1000, keys=3, window=1.0, key_groups=2)
     table = round_robin(topology, ["ex-0"])
@@ -717,8 +787,10 @@ def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path
     try:
         executor._apply_routing()
         executor._acquire_waiting()
+        executor.behind = False
         inputs, allotted = executor._read_inputs()
         got = {key: [entry.count for _, entry in entries] for key, entries in inputs.items() if entries}
+        behind = executor.behind
         for j in (0, 1):  # meanwhile, the producers' executor commits one more entry per queue
             late = pd.DataFrame({"seq": [7], "key": [0], "value": [7], "_ts": [0.5], "_kg": [j]})
             append(client, keys.stream("numbers", "totals", j), entry_fields(f"numbers/{j}", 4, 0.5, late))
@@ -726,6 +798,8 @@ def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path
     finally:
         executor.close()
     assert set(got) == served
+    # Entries left queued make the step behind: the executor steps again at once, without a pause.
+    assert behind == (policy != "all") and executor.behind == behind
     after = {key: [entry.count for _, entry in entries] for key, entries in inputs.items() if entries}
     if policy != "all":
         assert got == {unit: [100] for unit in served}  # the budget, in whole entries
