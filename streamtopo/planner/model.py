@@ -115,8 +115,8 @@ Duration = Annotated[
 
 NonNegative = Annotated[float, Field(ge=0)]
 DEFAULT_STEP_INTERVAL = 4.0
-"""``spec.batching.interval``'s default (docs/benchmarks.md, "Step interval": per-executor cost of a paced
-pipeline against the interval)."""
+"""``spec.batching.interval``'s default (docs/benchmarks.md, "The step interval (issue 33)": per-executor
+cost of a paced pipeline against the interval)."""
 Name = Annotated[str, Field(pattern=_NAME.pattern, min_length=1, max_length=52)]
 """A Kubernetes object name (DNS-1123 label): topology and Secret names."""
 OpName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", min_length=1, max_length=63)]

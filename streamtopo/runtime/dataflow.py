@@ -323,20 +323,20 @@ class Dataflow(Emit):
 
     def _requests(
         self, units: list[Hosted], paces: dict[int, SourcePace], now: float
-    ) -> list[tuple[int, Any, int]]:
-        """(kg, state, records) each unfinished generator unit takes this step: what is due, up to the cap.
-        A unit that leaves records due makes the step :attr:`behind`."""
+    ) -> tuple[list[tuple[int, Any, int]], bool]:
+        """(kg, state, records) each unfinished generator unit takes this step: what is due, up to the cap;
+        and whether a unit leaves records due (the step is then :attr:`behind`)."""
         cap = min(self._source_cap(units[0].op, len(units)), self._paced(units[0].op, len(units)))
         due = {
             u.kg: max(0, paces[u.kg].releasable(now, u.rec.emitted) - u.rec.emitted)
             for u in units
             if u.rec.watermark != math.inf
         }
-        self.behind |= any(n > cap for n in due.values())
-        return [(u.kg, u.state, min(due[u.kg], cap)) for u in units if u.kg in due]
+        taken = [(u.kg, u.state, min(due[u.kg], cap)) for u in units if u.kg in due]
+        return taken, any(n > cap for n in due.values())
 
     def _due(self, units: list[Hosted], now: float) -> int:
-        return sum(n for _, _, n in self._requests(units, self._paces(units), now))
+        return sum(n for _, _, n in self._requests(units, self._paces(units), now)[0])
 
     def _plan_for(self, records: int) -> None:
         """How a step of ``records`` runs. Whole-stage code generation only for steps of many records: a
@@ -360,7 +360,8 @@ class Dataflow(Emit):
         operator = self.operators[units[0].op]
         assert isinstance(operator, SourceOperator)  # only source units generate
         paces = self._paces(units)
-        requests = self._requests(units, paces, now)
+        requests, left = self._requests(units, paces, now)
+        self.behind |= left
         frame, emitted = operator.generate(self.spark, requests) if requests else (None, {})
         if frame is not None and self.eager:
             frame = materialize(frame)

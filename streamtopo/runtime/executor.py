@@ -171,8 +171,8 @@ class Executor(Handover, Dataflow):
         self.eager = False
         """Set after a lazy step failed: the redo materialises every operator's output (see LazyFailure)."""
         self.pacing = SourceBudget(self.config.pacing)
-        self.behind = False
         """How many due records each step's generators take (runtime/pacing.py)."""
+        self.behind = False
 
     # ---------------------------------------------------------------------------------------- start
 

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -125,21 +126,26 @@ def with_interval(topology: StreamTopology, interval: str) -> StreamTopology:
 
 
 def traced_steps(valkey, topology: StreamTopology, tmp_path, config: ExecutorConfig | None = None) -> list:
-    """Run ``topology`` to its end on one executor (output checked exact): (start, seconds, behind) of
-    every step with work, read off the executor's own clock."""
+    """Run ``topology`` to its end on one executor (output checked exact): per step with work, whether it
+    was behind and whether the loop then paused (called ``_pause``) before its next step."""
     routing = tmp_path / "routing.json"
     write_routing(routing, round_robin(topology, ["ex-0"]))
     executor = Executor(topology, routing, "ex-0", valkey.url, output_dir=tmp_path / "out", config=config)
-    steps, step = [], executor.step
+    steps: list[list[bool]] = []
+    step, pause = executor.step, executor._pause
 
     def traced():
-        began = executor.clock()
         outcome = step()
         if outcome.work:
-            steps.append((began, executor.clock() - began, executor.behind))
+            steps.append([executor.behind, False])
         return outcome
 
+    def paused(stop, began):
+        steps[-1][1] = True
+        pause(stop, began)
+
     executor.step = traced  # type: ignore[method-assign]
+    executor._pause = paused  # type: ignore[method-assign]
     running = Running(executor)
     try:
         wait_finished(executor.store, topology)
@@ -153,38 +159,88 @@ def traced_steps(valkey, topology: StreamTopology, tmp_path, config: ExecutorCon
     return steps
 
 
-@pytest.mark.parametrize("interval, busy_share", [("1s", 0.01), ("60s", 0.25)])
-def test_an_executor_that_keeps_up_waits_before_its_next_step(valkey, spark, tmp_path, interval, busy_share):
-    """spec.batching.interval is Spark's processing-time trigger, shortened for quick steps: at 1,000
-    records/s, which one executor keeps up with, a step that took everything due is followed by the next
-    one ``min(interval, its length / busy_share)`` after it began, not at once (back to back, an
-    executor pays a step's fixed cost for a sliver of records: a whole core at any rate it keeps up with).
-    """
+def test_the_loop_pauses_after_every_step_with_work(valkey, spark, tmp_path):
+    """At 1,000 records/s, which one executor keeps up with, every step with work is followed by the
+    pause (spec.batching.interval, Executor._pause: its waits are tested below) and keeps up."""
     topology = with_interval(
-        sequence_topology(f"ex-interval-{interval}", count=4000, rate=1000, keys=5, window=1.0), interval
+        sequence_topology("ex-interval", count=4000, rate=1000, keys=5, window=1.0), "1s"
     )
-    steps = traced_steps(valkey, topology, tmp_path, ExecutorConfig(busy_share=busy_share))
-    limit = float(interval.removesuffix("s"))
-    waits = [
-        (b - a, min(limit, took / busy_share))
-        for (a, took, behind), (b, _, _) in zip(steps, steps[1:])
-        if not behind
-    ]
-    assert len(waits) >= 2, steps
-    assert all(gap >= wanted - 0.01 for gap, wanted in waits), waits
+    steps = traced_steps(valkey, topology, tmp_path)
+    assert len(steps) >= 3, steps
+    assert all(paused for _, paused in steps[:-1]), steps  # the last may end with the run's stop
+    assert not any(behind for behind, _ in steps[1:]), steps
 
 
-def test_an_executor_that_is_behind_steps_again_at_once(valkey, spark, tmp_path):
-    """A step that left records due (here: a cap of 100 records a step, against 20,000 due) is followed
-    at once, whatever the interval: waiting would only let the backlog grow."""
+def test_a_step_that_leaves_records_due_is_behind(valkey, spark, tmp_path):
+    """A generator capped at 100 records a step, with 20,000 due: its steps are behind (so the pause
+    returns at once: below)."""
     topology = with_interval(
         sequence_topology("ex-behind", count=2000, rate=20000, keys=5, window=0.05), "5s"
     )
-    config = ExecutorConfig(max_source_records=100, materialized_records=100, busy_share=0.01)
+    config = ExecutorConfig(max_source_records=100, materialized_records=100)
     steps = traced_steps(valkey, topology, tmp_path, config)
-    behind = [b - a for (a, _, late), (b, _, _) in zip(steps, steps[1:]) if late]
-    assert len(behind) >= 10, steps
-    assert max(behind) < 5.0, behind
+    assert sum(behind for behind, _ in steps) >= 10, steps
+
+
+class PausingClock:
+    """A clock that ``wait`` advances: Executor._pause's waits without wall time."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.waits: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        self.now += seconds
+        return False
+
+
+def pausing(clock: PausingClock, interval: float, behind=False, moving=False, busy_share=0.25, routed=None):
+    """What Executor._pause reads of an executor; ``routed()`` says whether the routing file changed."""
+    return SimpleNamespace(
+        behind=behind,
+        waiting={"totals/0": 0.0} if moving else {},
+        leaving={},
+        spec=SimpleNamespace(batching=SimpleNamespace(interval=interval)),
+        config=ExecutorConfig(busy_share=busy_share),
+        clock=clock,
+        _routing_changed=routed or (lambda: False),
+    )
+
+
+@pytest.mark.parametrize(
+    "took, interval, behind, moving, waited",
+    [
+        (0.1, 4.0, False, False, 0.3),  # quick step: up to 1 / busy_share (4x) its length from its start
+        (2.0, 4.0, False, False, 2.0),  # slow step: the interval caps it
+        (5.0, 4.0, False, False, 0.0),  # longer than the interval: the next at once
+        (0.1, 0.0, False, False, 0.0),  # 0s: step again at once
+        (0.1, 4.0, True, False, 0.0),  # behind: at once
+        (0.1, 4.0, False, True, 0.0),  # units moving: at once
+    ],
+)
+def test_the_pause_waits_until_min_interval_and_four_steps_after_a_step_began(
+    took, interval, behind, moving, waited
+):
+    clock = PausingClock(100.0 + took)
+    Executor._pause(pausing(clock, interval, behind, moving), clock, 100.0)  # type: ignore[arg-type]
+    assert sum(clock.waits) == pytest.approx(waited)
+    assert all(w <= 5 * ExecutorConfig().idle_sleep + 1e-9 for w in clock.waits)  # a routing is seen
+
+
+@pytest.mark.parametrize("routing_changes, stopped, waits", [(True, False, 2), (False, True, 1)])
+def test_a_new_routing_or_a_stop_ends_the_pause(routing_changes, stopped, waits):
+    """A pause of 3.9 s (an interval of 4 s) ends after the routing file changed (seen at the third look)
+    or at the first wait a stop ends."""
+    clock = PausingClock(100.1)
+    looks = iter(range(100))
+    routed = lambda: routing_changes and next(looks) >= 2  # noqa: E731
+    stop = SimpleNamespace(wait=lambda t: clock.wait(t) or stopped)
+    Executor._pause(pausing(clock, 4.0, busy_share=0.01, routed=routed), stop, 100.0)  # type: ignore[arg-type]
+    assert len(clock.waits) == waits, clock.waits
 
 
 def test_a_fused_topologys_executor_says_which_member_each_operator_serves(valkey, spark, tmp_path):
