@@ -20,9 +20,9 @@ iteration's profile (``planner.placement.cola.profiling.Profile``, the same the 
 cores; the executors all share this machine's cores, as the paper's blades do not.
 
 Every completed series is appended to docs/data/cola_series.jsonl (its settings, commit and date), and
-the report is computed from every stored series of the same settings: a series on the bed takes about
-30 minutes here, so the five the issue asks for can be measured over several sessions (``--repeats`` is
-the series this run adds; ``--repeats 0`` reports from the stored ones).
+the report is computed from every stored series of the same settings (:func:`settings`): a series on the
+bed takes 12-30 minutes here, so the five the issue asks for can be measured over several sessions
+(``--repeats`` is the series this run adds; ``--repeats 0`` reports from the stored ones).
 
 Prints the tables, draws docs/img/cola_throughput.png (Figure 7: relative throughput per iteration) and
 rewrites the "COLA throughput" section of docs/benchmarks.md.
@@ -41,7 +41,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -72,7 +72,7 @@ from streamtopo.planner.placement.fusion import plan_topology
 from streamtopo.planner.plan import Plan
 from streamtopo.planner.scaling.policy import ScalingConfig
 from streamtopo.runtime.embedded import EmbeddedValkey
-from streamtopo.runtime.spark import MEMORY_ENV
+from streamtopo.runtime.spark import MEMORY_ENV, jit_scaling
 
 SECTION = "COLA throughput"
 SERIES = ROOT / "docs" / "data" / "cola_series.jsonl"
@@ -98,9 +98,10 @@ PAPER = {
 }
 
 
-def vwap(records: int) -> StreamTopology:
+def vwap(records: int, interval: float | None = None) -> StreamTopology:
     """examples/vwap.yaml with symbol group a only, finite sources (40 % trades, 60 % quotes, as the
-    file's rates) and the declared costs kept (NONE ignores them; the iterations replace them)."""
+    file's rates) and the declared costs kept (NONE ignores them; the iterations replace them); its
+    executors' step interval ``interval`` seconds (None: the spec's default)."""
     full = load_topology(ROOT / "examples" / "vwap.yaml")
     doc = full.model_dump(mode="json", by_alias=True, exclude_none=True)
     kept = []
@@ -113,6 +114,8 @@ def vwap(records: int) -> StreamTopology:
             op["source"]["count"] = int(records * share)
         kept.append(op)
     doc["spec"]["operators"] = kept
+    if interval is not None:
+        doc["spec"].setdefault("batching", {})["interval"] = f"{interval:g}s"
     doc["metadata"] = {"name": "vwap1"}
     return StreamTopology.model_validate(doc)
 
@@ -125,13 +128,17 @@ class Run:
     pes: int
     throughput: float
     """Records per second of wall time, from the routing version to every sink's end of stream."""
+    throttled: dict[str, float] = field(default_factory=dict)
+    """On the bed, per host (``valkey``: Valkey's): the share of CFS periods with work in which the host
+    used its whole CPU quota over the run (EmulatedHosts.periods): how often its capacity held it back."""
 
 
 def measure(
     top: StreamTopology, plan: Plan, work: Path, bed: EmulatedHosts | None = None
-) -> tuple[float, RuntimeStats, dict[KeyGroupId, str]]:
-    """Run ``plan`` once: (records per second, the executors' rates over the run, unit -> executor). On
-    ``bed`` each executor starts in the emulated host its PE is placed on, Valkey on a host of its own."""
+) -> tuple[float, RuntimeStats, dict[KeyGroupId, str], dict[str, float]]:
+    """Run ``plan`` once: (records per second, the executors' rates over the run, unit -> executor, the
+    hosts' throttled shares, :attr:`Run.throttled`). On ``bed`` each executor starts in the emulated host
+    its PE is placed on, Valkey on a host of its own."""
     planned = deployment(plan, top.spec, top.metadata.name, ScalingConfig(max_executors=1), replicas=False)
     ordered = sorted(planned.executors)
     names = {e: f"ex-{i}" for i, e in enumerate(ordered)}
@@ -147,13 +154,19 @@ def measure(
             metrics.collect(top.metadata.name, 1.0)  # the baseline: rates need two collections
         except MetricsUnavailable:
             pass
+        before = bed.periods() if bed is not None else {}
         start = time.perf_counter()
         group.route(assignment)
         if not group.wait(lambda: group.done(top.spec.operators), timeout=3600.0):
             raise TimeoutError(f"{plan.algorithm} with {len(plan.pes)} PEs did not finish in an hour")
         wall = time.perf_counter() - start
+        after = bed.periods() if bed is not None else {}
         stats = metrics.collect(top.metadata.name, wall)
-    return records / wall, stats, assignment
+    throttled = {
+        host or "valkey": (after[host][1] - before[host][1]) / max(1, after[host][0] - before[host][0])
+        for host in after
+    }
+    return records / wall, stats, assignment, throttled
 
 
 def series(
@@ -172,10 +185,25 @@ def series(
         profile = measured_profile(stats, placement, gamma or 1.0, known)
         known = profile.crossing_cost  # measured on NONE, kept (as the SPL loop does)
         plan = plan_topology(top.spec, cluster, algorithm=fusion, profile=profile)
-        throughput, stats, placement = measure(top, plan, work / f"{fusion}-{k}", bed)
-        out.append(Run(fusion, k, gamma, len(plan.pes), throughput))
-        print(f"  {fusion} iteration {k}: {len(plan.pes)} PEs, {throughput:,.0f} records/s", flush=True)
+        throughput, stats, placement, throttled = measure(top, plan, work / f"{fusion}-{k}", bed)
+        out.append(Run(fusion, k, gamma, len(plan.pes), throughput, throttled))
+        print(
+            f"  {fusion} iteration {k}: {len(plan.pes)} PEs, {throughput:,.0f} records/s{held_back(out[-1])}",
+            flush=True,
+        )
     return out
+
+
+def held_back(run: Run) -> str:
+    """``run``'s throttling on the bed in words: its busiest executor host's share and Valkey's host's."""
+    hosts = {h: share for h, share in run.throttled.items() if h != "valkey"}
+    if not hosts:
+        return ""
+    busiest = max(hosts, key=hosts.__getitem__)
+    return (
+        f"; throttled in {hosts[busiest]:.0%} of its periods on {busiest} (the busiest host), "
+        f"{run.throttled.get('valkey', 0.0):.0%} on Valkey's"
+    )
 
 
 def choices(runs: Sequence[Run]) -> tuple[float, float, float]:
@@ -206,6 +234,12 @@ def main() -> None:
         help="run on emulated hosts (local/testbed.py): a namespace and a --host-cpu CPU quota per host",
     )
     parser.add_argument("--valkey-cpu", type=float, default=0.4, help="cores of the bed's Valkey host")
+    parser.add_argument(
+        "--step-interval",
+        type=float,
+        default=None,
+        help="the executors' spec.batching.interval in seconds (default: the spec's); 0 steps again at once",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ as it is")
     parser.add_argument(
         "--executor-heap",
@@ -218,7 +252,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ[MEMORY_ENV] = args.executor_heap
     console = Console(width=150)
-    top = vwap(args.records)
+    top = vwap(args.records, args.step_interval)
     if args.testbed:
         # The file's rates load 1-core planning hosts; on a bed the hosts have --host-cpu cores, and the
         # rates scale with them so each plan loads its hosts as it does there (unscaled, 0.4-core hosts
@@ -243,9 +277,15 @@ def main() -> None:
                         flush=True,
                     )
                     none_plan = plan_topology(top.spec, cluster, algorithm="none")
-                    none_rate, none_stats, none_placement = measure(top, none_plan, work / "none", bed)
-                    print(f"  none: {len(none_plan.pes)} PEs, {none_rate:,.0f} records/s", flush=True)
-                    runs = {"none": [Run("none", 0, None, len(none_plan.pes), none_rate)]}
+                    none_rate, none_stats, none_placement, throttled = measure(
+                        top, none_plan, work / "none", bed
+                    )
+                    none_run = Run("none", 0, None, len(none_plan.pes), none_rate, throttled)
+                    print(
+                        f"  none: {len(none_plan.pes)} PEs, {none_rate:,.0f} records/s{held_back(none_run)}",
+                        flush=True,
+                    )
+                    runs = {"none": [none_run]}
                     for fusion in ("fint", "cola"):
                         runs[fusion] = series(
                             top, cluster, fusion, args.iterations, (none_stats, none_placement), work, bed
@@ -265,13 +305,18 @@ def main() -> None:
 
 
 def settings(args: argparse.Namespace) -> dict[str, object]:
-    """What makes two series comparable: the bed, the planning hosts' cores, iterations and records."""
+    """What makes two series comparable: the bed, the planning hosts' cores, iterations and records, and
+    the two runtime settings that moved its figures (2026-12-07: NONE doubled its throughput on the bed
+    from one to the other): the executors' step interval (``spec.batching.interval``: an executor that
+    keeps up waits instead of stepping again at once) and their JIT's compile thresholds."""
     return {
         "testbed": args.testbed,
         "host_cpu": args.host_cpu,
         "valkey_cpu": args.valkey_cpu if args.testbed else None,
         "iterations": args.iterations,
         "records": args.records,
+        "step_interval": vwap(args.records, args.step_interval).spec.batching.interval,
+        "jit_scaling": jit_scaling(),
     }
 
 
@@ -408,6 +453,7 @@ def report(
         f"FINT {[r.pes for r in results[hosts][0]['fint']]}, COLA {[r.pes for r in results[hosts][0]['cola']]}."
         for hosts in measured
     ]
+    pes += [line for hosts in measured if (line := throttling(hosts, results[hosts]))]
     verdicts = []
     for hosts_, series_ in results.items():
         none_runs = nones(series_)
@@ -429,6 +475,7 @@ def report(
         f".venv/bin/python bench/cola_throughput.py --hosts {' '.join(map(str, args.hosts))} --host-cpu "
         f"{args.host_cpu:g} --iterations {args.iterations} --repeats N --records {args.records}"
         + (f" --testbed --valkey-cpu {args.valkey_cpu:g}" if args.testbed else "")
+        + (f" --step-interval {args.step_interval:g}" if args.step_interval is not None else "")
     )
     where = (
         f"each host a network namespace with a {args.host_cpu:g}-core CPU quota, Valkey on its own "
@@ -440,7 +487,9 @@ def report(
         *header(command, where),
         "",
         f"VWAP with symbol group a of examples/vwap.yaml ({len(top.spec.operators)} operators, "
-        f"{args.records:,} source records, all due at once). Throughput = source records / wall seconds "
+        f"{args.records:,} source records, all due at once; executors that keep up wait "
+        f"{top.spec.batching.interval:g} s between steps at most, spec.batching.interval, and their JITs "
+        f"compile at {jit_scaling():g}x HotSpot's thresholds). Throughput = source records / wall seconds "
         "from the routing version to every sink's end of stream. Each cell: the median over the repeats, "
         "relative to NONE's median of the same host count, and the range (min-max); 1st, 1st-local and Max "
         "are chosen within each series. A verdict is beat when every run is above every run it is held "
@@ -466,6 +515,24 @@ def report(
     ]
     if not args.no_write:
         write_section(section, lines)
+
+
+def throttling(hosts: int, series_: list[dict[str, list[Run]]]) -> str | None:
+    """How often the bed's CPU quotas held each plan back, from the runs that measured it (None if none)."""
+    parts = []
+    for fusion in ("none", "fint", "cola"):
+        runs = [r for s in series_ for r in s[fusion] if r.throttled]
+        if runs:
+            busiest = statistics.median(max(v for h, v in r.throttled.items() if h != "valkey") for r in runs)
+            valkey = statistics.median(r.throttled.get("valkey", 0.0) for r in runs)
+            parts.append(f"{fusion.upper()} {busiest:.0%} / {valkey:.0%} ({len(runs)} runs)")
+    if not parts:
+        return None
+    return (
+        f"PEs held back by their hosts' CPU quotas at {hosts} hosts (the share of 100 ms periods with work "
+        "in which a host used its whole quota over a run, the kernel's nr_throttled / nr_periods; median "
+        "over runs, the busiest executor host / Valkey's host): " + ", ".join(parts) + "."
+    )
 
 
 def earlier(

@@ -147,6 +147,15 @@ class EmulatedHosts:
     def cluster(self) -> Cluster:
         return self.spec.cluster()
 
+    def periods(self) -> dict[str | None, tuple[int, int]]:
+        """Per host (None: the Valkey host): CFS periods with work so far, and those in which the host used
+        its whole CPU quota (:meth:`_CpuGroups.periods`). Two readings' difference says how often a host
+        was held back by its capacity between them."""
+        return {
+            host: self.groups.periods(self.namespace(host))
+            for host in [None, *(h.name for h in self.spec.hosts)]
+        }
+
     # ------------------------------------------------------------------------------------ building
 
     def __enter__(self) -> EmulatedHosts:
@@ -295,6 +304,14 @@ class _CpuGroups:
 
     def procs(self, host: str) -> str:
         return str(self.root / host / "cgroup.procs")
+
+    def periods(self, host: str) -> tuple[int, int]:
+        """(CFS periods in which ``host`` had work, periods in which it used its whole quota) so far: the
+        kernel's ``nr_periods`` and ``nr_throttled`` of ``cpu.stat``, in both cgroup versions."""
+        fields = dict(
+            line.split() for line in _read(self.root / host / "cpu.stat").splitlines() if line.strip()
+        )
+        return int(fields.get("nr_periods", 0)), int(fields.get("nr_throttled", 0))
 
     def pids(self) -> list[int]:
         return [
