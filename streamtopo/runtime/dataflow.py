@@ -23,17 +23,15 @@ from collections import defaultdict
 from collections.abc import Callable
 from functools import reduce
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from streamtopo.contracts import parse_unit, unit_key
-from streamtopo.planner.graph import partition_key, unit_edges
-from streamtopo.planner.source_layout import layout
+from streamtopo.contracts import unit_key
+from streamtopo.planner.graph import partition_key
 from streamtopo.runtime import sinks
-from streamtopo.runtime.emit import Emit
 from streamtopo.runtime.flows import (
     COMBINED,
     Delivery,
@@ -44,8 +42,10 @@ from streamtopo.runtime.flows import (
     StepOutcome,
     consumed,
 )
+from streamtopo.runtime.generation import Generation
 from streamtopo.runtime.hosting import Hosted
-from streamtopo.runtime.metrics import SourcePace, observe_all
+from streamtopo.runtime.inputs import Inputs
+from streamtopo.runtime.metrics import observe_all
 from streamtopo.runtime.operators import OperatorResult, RecordError, combine_inputs
 from streamtopo.runtime.operators.base import Batch, is_spark, materialize
 from streamtopo.runtime.operators.records import (
@@ -60,57 +60,30 @@ from streamtopo.runtime.operators.records import (
     to_spark,
 )
 from streamtopo.runtime.operators.sink import SinkOperator
-from streamtopo.runtime.operators.source import SourceOperator
 from streamtopo.runtime.operators.state import frame_to_ipc
-from streamtopo.runtime.operators.windows import closing_windows
-from streamtopo.runtime.pacing import SourceBudget
 from streamtopo.runtime.partitioning import route
-from streamtopo.runtime.scheduling import DEFAULT_RECORD_BYTES, Backlog, Scheduler, UnitLoad
 from streamtopo.runtime.state_store import Commit, StateStore
 from streamtopo.runtime.transport import (
     Entry,
     MalformedEntry,
     entry_fields,
-    queued_rows,
-    read_entries,
 )
 
 log = logging.getLogger("streamtopo.executor")
 T = TypeVar("T")
 
 
-class Dataflow(Emit):
-    """The per-step dataflow of an executor (see the module docstring)."""
+class Dataflow(Inputs, Generation):
+    """The per-step dataflow of an executor (see the module docstring): reading (inputs.py) and generating
+    (generation.py) its input, running its operators, routing their output (emit.py), one commit."""
 
-    name: str
-    clock: Callable[[], float]
     order: list[str]
-    scheduler: Scheduler
-    waiting: dict[str, float]
-    client: Any
     store: StateStore
-    t0: float
     _whole_stage: bool | None
     small_step: bool
     output_dir: Path | None
-    _producers: dict[str, dict[int, list[str]]]
-    _closes: dict[str, tuple[tuple[float, float], ...]]
-    pacing: SourceBudget
-    behind: bool
-    """The last step left input for the next: a generator unit records due beyond what it took, a stream
-    entries beyond what it read (the executor steps again at once, not after ``spec.batching.interval``)."""
 
     # ------------------------------------------------------------------------------------- topology
-
-    def producers(self, op: str, kg: int) -> list[str]:
-        """Units whose watermarks bound unit (op, kg)'s: every upstream unit with an edge into it."""
-        if op not in self._producers:
-            table: dict[int, list[str]] = defaultdict(list)
-            for u in self.spec.operator(op).inputs:
-                for i, j, _ in unit_edges(self.spec, u, op):
-                    table[j].append(unit_key((u, i)))
-            self._producers[op] = table
-        return self._producers[op][kg]
 
     def _sink_path(self, op: str, kg: int) -> Path | None:
         operator = self.spec.operator(op)
@@ -185,159 +158,6 @@ class Dataflow(Emit):
         self.pacing.end(self.clock())
         return outcome
 
-    def _read_inputs(self) -> tuple[dict[str, list[tuple[str, Entry]]], dict[str, int]]:
-        """Every hosted unit's new entries, in one pipelined round trip, and the entries each stream may
-        give this step: all (up to ``max_entries``) unless the queues hold more than a step's budget and
-        C-MR's policy decides (runtime/scheduling.py)."""
-        owners = [(key, stream) for key, unit in self.hosted.items() for stream in self._input_streams(unit)]
-        counts = self._allotments(owners)
-        requests = [
-            (stream, self.hosted[key].rec.offsets.get(stream, "0-0"), counts[stream])
-            for key, stream in owners
-            if counts[stream] > 0
-        ]
-        out: dict[str, list[tuple[str, Entry]]] = defaultdict(list)
-        kept = [(key, stream) for key, stream in owners if counts[stream] > 0]
-        for (key, stream), entries in zip(kept, read_entries(self.client, requests)):
-            out[key].extend((stream, e) for e in entries)
-            self.behind |= len(entries) >= counts[stream]  # the stream may hold more
-        return out, counts
-
-    def _read_late(
-        self, units: list[Hosted], inputs: dict[str, list[tuple[str, Entry]]], allotted: dict[str, int]
-    ) -> None:
-        """Add the entries other executors appended for ``units`` since the step began, just before the
-        units run. A record crossing executors waits for the receiver's next step to begin; an operator late
-        in a step would otherwise leave what arrived meanwhile for the step after. Only streams some other
-        executor feeds, within each stream's allotment; one pipelined round trip."""
-        requests, owners = [], []
-        for unit in units:
-            for stream in self._remote_streams(unit):
-                got = [entry for s, entry in inputs.get(unit.key, []) if s == stream]
-                room = allotted.get(stream, 0) - len(got)
-                if room > 0:
-                    requests.append(
-                        (stream, got[-1].id if got else unit.rec.offsets.get(stream, "0-0"), room)
-                    )
-                    owners.append((unit.key, stream))
-        for (key, stream), entries, (_, _, room) in zip(
-            owners, read_entries(self.client, requests), requests
-        ):
-            inputs[key].extend((stream, e) for e in entries)
-            self.behind |= len(entries) >= room
-
-    def _allotments(self, owners: list[tuple[str, str]]) -> dict[str, int]:
-        """Entries to read per stream: all (up to ``max_entries``) unless a policy must choose. The queues'
-        record counters come first (one command); only when they exceed the step's budget are the queues
-        probed (first unread entry and length per stream) and the units' loads weighed: an executor
-        hosting hundreds of units would otherwise pay a thousand commands every loop, idle or not."""
-        internal = [(key, stream) for key, stream in owners if stream.startswith(self.keys.prefix)]
-        # While units wait to be acquired, a released unit pauses until this step ends: read little.
-        limit = self.config.handover_entries if self.waiting else self.config.max_entries
-        counts = {stream: limit for _, stream in owners}
-        if self.config.scheduling == "all" or not internal:
-            return counts
-        queued = [max(0, int(n or 0)) for n in self.client.hmget(self.keys.backlog, [s for _, s in internal])]
-        if self.scheduler.fits(sum(queued)):  # rows never exceed records (transport.queued_rows)
-            return counts
-        pipe = self.client.pipeline(transaction=False)
-        for key, stream in internal:
-            after = self.hosted[key].rec.offsets.get(stream, "0-0")
-            pipe.xrange(stream, min=f"({after}" if after != "0-0" else "-", max="+", count=1)
-            pipe.xlen(stream)
-        rest = pipe.execute()
-        backlogs: dict[str, list[Backlog]] = defaultdict(list)
-        for i, (key, stream) in enumerate(internal):
-            first, length = rest[2 * i], rest[2 * i + 1]
-            front = int(first[0][0].split(b"-")[0]) / 1000 if first else None
-            rows = queued_rows(queued[i], first[0][1] if first else None)
-            backlogs[key].append(Backlog(stream, rows, int(length), front))
-        hosting = {unit.op for unit in self.hosted.values()}
-        loads = [self._load_of(self.hosted[key], hosting) for key in backlogs]
-        counts.update(self.scheduler.entries(loads, backlogs, limit))
-        # A stream the policy gives nothing this step waits with its entries (one it gives some to is
-        # behind if it fills its allotment: _read_inputs).
-        self.behind |= any(
-            counts[b.stream] == 0 and b.records > 0 for queue in backlogs.values() for b in queue
-        )
-        if self.scheduler.last_policy is not None:
-            self.metrics.scheduling.labels(self.keys.topology, self.name, self.scheduler.last_policy).inc()
-        return counts
-
-    def _load_of(self, unit: Hosted, hosting: set[str]) -> UnitLoad:
-        """``hosting``: the operators this executor hosts a unit of."""
-        op = self.spec.operator(unit.op)
-        in_bytes = max(
-            (self.spec.operator(u).record_bytes or DEFAULT_RECORD_BYTES for u in op.inputs),
-            default=DEFAULT_RECORD_BYTES,
-        )
-        local = sum(1 for v in self.downstream[unit.op] if v in hosting)
-        return UnitLoad(
-            unit.key,
-            unit.op,
-            in_bytes,
-            (op.record_bytes or DEFAULT_RECORD_BYTES) * local,
-            unit.rec.records_in,
-            unit.rec.records_out,
-            unit.busy,
-            len(unit.rec.state),
-        )
-
-    def _remote_streams(self, unit: Hosted) -> list[str]:
-        """Input streams of ``unit`` that a unit of another executor writes (a source's have none)."""
-        op = self.spec.operator(unit.op)
-        if op.kind == "source":
-            return []
-        remote = {parse_unit(p)[0] for p in self.producers(unit.op, unit.kg) if p not in self.hosted}
-        return [self.keys.stream(u, unit.op, unit.kg) for u in op.inputs if u in remote]
-
-    def _input_streams(self, unit: Hosted) -> list[str]:
-        op = self.spec.operator(unit.op)
-        if op.source is not None:
-            return [self.keys.sink_stream(op.source.stream)] if op.source.stream is not None else []
-        return [self.keys.stream(u, unit.op, unit.kg) for u in op.inputs]
-
-    def _generates(self, op: str) -> bool:
-        operator = self.spec.operator(op)
-        return operator.source is not None and operator.source.generator is not None
-
-    def _paces(self, units: list[Hosted]) -> dict[int, SourcePace]:
-        """Each generator unit's pacing: its records come due as wall time passes, and are released at
-        the ends of the windows that alone see them while few (SourcePace.released)."""
-        op = units[0].op
-        source = self.spec.operator(op).source
-        assert source is not None  # only generator units are paced
-        if op not in self._closes:
-            self._closes[op] = tuple((w.slide, w.size) for w in closing_windows(self.spec, op))
-        return {
-            u.kg: SourcePace(
-                self.t0,
-                source.rate_per_second,
-                layout(self.spec, op, u.kg),
-                source.count,
-                self._closes[op],
-                self.config.held_records,
-            )
-            for u in units
-        }
-
-    def _requests(
-        self, units: list[Hosted], paces: dict[int, SourcePace], now: float
-    ) -> tuple[list[tuple[int, Any, int]], bool]:
-        """(kg, state, records) each unfinished generator unit takes this step: what is due, up to the cap;
-        and whether a unit leaves records due (the step is then :attr:`behind`)."""
-        cap = min(self._source_cap(units[0].op, len(units)), self._paced(units[0].op, len(units)))
-        due = {
-            u.kg: max(0, paces[u.kg].releasable(now, u.rec.emitted) - u.rec.emitted)
-            for u in units
-            if u.rec.watermark != math.inf
-        }
-        taken = [(u.kg, u.state, min(due[u.kg], cap)) for u in units if u.kg in due]
-        return taken, any(n > cap for n in due.values())
-
-    def _due(self, units: list[Hosted], now: float) -> int:
-        return sum(n for _, _, n in self._requests(units, self._paces(units), now)[0])
-
     def _plan_for(self, records: int) -> None:
         """How a step of ``records`` runs. Whole-stage code generation only for steps of many records: a
         query whose code differs from every earlier one (a source's range bounds, a batch's own plan) is
@@ -352,37 +172,6 @@ class Dataflow(Emit):
         if whole_stage != self._whole_stage:
             self.spark.conf.set("spark.sql.codegen.wholeStage", str(whole_stage).lower())
             self._whole_stage = whole_stage
-
-    def _generate(self, units: list[Hosted], now: float) -> Produced:
-        """Records whose event time has come: seq/rate <= now - t0 (sources are paced by wall time).
-
-        One lazy Spark frame for all the units; it stays in the JVM unless a consumer needs pandas."""
-        operator = self.operators[units[0].op]
-        assert isinstance(operator, SourceOperator)  # only source units generate
-        paces = self._paces(units)
-        requests, left = self._requests(units, paces, now)
-        self.behind |= left
-        frame, emitted = operator.generate(self.spark, requests) if requests else (None, {})
-        if frame is not None and self.eager:
-            frame = materialize(frame)
-        out: dict[str, tuple[int | None, float]] = {}
-        counts: dict[str, int] = {}
-        for unit in units:
-            if unit.kg not in emitted:
-                continue
-            n, state, wm = emitted[unit.kg]
-            if n == 0 and wm == unit.rec.watermark:
-                continue
-            unit.state = state
-            unit.rec.emitted += n
-            unit.rec.records_out += n
-            unit.rec.watermark = wm
-            self.metrics.unit(self.metrics.records_out, unit.op, unit.kg).inc(n)
-            out[unit.key], counts[unit.key] = (n, wm), n
-        for unit in units:  # backlog, oldest age and arrivals are read at scrape time (metrics.SourcePace)
-            self.metrics.source_progress(unit.op, unit.kg, paces[unit.kg], unit.rec.emitted)
-        self.pacing.generated(sum(counts.values()))
-        return Produced(frame, out, counts)
 
     def _shared(self, op: str, produced: Produced) -> Produced:
         """A lazy output several operators read, computed once (one Spark job) into the driver. Left lazy,
@@ -403,50 +192,11 @@ class Dataflow(Emit):
             self._sized_by_output(op, produced.took, sizes)
         return Produced(records, units, produced.work, _pandas=records)
 
-    def _source_cap(self, op: str, units: int) -> int:
-        """Records one unit of source ``op`` may generate this step at most: everything due up to a cap, so
-        the step follows the backlog. The cap is short while units wait to be acquired (a released unit
-        pauses until our next step ends); else a share of ``max_source_records`` while the records stay
-        in the JVM (the step's one job bounds its length), of ``materialized_records`` when they must come
-        out (the heap bounds it). The pacing (:meth:`_paced`) may allow less."""
-        if self.waiting:
-            return self.config.handover_source_records
-        if not self.eager and self._stays_in_jvm(op):
-            return max(1, self.config.max_source_records // units)
-        return max(1, self.config.materialized_records // units)
-
-    def _paced(self, op: str, units: int) -> int:
-        """Records one unit of source ``op`` may take by the pacing (pacing.py): a few seconds of what the
-        executor carries (a quarter second while it waits to acquire units), split over its generators
-        by rate; nothing while the topology's queues are full (backpressure through the lag)."""
-        if self.pacing.backpressured(self.client, self.keys.backlog, self.clock()):
-            return 0
-        hosted = {u.op for u in self.hosted.values() if self._generates(u.op)}
-        rates = {o: self.spec.operator(o).source for o in hosted}
-        total = sum(source.rate_per_second for source in rates.values() if source is not None)
-        own = self.spec.operator(op).source
-        share = own.rate_per_second / total if own is not None and total > 0 else 1.0
-        return max(1, int(self.pacing.records(bool(self.waiting)) * share) // units)
-
-    def _stays_in_jvm(self, op: str) -> bool:
-        """Whether ``op``'s output never reaches Python this step: each consumer folds it into partials in
-        this JVM (an aggregate, wherever it runs), or takes it lazily here and passes it on likewise."""
-        return all(self._kept_in_jvm_by(op, v) for v in self.downstream[op])
-
     def _taken_out_by_all(self, op: str) -> bool:
         """Whether every reader of ``op``'s output takes its share of it out of the JVM this step (VWAP's
         cleaned quotes: each group's filter feeds a join, which runs in pandas): then one job for all
         costs less than one per reader, each regenerating the chain before it."""
         return not any(self._kept_in_jvm_by(op, v) for v in self.downstream[op])
-
-    def _kept_in_jvm_by(self, op: str, v: str) -> bool:
-        """Whether reader ``v`` keeps ``op``'s output in the JVM: it folds it into partials there, or takes
-        it lazily on this executor and its own output stays in the JVM likewise."""
-        if self.operators[v].combines:
-            return True
-        mine = [unit.kg for unit in self.hosted.values() if unit.op == op]
-        fed = {unit_key((v, j)) for kg in mine for j in self.dests(op, kg).get(v, [])}
-        return self.operators[v].lazy_input and fed <= set(self.hosted) and self._stays_in_jvm(v)
 
     def _consume(
         self,
