@@ -306,9 +306,10 @@ def main() -> None:
 
 def settings(args: argparse.Namespace) -> dict[str, object]:
     """What makes two series comparable: the bed, the planning hosts' cores, iterations and records, and
-    the two runtime settings that moved its figures (2026-12-07: NONE doubled its throughput on the bed
-    from one to the other): the executors' step interval (``spec.batching.interval``: an executor that
-    keeps up waits instead of stepping again at once) and their JIT's compile thresholds."""
+    the executors' settings that change what a step costs: their step interval (``spec.batching.interval``;
+    the runtime before it stepped again at once, 0 s) and their JIT's compile thresholds (HotSpot's, 1,
+    before runtime/spark.py scaled them). NONE's throughput on the bed doubled between the series of
+    2026-12-02 and those of 2026-12-07, so series of other runtimes are kept apart."""
     return {
         "testbed": args.testbed,
         "host_cpu": args.host_cpu,
