@@ -132,6 +132,12 @@ class Run:
     """On the bed, per host (``valkey``: Valkey's): the share of CFS periods with work in which the host
     used its whole CPU quota over the run (EmulatedHosts.periods): how often its capacity held it back."""
 
+    @property
+    def busiest(self) -> tuple[str, float] | None:
+        """The executor host most often held back and its throttled share (None off the bed)."""
+        hosts = [(h, share) for h, share in self.throttled.items() if h != "valkey"]
+        return max(hosts, key=lambda pair: pair[1]) if hosts else None
+
 
 def measure(
     top: StreamTopology, plan: Plan, work: Path, bed: EmulatedHosts | None = None
@@ -196,12 +202,11 @@ def series(
 
 def held_back(run: Run) -> str:
     """``run``'s throttling on the bed in words: its busiest executor host's share and Valkey's host's."""
-    hosts = {h: share for h, share in run.throttled.items() if h != "valkey"}
-    if not hosts:
+    if run.busiest is None:
         return ""
-    busiest = max(hosts, key=hosts.__getitem__)
+    host, share = run.busiest
     return (
-        f"; throttled in {hosts[busiest]:.0%} of its periods on {busiest} (the busiest host), "
+        f"; throttled in {share:.0%} of its periods on {host} (the busiest host), "
         f"{run.throttled.get('valkey', 0.0):.0%} on Valkey's"
     )
 
@@ -522,9 +527,9 @@ def throttling(hosts: int, series_: list[dict[str, list[Run]]]) -> str | None:
     """How often the bed's CPU quotas held each plan back, from the runs that measured it (None if none)."""
     parts = []
     for fusion in ("none", "fint", "cola"):
-        runs = [r for s in series_ for r in s[fusion] if r.throttled]
+        runs = [r for s in series_ for r in s[fusion] if r.busiest is not None]
         if runs:
-            busiest = statistics.median(max(v for h, v in r.throttled.items() if h != "valkey") for r in runs)
+            busiest = statistics.median(r.busiest[1] for r in runs if r.busiest is not None)
             valkey = statistics.median(r.throttled.get("valkey", 0.0) for r in runs)
             parts.append(f"{fusion.upper()} {busiest:.0%} / {valkey:.0%} ({len(runs)} runs)")
     if not parts:
