@@ -360,7 +360,13 @@ class Worker:
 
 @contextmanager
 def streamtopo_engine(
-    url: str, work: Path, executors: int, shapes: list[str], records: int, keyed: bool = False
+    url: str,
+    work: Path,
+    executors: int,
+    shapes: list[str],
+    records: int,
+    keyed: bool = False,
+    interval: float | None = None,
 ) -> Iterator[Run]:
     """k executor processes over one topology holding every run's pipeline (one JVM start each)."""
     name = f"peers-{'keyed-' if keyed else ''}{executors}"
@@ -371,6 +377,7 @@ def streamtopo_engine(
             for shape in shapes
             for tag, n in sizes(shape, records)
         ],
+        interval,
     )
     os.environ[UDF_PATH_ENV] = str(ROOT / "bench")  # the executors import the udf shape's function
     with PeerGroup(top, work / name, url, executors, clock=time.time() - 86400) as group:
@@ -483,7 +490,13 @@ def bench(args: argparse.Namespace, work: Path, done: Callable[[list[Point]], No
             progress.update(task, description=f"{ENGINE_NAMES[engine]} {parallelism}: starting")
             if engine in ("streamtopo", "keyed"):
                 context = streamtopo_engine(
-                    valkey.url, work, parallelism, args.shapes, args.records, keyed=engine == "keyed"
+                    valkey.url,
+                    work,
+                    parallelism,
+                    args.shapes,
+                    args.records,
+                    keyed=engine == "keyed",
+                    interval=args.interval,
                 )
             else:
                 python = args.flink_python if engine == "flink" else sys.executable
@@ -717,6 +730,12 @@ def main() -> None:
         "--keyed-ingest",
         action="store_true",
         help="also streamtopo with its sources partitioned by key (keyBy on the source, issue 33 item 4)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=None,
+        help="streamtopo's spec.batching.interval in seconds (default: the model's)",
     )
     parser.add_argument("--no-write", action="store_true", help="print the table, leave docs/ alone")
     parser.add_argument(

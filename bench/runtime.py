@@ -367,12 +367,19 @@ def pauses(url: str, work: Path, sizes: list[int], repeats: int) -> list[tuple[i
 # ------------------------------------------------------------------------------------------- latency
 
 
-def latency(url: str, work: Path, rate: float, seconds: float) -> tuple[float, float]:
+def latency(
+    url: str, work: Path, rate: float, seconds: float, config: ExecutorConfig | None = None
+) -> tuple[float, float]:
+    """p50 and p99 sink latency of one executor at ``rate`` records/s for ``seconds``."""
     top = topology("bench-latency", rate=rate, count=int(rate * seconds))
     spec = top.spec
     units = {(op.name, kg): "ex-0" for op in spec.operators for kg in range(spec.key_groups_of(op.name))}
     write(work / "routing-latency.json", routing_for(top, units))
-    run = Threaded(Executor(top, work / "routing-latency.json", "ex-0", url, output_dir=work / "out-latency"))
+    run = Threaded(
+        Executor(
+            top, work / "routing-latency.json", "ex-0", url, output_dir=work / "out-latency", config=config
+        )
+    )
     while not finished(run.executor.store, top):
         time.sleep(0.1)
     run.close()
@@ -489,14 +496,15 @@ def pipeline(prefix: str, crossing: str, count: int | None, rate: float) -> list
     ]
 
 
-def pipelines_topology(name: str, pipelines: list[list[dict]]) -> StreamTopology:
-    """One topology holding several pipelines, so one group of executors (one JVM start) runs them all."""
-    return StreamTopology.model_validate(
-        {
-            "metadata": {"name": name},
-            "spec": {"keyGroups": KEY_GROUPS, "operators": [op for ops in pipelines for op in ops]},
-        }
-    )
+def pipelines_topology(
+    name: str, pipelines: list[list[dict]], interval: float | None = None
+) -> StreamTopology:
+    """One topology holding several pipelines, so one group of executors (one JVM start) runs them all;
+    ``interval`` sets ``spec.batching.interval`` (seconds; None: the default)."""
+    spec: dict = {"keyGroups": KEY_GROUPS, "operators": [op for ops in pipelines for op in ops]}
+    if interval is not None:
+        spec["batching"] = {"interval": interval}
+    return StreamTopology.model_validate({"metadata": {"name": name}, "spec": spec})
 
 
 def round_robin(ops: list[Operator], spec: StreamTopologySpec, executors: int) -> dict[tuple[str, int], str]:

@@ -293,15 +293,32 @@ class Executor(Handover, Dataflow):
         after this one began, or sooner where steps are quick: at most ``1 / busy_share`` times this
         step's length after it began, so a light pipeline keeps its sub-second latency while the fixed
         cost stays within ``busy_share`` of the executor's time. No pause while the step was
-        :attr:`behind` or units move (a hand-over waits for our steps); a new routing ends it (looked
-        for every ``idle_sleep`` x 5, a ``stat``)."""
-        if self.behind or self.waiting or self.leaving:
+        :attr:`behind`, units move (a hand-over waits for our steps) or the end of a finite input is
+        passing through (:attr:`finishing`); a new routing ends it (looked for every ``idle_sleep`` x 5,
+        a ``stat``)."""
+        if self.behind or self.waiting or self.leaving or self.finishing:
             return
         took = self.clock() - began
         deadline = began + min(self.spec.batching.interval, took / self.config.busy_share)
         while (left := deadline - self.clock()) > 0 and not self._routing_changed():
             if stop.wait(min(left, 5 * self.config.idle_sleep)):
                 return
+
+    @property
+    def finishing(self) -> bool:
+        """Whether a hosted unit has heard end of stream from one producer and still waits for another's.
+
+        Its last records then come in the producers' last steps, and a pause would hold each of them up
+        to ``interval`` per executor they pass: a finite run of two executors took 1.6x one's wall time
+        (docs/benchmarks.md, "Peers at 1 and 2 executors after the JIT change"). Without the pause the
+        next step runs at once or, without work, :meth:`_idle` blocks until the entries arrive. A unit
+        that reads one finite and one unbounded input stays finishing, and its executor steps as it did
+        before the interval."""
+        return any(
+            unit.rec.watermark != math.inf
+            and any(wm == math.inf for producer, wm in unit.rec.wm_in.items() if producer != "*")
+            for unit in self.hosted.values()
+        )
 
     def _idle(self, stop: threading.Event) -> None:
         """Wait after a step without work. Only new entries can bring work once no unit moves and every

@@ -45,6 +45,7 @@ from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.executor import Executor, ExecutorConfig
 from streamtopo.runtime.flows import Flow
 from streamtopo.runtime.handover import Pause
+from streamtopo.runtime.hosting import Hosted
 from streamtopo.runtime.operators.base import LazyFailure, OperatorError
 from streamtopo.runtime.operators.state import ipc_to_frame
 from streamtopo.runtime.state_store import Fenced, StateStore, UnitRecord
@@ -198,10 +199,19 @@ class PausingClock:
         return False
 
 
-def pausing(clock: PausingClock, interval: float, behind=False, moving=False, busy_share=0.25, routed=None):
+def pausing(
+    clock: PausingClock,
+    interval: float,
+    behind=False,
+    moving=False,
+    busy_share=0.25,
+    routed=None,
+    finishing=False,
+):
     """What Executor._pause reads of an executor; ``routed()`` says whether the routing file changed."""
     return SimpleNamespace(
         behind=behind,
+        finishing=finishing,
         waiting={"totals/0": 0.0} if moving else {},
         leaving={},
         spec=SimpleNamespace(batching=SimpleNamespace(interval=interval)),
@@ -212,23 +222,42 @@ def pausing(clock: PausingClock, interval: float, behind=False, moving=False, bu
 
 
 @pytest.mark.parametrize(
-    "took, interval, behind, moving, waited",
+    "took, interval, behind, moving, finishing, waited",
     [
-        (0.1, 4.0, False, False, 0.3),  # quick step: up to 1 / busy_share (4x) its length from its start
-        (2.0, 4.0, False, False, 2.0),  # slow step: the interval caps it
-        (5.0, 4.0, False, False, 0.0),  # longer than the interval: the next at once
-        (0.1, 0.0, False, False, 0.0),  # 0s: step again at once
-        (0.1, 4.0, True, False, 0.0),  # behind: at once
-        (0.1, 4.0, False, True, 0.0),  # units moving: at once
+        (0.1, 4.0, False, False, False, 0.3),  # quick: up to 1 / busy_share (4x) its length from its start
+        (2.0, 4.0, False, False, False, 2.0),  # slow step: the interval caps it
+        (5.0, 4.0, False, False, False, 0.0),  # longer than the interval: the next at once
+        (0.1, 0.0, False, False, False, 0.0),  # 0s: step again at once
+        (0.1, 4.0, True, False, False, 0.0),  # behind: at once
+        (0.1, 4.0, False, True, False, 0.0),  # units moving: at once
+        (2.0, 4.0, False, False, True, 0.0),  # a finite input's end passing through: at once
     ],
 )
 def test_the_pause_waits_until_min_interval_and_four_steps_after_a_step_began(
-    took, interval, behind, moving, waited
+    took, interval, behind, moving, finishing, waited
 ):
     clock = PausingClock(100.0 + took)
-    Executor._pause(pausing(clock, interval, behind, moving), clock, 100.0)  # type: ignore[arg-type]
+    executor = pausing(clock, interval, behind, moving, finishing=finishing)
+    Executor._pause(executor, clock, 100.0)  # type: ignore[arg-type]
     assert sum(clock.waits) == pytest.approx(waited)
     assert all(w <= 5 * ExecutorConfig().idle_sleep + 1e-9 for w in clock.waits)  # a routing is seen
+
+
+@pytest.mark.parametrize(
+    "watermark, wm_in, finishing",
+    [
+        (-math.inf, {"src/0": math.inf, "src/1": 3.0}, True),  # one producer ended, the other not yet
+        (-math.inf, {"src/0": 5.0, "src/1": 3.0}, False),  # none ended: the steady state
+        (math.inf, {"src/0": math.inf, "src/1": math.inf}, False),  # ended itself: the next run may pause
+        (-math.inf, {"*": math.inf, "sink/0": 2.0}, False),  # a named stream's "writers known" mark
+    ],
+)
+def test_a_unit_between_its_producers_ends_is_finishing(watermark, wm_in, finishing):
+    """Executor.finishing: true while a hosted unit has end of stream from some producers, not all."""
+    rec = UnitRecord(watermark=watermark, wm_in=wm_in)
+    quiet = Hosted("totals", 0, 1, UnitRecord(watermark=2.0, wm_in={"src/0": 2.0}), None)
+    executor = SimpleNamespace(hosted={"totals/0": quiet, "totals/1": Hosted("totals", 1, 1, rec, None)})
+    assert Executor.finishing.fget(executor) is finishing  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("routing_changes, stopped, waits", [(True, False, 2), (False, True, 1)])
