@@ -65,10 +65,10 @@ def timed(policy: str, state: AllocationState, max_migrations: int | None, confi
     return result, time.perf_counter() - start
 
 
-def policy_config(policy: str, budget: float):
+def policy_config(policy: str, budget: float, new_collocations: int = 1):
     """The MILP policies' config with ``budget`` deterministic time per solve (None for the others)."""
     milp = MilpConfig(deterministic_time=budget)
-    return {"milp": milp, "albic": AlbicConfig(milp=milp)}.get(policy)
+    return {"milp": milp, "albic": AlbicConfig(milp=milp, new_collocations=new_collocations)}.get(policy)
 
 
 def run_periods(
@@ -80,9 +80,10 @@ def run_periods(
     seed: int,
     progress=None,
     task=None,
+    new_collocations: int = 1,
 ) -> list[dict]:
     """Rebalance, apply, drift the loads (Sec. 5.3: 20 % of the nodes by +-2 %), repeat."""
-    config = policy_config(policy, budget)
+    config = policy_config(policy, budget, new_collocations)
     rows = []
     for period in range(periods):
         result, seconds = timed(policy, state, max_migrations, config, seed + period)

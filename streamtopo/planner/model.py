@@ -607,6 +607,9 @@ class AlbicSpec(Model):
     """stepPL, the back-off step."""
     score_factor: float = Field(default=1.5, gt=0)
     """sF: a pair is a collocation candidate when out > avg * sF."""
+    new_collocations: int = Field(default=1, ge=1, le=1000)
+    """New collocation constraints per round (Step 3 repeated on disjoint pairs within the migration
+    budget). 1 is the paper's; more collocates sooner (docs/albic.md, "New collocations per round")."""
 
 
 class ScalingRuleSpec(Model):

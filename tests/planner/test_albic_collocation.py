@@ -76,7 +76,7 @@ def three_case_state():
 def test_case_1_collocates_on_the_less_loaded_node(three_case_state):
     ix = index_state(three_case_state)
     pair = (("a", 0), ("b", 0))
-    new = improve_collocation(three_case_state, ix, Scores([], [(pair, 100.0)]), [], set(), 20, None, 0)
+    [new] = improve_collocation(three_case_state, ix, Scores([], [(pair, 100.0)]), [], set(), 20, None, 0)
     assert new.case == 1 and ix.names[new.node] == "e0" and new.members == sorted(pair)
 
 
@@ -84,13 +84,13 @@ def test_case_2_collocates_where_the_set_member_is(three_case_state):
     ix = index_state(three_case_state)
     pair = (("a", 0), ("b", 0))
     part = [("a", 0), ("a", 1)]  # a0 belongs to a collocated set on e1 (the busier node)
-    new = improve_collocation(
+    [new] = improve_collocation(
         three_case_state, ix, Scores([], [(pair, 100.0)]), [part], set(part), 20, None, 0
     )
     assert new.case == 2 and ix.names[new.node] == "e1"
     assert new.members == sorted([*part, ("b", 0)])
     part_b = [("b", 0), ("b", 1)]  # b0 in a set on e0
-    new = improve_collocation(
+    [new] = improve_collocation(
         three_case_state, ix, Scores([], [(pair, 100.0)]), [part_b], set(part_b), 20, None, 0
     )
     assert new.case == 2 and ix.names[new.node] == "e0"
@@ -101,7 +101,7 @@ def test_case_3_moves_both_partitions_to_the_less_loaded_node(three_case_state):
     pair = (("a", 0), ("b", 0))
     parts = [[("a", 0), ("a", 1)], [("b", 0), ("b", 1)]]
     sets = {m for p in parts for m in p}
-    new = improve_collocation(three_case_state, ix, Scores([], [(pair, 100.0)]), parts, sets, 20, None, 0)
+    [new] = improve_collocation(three_case_state, ix, Scores([], [(pair, 100.0)]), parts, sets, 20, None, 0)
     assert new.case == 3 and ix.names[new.node] == "e0"  # e0 holds 20 < e1's 30
     assert new.members == sorted(sets)
 
@@ -112,15 +112,48 @@ def test_a_pair_beyond_the_migration_limit_is_skipped(three_case_state):
     sets = {m for p in parts for m in p}
     pair = (("a", 0), ("b", 0))
     assert (
-        improve_collocation(three_case_state, ix, Scores([], [(pair, 100.0)]), parts, sets, 1, None, 0)
-        is None
+        improve_collocation(three_case_state, ix, Scores([], [(pair, 100.0)]), parts, sets, 1, None, 0) == []
     )
+
+
+def many_pairs_state(pairs: int = 6) -> AllocationState:
+    """``pairs`` pairs a_i -> b_i, a_i on e0 and b_i on e1, every pair apart; a_i sends 100 - i."""
+    loads = {(o, i): 1.0 for o in "ab" for i in range(pairs)}
+    where = {(o, i): "e0" if o == "a" else "e1" for o, i in loads}
+    return chain_state(loads, where, {(("a", i), ("b", i)): 100.0 - i for i in range(pairs)})
+
+
+@pytest.mark.parametrize("count, budget, chosen", [(1, 20, 1), (4, 20, 4), (10, 20, 6), (10, 3, 3)])
+def test_several_new_constraints_per_round_take_the_best_disjoint_pairs_within_the_budget(
+    count, budget, chosen
+):
+    """newCollocations > 1: Step 3 repeated in its order (the largest out() first) while the round's
+    forced moves together fit the migration budget (each case-1 pair moves one key group)."""
+    state = many_pairs_state()
+    ix = index_state(state)
+    scores = calc_scores(state, score_factor=1.0)
+    new = improve_collocation(state, ix, scores, [], set(), budget, None, 0, count)
+    assert [c.pair for c in new] == [(("a", i), ("b", i)) for i in range(chosen)]
+    assert len({m for c in new for m in c.members}) == 2 * chosen  # no key group in two constraints
+    nodes = [ix.names[c.node] for c in new]
+    assert nodes.count("e0") and nodes.count("e1") or chosen == 1  # each added load steers the next
+
+
+def test_a_round_with_several_new_constraints_collocates_them_all():
+    state = many_pairs_state()
+    config = AlbicConfig(milp=MILP, score_factor=1.0, new_collocations=4)
+    result = albic_rebalance(state, max_migrations=8, config=config)
+    assert len(result.details["new_constraints"]) == 4
+    for c in result.details["new_constraints"]:
+        a, b = c["pair"]
+        assert result.assignment[a] == result.assignment[b] == c["executor"]
+    assert len(result.migrations) <= 8
 
 
 def test_round_collocates_the_best_pair(three_case_state):
     result = albic_rebalance(three_case_state, max_migrations=4, config=AlbicConfig(milp=MILP))
     assert result.assignment[("a", 0)] == result.assignment[("b", 0)] == "e0"
-    assert result.details["new_constraint"]["case"] == 1
+    assert [c["case"] for c in result.details["new_constraints"]] == [1]
     assert (("a", 0), ("b", 0)) in result.details["collocation_constraints"]
 
 
@@ -153,7 +186,7 @@ def test_backoff_reaches_the_plain_milp_when_nothing_else_works():
         backoff_state(), max_migrations=8, config=AlbicConfig(max_load_distance=0.0, milp=MILP)
     )
     assert result.details["max_partition_load"] <= 0
-    assert result.details["new_constraint"] is None
+    assert result.details["new_constraints"] == []
 
 
 def test_collocation_constraints_are_carried_across_rounds():
@@ -168,7 +201,7 @@ def test_collocation_constraints_are_carried_across_rounds():
     second = albic_rebalance(
         nxt, max_migrations=6, config=config.model_copy(update={"collocations": tuple(kept)}), seed=1
     )
-    pair = first.details["new_constraint"]["pair"]
+    [pair] = [c["pair"] for c in first.details["new_constraints"]]
     assert pair in second.details["collocation_constraints"]
     assert all(
         second.assignment[a] == second.assignment[b] for a, b in second.details["collocation_constraints"]

@@ -53,7 +53,7 @@ def decision(result: Rebalance) -> tuple:
         d["solver_status"],
         d["rounds"],
         d["deterministic_time"],
-        d["new_constraint"],
+        d["new_constraints"],
         d["collocation_constraints"],
         d["trace"],
     )

@@ -10,7 +10,9 @@ edge weight = out(g_i, g_j); parts still violating a bound are partitioned again
 Step 3 (lines 22-32): the pair with the largest out() in toBeColGrps (ties broken at random, seeded)
 gets one collocation constraint: case 1 neither in a set -> both on the less loaded of n1, n2; case 2
 one in a set -> both on that one's node (its partition with it); case 3 both in sets -> both partitions
-on the less loaded node.
+on the less loaded node. ``newCollocations`` > 1 repeats Step 3 in that order over pairs whose members
+no earlier constraint of the round holds, while the forced moves together fit the migration budget
+(beyond the paper, whose one pair per round caps what 20 rounds can collocate: docs/albic.md).
 Step 4 (lines 34-37): solve the MILP; while the load distance exceeds maxLD, re-run with
 maxPL - stepPL; at maxPL <= 0 every key group is its own partition and ALBIC is the plain MILP.
 
@@ -182,10 +184,13 @@ def improve_collocation(
     max_migrations: int | None,
     max_cost: float | None,
     seed: int,
-) -> NewConstraint | None:
-    """Step 3 (lines 22-32): one new collocation constraint by the three cases."""
+    count: int = 1,
+) -> list[NewConstraint]:
+    """Step 3 (lines 22-32): a new collocation constraint by the three cases, for up to ``count`` pairs
+    (the paper: one) that share no key group, chosen in Step 3's order, while their forced moves together
+    fit the budget. Each choice adds its moved load to its node before the next picks "the less loaded"."""
     if not scores.to_be_col_grps:
-        return None
+        return []
     rng = np.random.default_rng(seed)
     part_of = {m: p for p in partitions for m in p}
     loads = np.bincount(ix.current, weights=ix.load, minlength=len(ix.names)) / ix.capacity
@@ -195,7 +200,12 @@ def improve_collocation(
     top = [p for p, v in ranked if v >= best]
     rest = [p for p, v in ranked if v < best]
     order = [top[i] for i in rng.permutation(len(top))] + rest
+    chosen: list[NewConstraint] = []
+    held: set[KeyGroupId] = set()
+    moved: list[KeyGroupId] = []
     for gi, gj in order:
+        if len(chosen) == count:
+            break
         n1, n2 = int(ix.current[ix.kg[gi]]), int(ix.current[ix.kg[gj]])
         a, b = gi in in_sets, gj in in_sets
         if not a and not b:
@@ -206,24 +216,34 @@ def improve_collocation(
             case, members, nodes = 2, [*part_of[gj], gi], [n2]
         else:
             case, members, nodes = 3, sorted({*part_of[gi], *part_of[gj]}), [n1, n2]
+        if held.intersection(members):
+            continue
         nodes = [n for n in sorted(set(nodes), key=lambda n: (loads[n], n)) if not ix.marked[n]]
         for node in nodes[:1]:
-            if _pin_feasible(state, ix, members, node, hosts, max_migrations, max_cost):
-                return NewConstraint((gi, gj), case, sorted(set(members)), node)
-    return None
+            moving = [m for m in members if ix.current[ix.kg[m]] != node]
+            if _pin_feasible(state, ix, members, [*moved, *moving], node, hosts, max_migrations, max_cost):
+                chosen.append(NewConstraint((gi, gj), case, sorted(set(members)), node))
+                held.update(members)
+                moved += moving
+                for m in moving:
+                    k = ix.kg[m]
+                    loads[ix.current[k]] -= ix.load[k] / ix.capacity[ix.current[k]]
+                    loads[node] += ix.load[k] / ix.capacity[node]
+    return chosen
 
 
 def _pin_feasible(
     state: AllocationState,
     ix: StateIndex,
     members: list[KeyGroupId],
+    moving: list[KeyGroupId],
     node: int,
     hosts: dict[str, str],
     max_migrations: int | None,
     max_cost: float | None,
 ) -> bool:
-    """Cheap checks that the forced move alone is allowed (migration bound, matching, memory)."""
-    moving = [m for m in members if ix.current[ix.kg[m]] != node]
+    """Cheap checks that the forced moves (``moving``: this round's so far, this one's included) are
+    allowed: migration bound, matching, memory."""
     if max_migrations is not None and len(moving) > max_migrations:
         return False
     if max_cost is not None and sum(ix.mc[ix.kg[m]] for m in moving) > max_cost + 1e-9:
@@ -270,18 +290,24 @@ def albic_rebalance(
         partitions = [p for s in sets for p in graph_part(s, load, mc, traffic, max_pl, max_cost)]
         new = (
             improve_collocation(
-                state, ix, scores, partitions, in_sets, max_migrations, max_migration_cost, seed
+                state,
+                ix,
+                scores,
+                partitions,
+                in_sets,
+                max_migrations,
+                max_migration_cost,
+                seed,
+                config.new_collocations,
             )
             if max_pl > 0
-            else None
+            else []
         )
         outcome = _solve(state, ix, partitions, new, max_migrations, max_migration_cost, config.milp, seed)
         spent, work = spent + outcome.seconds, work + _work(outcome)
-        if outcome.where is None and new is not None:
-            new = None
-            outcome = _solve(
-                state, ix, partitions, None, max_migrations, max_migration_cost, config.milp, seed
-            )
+        if outcome.where is None and new:
+            new = []
+            outcome = _solve(state, ix, partitions, [], max_migrations, max_migration_cost, config.milp, seed)
             spent, work = spent + outcome.seconds, work + _work(outcome)
         if outcome.where is None:
             break
@@ -297,14 +323,14 @@ def albic_rebalance(
         "trace": trace,
         "sets": len(sets),
         "partitions": sum(1 for p in partitions if len(p) > 1),
-        "new_constraint": None
-        if new is None
-        else {"pair": new.pair, "case": new.case, "executor": ix.names[new.node], "members": new.members},
-        "force_moves": new is not None,
+        "new_constraints": [
+            {"pair": c.pair, "case": c.case, "executor": ix.names[c.node], "members": c.members} for c in new
+        ],
+        "force_moves": bool(new),
         "deterministic_time": work,
     }
     result = solve_to_rebalance(state, ix, _with_seconds(outcome, spent), policy="albic", extra=details)
-    pairs = col_grps + ([new.pair] if new is not None else [])
+    pairs = col_grps + [c.pair for c in new]
     result.details["collocation_constraints"] = [
         p for p in dict.fromkeys(pairs) if result.assignment[p[0]] == result.assignment[p[1]]
     ]
@@ -316,18 +342,18 @@ def _solve(
     state: AllocationState,
     ix: StateIndex,
     partitions: list[list[KeyGroupId]],
-    new: NewConstraint | None,
+    new: list[NewConstraint],
     max_migrations: int | None,
     max_cost: float | None,
     milp: MilpConfig,
     seed: int,
 ) -> MilpOutcome:
-    groups = [p for p in partitions if len(p) > 1] + ([new.members] if new is not None else [])
+    groups = [p for p in partitions if len(p) > 1] + [c.members for c in new]
     units = unit_indices(state, ix, groups)
     pinned = {}
-    if new is not None:
-        k0 = ix.kg[new.members[0]]
-        pinned = {u_i: new.node for u_i, u in enumerate(units) if k0 in u}
+    for c in new:
+        k0 = ix.kg[c.members[0]]
+        pinned.update({u_i: c.node for u_i, u in enumerate(units) if k0 in u})
     return solve_units(
         state,
         ix,
