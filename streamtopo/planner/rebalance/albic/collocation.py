@@ -21,9 +21,9 @@ the caller passes them back as ``AlbicConfig.collocations`` next round. A passed
 collocated and still exchanges data joins colGrps even if its score dipped below the threshold this
 period (the paper's "existing colocated key group pairs"), so noise does not break sets apart.
 Beyond the paper (documented in docs/albic.md): a set node (B) is never chosen as the target of a new
-constraint, and a candidate pair whose forced move alone breaks the migration bound, a resource-matching
-rule or the memory cap is skipped for the next best pair; if the MILP is infeasible with the new
-constraint, the round is re-solved without it.
+constraint, and a candidate pair whose forced move (with the round's earlier ones) breaks the migration
+bound, or that breaks a resource-matching rule or the memory cap, is skipped for the next best pair; if
+the MILP is infeasible with the round's new constraints, the round is re-solved without them.
 """
 
 from __future__ import annotations
