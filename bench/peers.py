@@ -125,8 +125,8 @@ Run = Callable[[str, str, int], tuple[float, float, Summary]]
 # ------------------------------------------------------------------------------------- the shapes
 
 
-def shape_ops(prefix: str, name: str, count: int, keyed: bool = False) -> list[dict]:
-    """The streamtopo operators of shape ``name`` over ``count`` records, named ``<prefix>-...``;
+def shape_ops(prefix: str, name: str, count: int | None, keyed: bool = False) -> list[dict]:
+    """The streamtopo operators of shape ``name`` over ``count`` records (None: endless), named ``<prefix>-...``;
     ``keyed``: the sources partitioned by key (issue 33, item 4), so where the first keyed operator keys
     by ``key`` its records stay where they are generated (every shape but ``rekey``)."""
     shape = SHAPES[name]
@@ -141,7 +141,7 @@ def shape_ops(prefix: str, name: str, count: int, keyed: bool = False) -> list[d
                 {
                     "name": f"{prefix}-{side}",
                     "kind": "source",
-                    "source": {**numbers, "count": count // 2},
+                    "source": {**numbers, "count": None if count is None else count // 2},
                     **by_key,
                 },
                 {
@@ -329,10 +329,13 @@ class Worker:
             raise RuntimeError(f"{self.log.name}: {reply['error']}")
         return reply
 
-    def request(self, timeout: float, **request: object) -> dict:
+    def send(self, **request: object) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
+
+    def request(self, timeout: float, **request: object) -> dict:
+        self.send(**request)
         return self.answer(timeout)
 
     def timed(self, **request: object) -> tuple[float, float]:
@@ -688,9 +691,9 @@ def report(
             "sum of final sums) and must equal the generator's definition (a running aggregate's last "
             "value per key; a window's per window and key); a configuration whose output differed or "
             "failed shows no figures and says why. p99 latency is not measured here: the runs are "
-            "backlogged (flat out), where latency is the run's length; streamtopo's latency at a fixed "
-            "rate is in the Runtime section, the peers' would need paced sources and a sink timestamp per "
-            f"output row. This machine has {os.cpu_count()} cores."
+            "backlogged (flat out), where latency is the run's length; bench/peers_latency.py measures "
+            'it for every engine with the sources paced (section "Peers\' latency at a fixed rate"). '
+            f"This machine has {os.cpu_count()} cores."
         ),
     ]
     if missing:

@@ -14,6 +14,11 @@ on stdin and answers one JSON line on stdout:
 - ``{"summary": true}``: the last run's output reduced to ``{"rows", "n", "total"}``: output groups (key,
   or window and key) and the sum over them of each group's final count and sum (an update stream's last
   value per group);
+- ``{"latency": SHAPE, "paced": {"rate", "warmup", "seconds", "bounds"}}`` (bench/peers_latency.py):
+  the shape over an endless source paced at ``rate`` records/s whose event time is the wall time a record
+  is due, for ``warmup + seconds`` s; answers ``{"counts", "rows"}``, the latencies (wall time a row is
+  emitted - the newest event time it reflects) of the rows emitted after the warm-up, per bucket of
+  ``bounds`` (the last: beyond them);
 - Flink only, a query the harness wrote (bench/vwap_flink.py): ``{"statements": [...], "inserts": [...]}``
   runs the statements, then the inserts as one job to its end (``{"done": true}``); ``{"printed": true}``
   answers ``{"rows": [[print identifier, row kind, fields], ...]}``, what that job's ``print`` tables
@@ -30,6 +35,7 @@ micro-batch of N records, as a backlogged streamtopo source generates everything
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import re
@@ -37,7 +43,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,6 +109,30 @@ def tenths(value):  # type: ignore[no-untyped-def]
     return value % 10
 
 
+@dataclass(frozen=True)
+class Paced:
+    """A latency run (bench/peers_latency.py): the source paced at ``rate`` records/s, rows emitted in the
+    ``seconds`` after ``warmup`` counted, their latencies counted into the harness' histogram ``bounds``."""
+
+    rate: float
+    warmup: float
+    seconds: float
+    bounds: tuple[float, ...]
+
+    def histogram(self, lags: list[float]) -> dict[str, object]:
+        """Rows per bucket (latency <= bound, the last one beyond every bound), negatives as 0 (a window
+        that a final watermark closes early), as streamtopo's sink histogram counts them."""
+        counts = [0] * (len(self.bounds) + 1)
+        for lag in lags:
+            counts[bisect.bisect_left(self.bounds, max(lag, 0.0))] += 1
+        return {"counts": counts, "rows": len(lags)}
+
+
+def moment(text: str) -> float:
+    """Epoch seconds of a timestamp as Flink prints one in UTC (``2026-12-07 18:50:01.123``)."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
 class Flink:
     """PyFlink's Table API in streaming mode, local mini-cluster, parallelism ``p``.
 
@@ -147,21 +179,52 @@ class Flink:
     def run(self, name: str, records: int) -> None:
         shape = SHAPES[name]
         self.runs += 1
-        i = self.runs
+        self.insert(shape, self.runs, records=records).wait()
+
+    def latency(self, name: str, paced: Paced) -> dict[str, object]:
+        """The shape at ``paced.rate`` records/s for ``paced.warmup + paced.seconds`` s, then cancelled:
+        each printed row's latency (``emitted - newest``) when emitted after the warm-up."""
+        shape = SHAPES[name]
+        self.runs += 1
+        started = time.time()
+        job = self.insert(shape, self.runs, rate=paced.rate)
+        time.sleep(max(0.0, started + paced.warmup + paced.seconds - time.time()))
+        client = job.get_job_client()
+        assert client is not None  # an INSERT has a job
+        client.cancel().result()
+        lags = []
+        for _, kind, fields in self.printed():
+            if kind in ("+I", "+U"):
+                *_, newest, emitted = fields.split(", ")
+                at = moment(emitted)
+                if started + paced.warmup <= at <= started + paced.warmup + paced.seconds:
+                    lags.append(at - moment(newest))
+        return paced.histogram(lags)
+
+    def insert(self, shape: Shape, i: int, records: int | None = None, rate: float | None = None):  # type: ignore[no-untyped-def]
+        """Submits the shape's INSERT (job ``i``) and returns its TableResult: over ``records`` of the
+        sequence generator's definition (event time from ``seq``), or, with ``rate``, an endless source
+        paced at ``rate`` records/s whose event time is the wall time of its generation (latency mode:
+        the output carries the newest event time it reflects and the wall time it was computed at)."""
         self.config.set("table.optimizer.agg-phase-strategy", "ONE_PHASE" if shape.rekey else "AUTO")
         sql = self.env.execute_sql
         kept = " WHERE seq % 10 <> 0" if shape.kept and not shape.udf else ""
         key = shape.key.replace(" div ", " / ")  # Flink's integer division of BIGINTs truncates
-        for side in ("", "r") if shape.join else ("",):
+        if rate is None:
+            assert records is not None
             # rows-per-second: datagen's default paces at 10,000 records/s. The watermark trails by 1 ms:
             # 100 records share a millisecond, and a watermark equal to their time made the window that
             # ends after it fire while some were still to come (the re-keyed shape lost 50-99 of 1M).
+            ts = f"TO_TIMESTAMP_LTZ(seq / {EVENT_RATE // 1000}, 3)"
+            end, pace = (records // 2 if shape.join else records) - 1, 10**12
+        else:  # datagen's sequence holds at most 2^31 values: ten minutes at the rate, never reached
+            ts, end, pace = "CURRENT_TIMESTAMP", int(rate * 600), rate
+        for side in ("", "r") if shape.join else ("",):
             sql(
-                f"CREATE TEMPORARY TABLE src{side}{i} (seq BIGINT, ts AS TO_TIMESTAMP_LTZ(seq /"
-                f" {EVENT_RATE // 1000}, 3), WATERMARK FOR ts AS ts - INTERVAL '0.001' SECOND) WITH ("
-                "'connector' = 'datagen',"
+                f"CREATE TEMPORARY TABLE src{side}{i} (seq BIGINT, ts AS {ts},"
+                " WATERMARK FOR ts AS ts - INTERVAL '0.001' SECOND) WITH ('connector' = 'datagen',"
                 " 'fields.seq.kind' = 'sequence', 'fields.seq.start' = '0', 'fields.seq.end' ="
-                f" '{(records // 2 if shape.join else records) - 1}', 'rows-per-second' = '1000000000000')"
+                f" '{end}', 'rows-per-second' = '{pace:.0f}')"
             )
             source = (
                 f"(SELECT *, tenths(seq) AS r FROM src{side}{i}) WHERE r <> 0"
@@ -169,20 +232,27 @@ class Flink:
                 else f"src{side}{i}{kept}"
             )
             sql(f"CREATE TEMPORARY VIEW in{side}{i} AS SELECT {key} AS key, seq AS `value`, ts FROM {source}")
+
+        # Latency mode: the newest event time a row reflects (a window's end, a running aggregate's latest
+        # record, a record's own) and the wall time the row is computed at, just before the sink.
+        def newest(column: str) -> str:
+            return "" if rate is None else f", CAST({column} AS STRING) AS newest"
+
         if shape.join:
             sides = [
                 f"(SELECT * FROM TABLE(TUMBLE(TABLE in{side}{i}, DESCRIPTOR(ts), INTERVAL '1' SECOND)))"
                 for side in ("", "r")
             ]
             query = (
-                "SELECT L.window_start, L.key, L.`value`, R.`value`, CAST(1 AS BIGINT), L.`value` + R.`value`"
-                f" FROM {sides[0]} L JOIN {sides[1]} R ON L.key = R.key AND L.window_start = R.window_start"
-                " AND L.window_end = R.window_end"
+                "SELECT L.window_start AS ws, L.key AS k, L.`value` AS lv, R.`value` AS rv, CAST(1 AS BIGINT) AS n,"
+                " L.`value` + R.`value` AS total"
+                f"{newest('L.window_end')} FROM {sides[0]} L JOIN {sides[1]} R ON L.key = R.key AND L.window_start ="
+                " R.window_start AND L.window_end = R.window_end"
             )
         elif shape.stream:
-            query = f"SELECT key, `value`, CAST(1 AS BIGINT), `value` FROM in{i}"
+            query = f"SELECT key, `value`, CAST(1 AS BIGINT) AS n, `value` AS total{newest('ts')} FROM in{i}"
         elif shape.window is None:
-            query = f"SELECT key, COUNT(*), SUM(`value`) FROM in{i} GROUP BY key"
+            query = f"SELECT key, COUNT(*), SUM(`value`){newest('MAX(ts)')} FROM in{i} GROUP BY key"
         else:
             size, slide = shape.window
             windows = (
@@ -191,9 +261,11 @@ class Flink:
                 else f"HOP(TABLE in{i}, DESCRIPTOR(ts), INTERVAL '{slide}' SECOND, INTERVAL '{size}' SECOND)"
             )
             query = (
-                f"SELECT window_start, key, COUNT(*), SUM(`value`) FROM TABLE({windows})"
+                f"SELECT window_start, key, COUNT(*), SUM(`value`){newest('window_end')} FROM TABLE({windows})"
                 " GROUP BY window_start, window_end, key"
             )
+        if rate is not None:
+            query = f"SELECT *, CAST(CURRENT_TIMESTAMP AS STRING) FROM ({query})"
         columns = (
             ("" if shape.window is None else "ws TIMESTAMP(3), ")
             + (
@@ -204,6 +276,7 @@ class Flink:
                 else "k BIGINT, "
             )
             + "n BIGINT, total BIGINT"
+            + ("" if rate is None else ", newest STRING, emitted STRING")
         )
         # The stream shape's records go to the sink's subtasks by key (Flink adds the keyed shuffle for a
         # sink with a primary key; FORCE adds it at any parallelism), as streamtopo's keyed stream sink.
@@ -212,7 +285,7 @@ class Flink:
         sql(f"CREATE TEMPORARY TABLE out{i} ({columns}{key}) WITH ('connector' = 'print')")
         sys.stdout.flush()
         self.offset = self.log.stat().st_size
-        sql(f"INSERT INTO out{i} {query}").wait()
+        return sql(f"INSERT INTO out{i} {query}")
 
     def statements(self, ddl: list[str], inserts: list[str]) -> None:
         """A query written by the harness: its statements, then its inserts as one job, to the end."""
@@ -268,6 +341,8 @@ class Spark:
     def __init__(self, parallelism: int):
         from pyspark.sql import SparkSession
 
+        # The udf shape's pandas UDF runs in Spark's Python workers: this interpreter, which has pandas.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         self.parallelism = parallelism
         self.spark = (
             SparkSession.builder.master(f"local[{parallelism}]")
@@ -347,6 +422,86 @@ class Spark:
             self.keys = ["ws", "key"]
         self.start(frame, "update")
 
+    def latency(self, name: str, paced: Paced) -> dict[str, object]:
+        """The shape over the ``rate`` source at ``paced.rate`` records/s (event time: the wall time each
+        record is due), micro-batches back to back, for ``paced.warmup + paced.seconds`` s. Each batch's
+        rows are timed when the driver has them (the sink's commit): latency = that moment - the newest
+        event time a row reflects. Windows and join pairs come out final (append mode, once the watermark
+        passes their end), running aggregates as updates (update mode, one per changed key and batch)."""
+        from pyspark.sql import functions as F
+
+        shape = SHAPES[name]
+        self.runs += 1
+        lags: list[float] = []
+        started = time.time()
+
+        def rows() -> DataFrame:
+            return (
+                self.spark.readStream.format("rate")
+                .option("rowsPerSecond", int(paced.rate))
+                .option("numPartitions", self.parallelism)
+                .load()
+                .selectExpr("value AS seq", "timestamp AS ts")
+            )
+
+        def timed(batch: DataFrame, _: int) -> None:
+            # Newest event times in 10 ms buckets: what the driver holds is a few hundred rows a batch.
+            buckets = batch.groupBy(F.expr("unix_millis(newest) div 10 AS b")).count().collect()
+            now = time.time()
+            if started + paced.warmup <= now <= started + paced.warmup + paced.seconds:
+                for row in buckets:
+                    lags.extend([now - (row["b"] + 0.5) / 100] * int(row["count"]))
+
+        if shape.join:
+            left, right = (
+                rows()
+                .selectExpr(f"{shape.key} AS {side}key", f"seq AS {side}v", f"ts AS {side}ts")
+                .withWatermark(f"{side}ts", "0 seconds")
+                .withColumn(f"{side}w", F.window(f"{side}ts", "1 second"))
+                for side in ("l", "r")
+            )
+            frame = left.join(right, F.expr("lkey = rkey AND lw = rw")).selectExpr("lw.end AS newest")
+            mode = "append"
+        else:
+            source = rows()
+            if shape.udf:
+                from pyspark.sql.functions import pandas_udf
+
+                source = source.withColumn("r", pandas_udf(tenths, "long")("seq")).where("r <> 0")  # type: ignore[call-overload]
+            elif shape.kept:
+                source = source.where("seq % 10 <> 0")
+            records = source.selectExpr(f"{shape.key} AS key", "seq AS value", "ts")
+            if shape.rekey or shape.stream:
+                records = records.repartition("key")
+            aggregates = (F.count("*").alias("n"), F.sum("value").alias("total"))
+            if shape.stream:
+                frame, mode = records.selectExpr("key", "value", "ts AS newest"), "append"
+            elif shape.window is None:
+                frame = records.groupBy("key").agg(*aggregates, F.max("ts").alias("newest"))
+                mode = "update"
+            else:
+                size, slide = shape.window
+                window = F.window("ts", f"{size} seconds", f"{slide} seconds")
+                frame = (
+                    records.withWatermark("ts", "0 seconds")
+                    .groupBy(window.alias("w"), "key")
+                    .agg(*aggregates)
+                    .selectExpr("w.end AS newest", "key", "n", "total")
+                )
+                mode = "append"
+        query = (
+            frame.writeStream.outputMode(mode)
+            .foreachBatch(timed)
+            .option("checkpointLocation", str(self.checkpoints / str(self.runs)))
+            .start()
+        )
+        query.awaitTermination(max(0.0, started + paced.warmup + paced.seconds - time.time()))
+        query.stop()
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        shutil.rmtree(self.checkpoints / str(self.runs), ignore_errors=True)
+        return paced.histogram(lags)
+
     def start(self, frame: DataFrame, mode: str) -> None:
         """Runs ``frame`` over the run's micro-batch into the memory table ``out<run>``."""
         query = (
@@ -404,6 +559,10 @@ def main() -> None:
                     raise ValueError(f"unknown shape {request['run']!r} (known: {', '.join(SHAPES)})")
                 engine.run(request["run"], int(request["records"]))
                 answer: dict[str, object] = {"done": True}
+            elif "latency" in request:
+                if request["latency"] not in SHAPES:
+                    raise ValueError(f"unknown shape {request['latency']!r} (known: {', '.join(SHAPES)})")
+                answer = engine.latency(request["latency"], Paced(**request["paced"]))
             elif "statements" in request and isinstance(engine, Flink):
                 engine.statements(request["statements"], request["inserts"])
                 answer = {"done": True}
