@@ -708,10 +708,8 @@ def report(
     write_section(args.section, lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="N = 1M records (default 4M)")
-    parser.add_argument("--records", type=int, default=None, help="N: runs of N and 4N records")
+def matrix_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the matrix this bench and bench/peers_latency.py share: shapes, counts and peers."""
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
 
     def counts(text: str) -> list[int]:
@@ -729,6 +727,23 @@ def main() -> None:
     parser.add_argument(
         "--peers", default="flink,spark", help="comma-separated, of flink, spark; empty: streamtopo alone"
     )
+
+
+def matrix_choices(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``args.shapes`` and ``args.engines`` as lists, each name checked (:func:`matrix_arguments`)."""
+    args.shapes = args.shapes.split(",")
+    args.engines = [e for e in args.peers.split(",") if e]
+    if unknown := [e for e in args.engines if e not in ("flink", "spark")]:
+        parser.error(f"--peers: unknown {', '.join(unknown)} (known: flink, spark)")
+    if unknown := [s for s in args.shapes if s not in SHAPES]:
+        parser.error(f"--shapes: unknown {', '.join(unknown)} (known: {', '.join(SHAPES)})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="N = 1M records (default 4M)")
+    parser.add_argument("--records", type=int, default=None, help="N: runs of N and 4N records")
+    matrix_arguments(parser)
     parser.add_argument(
         "--keyed-ingest",
         action="store_true",
@@ -746,12 +761,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.records = args.records or (1_000_000 if args.quick else 4_000_000)
-    args.shapes = args.shapes.split(",")
-    args.engines = [e for e in args.peers.split(",") if e]
-    if unknown := [e for e in args.engines if e not in ("flink", "spark")]:
-        parser.error(f"--peers: unknown {', '.join(unknown)} (known: flink, spark)")
-    if unknown := [s for s in args.shapes if s not in SHAPES]:
-        parser.error(f"--shapes: unknown {', '.join(unknown)} (known: {', '.join(SHAPES)})")
+    matrix_choices(parser, args)
     command = shlex.join(["python", "bench/peers.py", *sys.argv[1:]])
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:

@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench.peers import ENGINE_NAMES, LABELS, Worker, shape_ops
-from bench.peers_worker import EVENT_RATE, SHAPES
+from bench.peers import ENGINE_NAMES, LABELS, Worker, matrix_arguments, matrix_choices, shape_ops
+from bench.peers_worker import EVENT_RATE
 from bench.report import header, markdown, save_figure, write_section
 from bench.runtime import ExecutorGroup, cpu_seconds, pipelines_topology, quantile, round_robin
 from streamtopo.runtime.embedded import EmbeddedValkey
@@ -347,23 +347,7 @@ def report(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
-
-    def counts(text: str) -> list[int]:
-        return [int(x) for x in text.split(",")]
-
-    parser.add_argument("--executors", type=counts, default=[1, 2], help="streamtopo executor counts")
-    parser.add_argument(
-        "--parallelism", type=counts, default=[1, 2], help="PyFlink parallelism and Spark local[n]"
-    )
-    parser.add_argument(
-        "--peers", default="flink,spark", help="comma-separated, of flink, spark; empty: streamtopo alone"
-    )
-    parser.add_argument(
-        "--flink-python",
-        default=str(ROOT / ".venv-flink" / "bin" / "python"),
-        help="an interpreter with the bench extra (apache-flink) installed",
-    )
+    matrix_arguments(parser)
     parser.add_argument(
         "--intervals",
         default="default",
@@ -373,13 +357,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds measured")
     parser.add_argument("--no-write", action="store_true", help="print the table, leave docs/ alone")
     args = parser.parse_args()
-    args.shapes = args.shapes.split(",")
+    matrix_choices(parser, args)
     args.intervals = [None if i == "default" else float(i) for i in args.intervals.split(",")]
-    args.engines = [e for e in args.peers.split(",") if e]
-    if unknown := [e for e in args.engines if e not in ("flink", "spark")]:
-        parser.error(f"--peers: unknown {', '.join(unknown)} (known: flink, spark)")
-    if unknown := [s for s in args.shapes if s not in SHAPES]:
-        parser.error(f"--shapes: unknown {', '.join(unknown)} (known: {', '.join(SHAPES)})")
     command = shlex.join(["python", "bench/peers_latency.py", *sys.argv[1:]])
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="peers-latency-") as tmp:
