@@ -151,6 +151,7 @@ class Dataflow(Inputs, Generation):
             commit.units.append((key, unit.epoch, unit.rec.encode()))
         self.store.commit(commit)
         self.eager = False
+        self.kept_up = not self.behind
         for segment, offset, data in outcome.sink_writes:
             segment.write(offset, data)
         for line in outcome.console:

@@ -173,6 +173,9 @@ class Executor(Handover, Dataflow):
         self.pacing = SourceBudget(self.config.pacing)
         """How many due records each step's generators take (runtime/pacing.py)."""
         self.behind = False
+        self.kept_up = False
+        """Whether the last step with work took everything due and queued (Dataflow.step): what the next
+        step finds queued then came during the pause, and it reads all of it (Inputs._allotments)."""
 
     # ---------------------------------------------------------------------------------------- start
 

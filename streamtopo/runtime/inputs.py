@@ -31,6 +31,7 @@ class Inputs(Emit):
     scheduler: Scheduler
     waiting: dict[str, float]
     behind: bool
+    kept_up: bool
     _producers: dict[str, dict[int, list[str]]]
 
     def producers(self, op: str, kg: int) -> list[str]:
@@ -85,15 +86,19 @@ class Inputs(Emit):
             self.behind |= len(entries) >= room
 
     def _allotments(self, owners: list[tuple[str, str]]) -> dict[str, int]:
-        """Entries to read per stream: all (up to ``max_entries``) unless a policy must choose. The queues'
-        record counters come first (one command); only when they exceed the step's budget are the queues
+        """Entries to read per stream: all (up to ``max_entries``) unless a policy must choose. A policy
+        chooses only for an executor that is behind: after a step that kept up (:attr:`kept_up`), what is
+        queued came during the pause (``spec.batching.interval``) and is the pipeline's rate, not a
+        backlog; split over two steps it would pay a step's fixed cost twice per interval (a join across
+        two executors at 100,000 records/s per source: every other interval). The queues' record
+        counters come first (one command); only when they exceed the step's budget are the queues
         probed (first unread entry and length per stream) and the units' loads weighed: an executor
         hosting hundreds of units would otherwise pay a thousand commands every loop, idle or not."""
         internal = [(key, stream) for key, stream in owners if stream.startswith(self.keys.prefix)]
         # While units wait to be acquired, a released unit pauses until this step ends: read little.
         limit = self.config.handover_entries if self.waiting else self.config.max_entries
         counts = {stream: limit for _, stream in owners}
-        if self.config.scheduling == "all" or not internal:
+        if self.config.scheduling == "all" or not internal or (self.kept_up and not self.waiting):
             return counts
         queued = [max(0, int(n or 0)) for n in self.client.hmget(self.keys.backlog, [s for _, s in internal])]
         if self.scheduler.fits(sum(queued)):  # rows never exceed records (transport.queued_rows)

@@ -1,7 +1,8 @@
 """Which backlogged input queues an executor serves in a step: C-MR's scheduling (planner/cmr_scheduling.py).
 
 A step reads at most ``budget`` records from its hosted units' input streams. While everything queued fits,
-every unit takes everything (nothing to choose). Past that, the executor ranks its units' queues with a C-MR
+or the executor's last step kept up (what is queued came during its pause: runtime/inputs.py), every unit
+takes everything (nothing to choose). Past that, the executor ranks its units' queues with a C-MR
 policy and serves them in rank order up to the budget: ODF (the queue whose first unread entry arrived
 earliest), YDF, CTO (operators closest to a sink first), MEM (most queued bytes freed per second of work), or
 the thesis' hybrid, which uses MEM with probability F(x) (Eq. 3.1) where x is the memory the backlog takes
@@ -105,6 +106,9 @@ class Scheduler:
             for b in streams:
                 if share <= 0 or b.records <= 0:
                     out[b.stream] = 0
+                    continue
+                if share >= waiting:  # the unit's whole queue: all of it, so a full read means more came
+                    out[b.stream] = max_entries
                     continue
                 # This stream's part of the unit's allotment, in entries of its average size.
                 per_entry = max(1.0, b.records / max(1, b.entries - 1))

@@ -835,14 +835,21 @@ def test_a_unit_moving_to_an_executor_that_is_not_up_keeps_running_on_its_donor(
 
 
 @pytest.mark.parametrize(
-    "policy, served", [("odf", {"totals/0"}), ("ydf", {"totals/1"}), ("all", {"totals/0", "totals/1"})]
+    "policy, served, kept_up",
+    [
+        ("odf", {"totals/0"}, False),
+        ("ydf", {"totals/1"}, False),
+        ("all", {"totals/0", "totals/1"}, False),
+        ("odf", {"totals/0", "totals/1"}, True),
+    ],
 )
-def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path, policy, served):
+def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path, policy, served, kept_up):
     """Two aggregate units with 300 queued records each, a step budget of 100: ODF serves the queue whose
     first entry arrived first, YDF the other; without a policy both are read in full. An entry another
     executor appends during the step is read late, before the aggregate runs, only within the allotment.
-    A step that leaves entries queued is behind (no pause before the next, Executor._pause)."""
-    name = f"ex-sched-{policy}"
+    A step that leaves entries queued is behind (no pause before the next, Executor._pause). After a step
+    that kept up, what is queued came during the pause: read in full, whatever the policy, and not behind."""
+    name = f"ex-sched-{policy}{'-kept-up' * kept_up}"
     topology = sequence_topology(name, count=0, rate=1000, keys=3, window=1.0, key_groups=2)
     table = round_robin(topology, ["ex-0"])
     table = table.moved({**table.assignment(), ("numbers", 0): "elsewhere", ("numbers", 1): "elsewhere"})
@@ -872,7 +879,7 @@ def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path
     try:
         executor._apply_routing()
         executor._acquire_waiting()
-        executor.behind = False
+        executor.behind, executor.kept_up = False, kept_up
         inputs, allotted = executor._read_inputs()
         got = {key: [entry.count for _, entry in entries] for key, entries in inputs.items() if entries}
         behind = executor.behind
@@ -884,9 +891,10 @@ def test_backlogged_queues_are_served_by_the_c_mr_policy(valkey, spark, tmp_path
         executor.close()
     assert set(got) == served
     # Entries left queued make the step behind: the executor steps again at once, without a pause.
-    assert behind == (policy != "all") and executor.behind == behind
+    chooses = policy != "all" and not kept_up
+    assert behind == chooses and executor.behind == behind
     after = {key: [entry.count for _, entry in entries] for key, entries in inputs.items() if entries}
-    if policy != "all":
+    if chooses:
         assert got == {unit: [100] for unit in served}  # the budget, in whole entries
         assert after == got  # the budget is spent: nothing late
     else:
