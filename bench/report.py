@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,12 @@ def spread_cells(runs: Sequence[float], base: float, scale: float, fmt: str) -> 
         f"{scale * min(runs):{fmt}}-{scale * max(runs):{fmt}}",
         f"{med / base:.2f}x",
     )
+
+
+def median_range(values: Sequence[float], fmt: Callable[[float], str] = "{:.2f}".format) -> str:
+    """``median (min-max)`` of repeated figures (seeds, runs), each written by ``fmt``: how the multi-seed
+    sections show a figure's spread."""
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
 
 
 def read_section(title: str, path: Path = BENCHMARKS) -> list[str]:
