@@ -624,7 +624,9 @@ def main() -> None:
             "Workloads: streamtopo.planner.simulation.workloads (paper Sec. 5.1/5.3 settings, mean node load 50 %); "
             "MILP = CP-SAT via OR-Tools with neighbourhood rounds, limited by deterministic time (dt), so its "
             "answers do not depend on the machine (docs/albic.md). LD = load distance in percentage points of "
-            "one executor; seconds are wall seconds on a loaded machine."
+            "one executor; seconds are wall seconds on a loaded machine. One seed; the Section 5.1 targets, "
+            'Figure 5 and Real Job 1 at five seeds: section "ALBIC targets at several seeds (issue 35)" '
+            '(bench/albic_seeds.py), Section 5.3: "ALBIC Section 5.3 at several seeds (issue 35)".'
         ),
         "",
         "### Targets",

@@ -21,7 +21,6 @@ import argparse
 import os
 import pickle
 import shlex
-import statistics
 import sys
 import tempfile
 import time
@@ -60,7 +59,7 @@ from bench.albic import (
     section_52,
     target_judgements,
 )
-from bench.report import header, markdown, save_figure, write_section
+from bench.report import header, markdown, median_range, save_figure, write_section
 
 SECTION = "ALBIC targets at several seeds (issue 35)"
 BOUNDS = {"milp, 10": "10", "milp": "13", "milp, 20": "20", "milp, unrestricted": "unrestricted"}
@@ -223,10 +222,8 @@ def spread(values: Sequence[float | None]) -> str:
     absent = f", none on {len(values) - len(present)}" if len(present) < len(values) else ""
     if not present:
         return f"none{absent}"
-    median = statistics.median(present)
-    if all(isinstance(v, int) for v in present) and float(median).is_integer():
-        median = int(median)
-    return f"{num(median)} ({num(min(present))}-{num(max(present))}){absent}"
+    counts = all(isinstance(v, int) for v in present)  # a median of counts stays a count where it is whole
+    return median_range(present, lambda v: num(int(v) if counts and float(v).is_integer() else v)) + absent
 
 
 def over_seeds(t: Target, seeds: list[int]) -> str:

@@ -415,7 +415,8 @@ def main() -> None:
         (
             "Graphs from bench/graphs.py (shaping in docs/planning.md); FINT = size limit one host, FINT/2 = half a "
             "host; COLA = Advanced COLA (default options), COLA-B = Basic COLA (the paper's Section 4 variant). "
-            "Plot: ![Table 1](img/cola_table1.png)"
+            "Plot: ![Table 1](img/cola_table1.png). Graphs and planners at seed 0; Table 1 at five seeds: section "
+            '"COLA Table 1 at several seeds (issue 35)" (bench/cola_seeds.py).'
         ),
         "",
         *md,
