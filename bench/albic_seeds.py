@@ -59,7 +59,7 @@ from bench.albic import (
     section_52,
     target_judgements,
 )
-from bench.report import header, markdown, median_range, save_figure, write_section
+from bench.report import header, image_dir, markdown, median_range, publish, save_figure
 
 SECTION = "ALBIC targets at several seeds (issue 35)"
 BOUNDS = {"milp, 10": "10", "milp": "13", "milp, 20": "20", "milp, unrestricted": "unrestricted"}
@@ -389,8 +389,14 @@ def plot(runs: list[dict], args: argparse.Namespace, path: Path) -> str:
 
 
 def report(
-    runs: list[dict], targets: list[Target], args: argparse.Namespace, command: str, image: str
+    runs: list[dict],
+    targets: list[Target],
+    args: argparse.Namespace,
+    command: str,
+    image: str,
+    rendered: str = "",
 ) -> list[str]:
+    """The section; ``rendered`` says when a replayed run was measured and what rendered it again."""
     seeds, wall = args.seeds, sum(run["seconds"] for run in runs)
     fewer = [
         f"{what} {ours} (the ALBIC section: {theirs})"
@@ -403,7 +409,10 @@ def report(
         if ours != theirs
     ]
     loads = [run["load"] for run in runs]
-    note = f"1-minute load average after each seed {min(loads):.2f}-{max(loads):.2f} (this run about 1 of it)"
+    note = (
+        f"1-minute load average after each seed {min(loads):.2f}-{max(loads):.2f} (this run about 1 of it)"
+        + rendered
+    )
     columns51, rows51 = table_51(runs, args.sizes)
     columns_c, rows_c = table_claims(targets, seeds)
     return [
@@ -469,10 +478,11 @@ def main() -> None:
     args.periods = args.periods or (8 if args.quick else REAL_JOB_PERIODS)
     args.rounds = args.rounds or SCALE_IN_ROUNDS
     command = shlex.join(["python", "bench/albic_seeds.py", *sys.argv[1:]])
+    rendered = ""
     if args.replay:
         saved = pickle.loads(Path(args.replay).read_bytes())
-        runs, command = saved["runs"], f"{saved['command']}` (measured {saved['measured']}, rendered by `"
-        command += shlex.join(["python", "bench/albic_seeds.py", *sys.argv[1:]])
+        runs, rendered = saved["runs"], f"; measured {saved['measured']}, rendered again by `{command}`"
+        command = saved["command"]
     else:
         runs = measure(args)
         measured = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
@@ -480,15 +490,9 @@ def main() -> None:
         saved_path.write_bytes(pickle.dumps({"runs": runs, "command": command, "measured": measured}))
         console.print(f"measurements saved to {saved_path} (--replay renders them again)")
     targets = judge(runs, args.sizes)
-    path = Path(tempfile.gettempdir()) if args.no_write else ROOT / "docs/img"
-    image = plot(runs, args, path / "albic_seeds.png")
-    lines = report(runs, targets, args, command, image)
-    console.print("\n".join(lines), markup=False, soft_wrap=True)
-    if args.no_write:
-        console.print(f"plot: {path / image}; docs/benchmarks.md left alone")
-    else:
-        write_section(SECTION, lines)
-        console.print(f"wrote docs/img/{image} and the section {SECTION!r} of docs/benchmarks.md")
+    image = image_dir(args.no_write) / "albic_seeds.png"
+    lines = report(runs, targets, args, command, plot(runs, args, image), rendered)
+    publish(SECTION, lines, image, args.no_write, console)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +46,7 @@ from bench.cola import (
     slowest_cola,
     table1,
 )
-from bench.report import header, markdown, median_range, save_figure, write_section
+from bench.report import header, image_dir, markdown, median_range, publish, save_figure
 
 SECTION = "COLA Table 1 at several seeds (issue 35)"
 console = Console()
@@ -227,15 +226,8 @@ def main() -> None:
     with Progress(console=console) as progress:
         for seed in seeds:
             runs[seed] = table1(progress, args.limit, seed)
-    path = Path(tempfile.gettempdir()) if args.no_write else ROOT / "docs/img"
-    image = plot(runs, path / "cola_seeds.png")
-    lines = report(runs, command, image)
-    console.print("\n".join(lines), markup=False, soft_wrap=True)
-    if args.no_write:
-        console.print(f"plot: {path / image}; docs/benchmarks.md left alone")
-    else:
-        write_section(SECTION, lines)
-        console.print(f"wrote docs/img/{image} and the section {SECTION!r} of docs/benchmarks.md")
+    image = image_dir(args.no_write) / "cola_seeds.png"
+    publish(SECTION, report(runs, command, plot(runs, image)), image, args.no_write, console)
 
 
 if __name__ == "__main__":

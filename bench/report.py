@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import tempfile
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +52,22 @@ def spread_cells(runs: Sequence[float], base: float, scale: float, fmt: str) -> 
         f"{scale * min(runs):{fmt}}-{scale * max(runs):{fmt}}",
         f"{med / base:.2f}x",
     )
+
+
+def image_dir(no_write: bool) -> Path:
+    """Where a bench draws its plot: docs/img, or the temp directory for a run that leaves docs/ alone."""
+    return Path(tempfile.gettempdir()) if no_write else ROOT / "docs" / "img"
+
+
+def publish(title: str, lines: Sequence[str], image: Path, no_write: bool, console: Any) -> None:
+    """Print a bench's section, then write it into docs/benchmarks.md unless ``no_write``; say where the
+    plot ``image`` (drawn under :func:`image_dir`) and the section went."""
+    console.print("\n".join(lines), markup=False, soft_wrap=True)
+    if no_write:
+        console.print(f"plot: {image}; docs/benchmarks.md left alone")
+    else:
+        write_section(title, lines)
+        console.print(f"wrote docs/img/{image.name} and the section {title!r} of docs/benchmarks.md")
 
 
 def median_range(values: Sequence[float], fmt: Callable[[float], str] = "{:.2f}".format) -> str:
