@@ -62,6 +62,7 @@ from streamtopo.runtime.operators.records import (
 from streamtopo.runtime.operators.sink import SinkOperator
 from streamtopo.runtime.operators.state import frame_to_ipc
 from streamtopo.runtime.partitioning import route
+from streamtopo.runtime.spark import without_reply_delay
 from streamtopo.runtime.state_store import Commit, StateStore
 from streamtopo.runtime.transport import (
     Entry,
@@ -96,6 +97,7 @@ class Dataflow(Inputs, Generation):
     def step(self) -> StepOutcome:
         """One micro-batch over every hosted unit, committed atomically."""
         clear_scratch()  # Parquet hand-offs of the previous step: no lazy frame refers to them any more
+        without_reply_delay(self.spark)
         self.behind = False
         outcome = StepOutcome()
         commit = Commit()

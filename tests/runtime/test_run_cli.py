@@ -289,7 +289,8 @@ def test_run_profiles_none_then_fuses_on_measured_costs_and_keeps_the_output_exa
 
 def test_the_live_view_shows_a_generators_due_records_as_lag(make_spec):
     """A generator unit 3 s behind its pace, read through its real exporter: lag and its age show, even
-    though no step ran since (the gauge set at generation time read 0 whatever the step's length)."""
+    though no step ran since (the gauge set at generation time read 0 whatever the step's length), and
+    so do the routing version and the mean sink latency, among every other series the exporter has."""
     from streamtopo.local.progress import Progress
     from streamtopo.planner.source_layout import round_robin
     from streamtopo.runtime.metrics import ExecutorMetrics, SourcePace
@@ -299,11 +300,15 @@ def test_the_live_view_shows_a_generators_due_records_as_lag(make_spec):
         "src", 0, SourcePace(t0=time.time() - 3.0, rate=100.0, layout=round_robin(0, 1)), emitted=0
     )
     metrics.unit(metrics.backlog, "agg", 0).set(7)  # a stream-fed unit's queue counts too
+    metrics.routing_version.labels("live", "ex-0").set(4)
+    for seconds in (0.5, 1.5):
+        metrics.sink_latency.labels("live", "ex-0", "out").observe(seconds)
     metrics.refresh()
     progress = Progress(pipeline(make_spec))
     progress.update({"ex-0": generate_latest(metrics.registry).decode()})
     row = progress.rows["ex-0"]
     assert row["lag"] >= 300 + 1 + 7 and row["age"] >= 2.99
+    assert row["version"] == 4 and row["latency"] == 1.0 and progress.running("ex-0")
     assert "lag s" in [c.header for c in progress.executor_table("t", {"ex-0"}).columns]
 
 
