@@ -48,7 +48,6 @@ import argparse
 import json
 import math
 import os
-import re
 import selectors
 import shlex
 import subprocess
@@ -73,7 +72,7 @@ from rich.table import Table
 
 from bench import runtime
 from bench.peers_worker import EVENT_RATE, KEYS, SHAPES, SOURCE_KEY_GROUPS
-from bench.report import header, markdown, write_section
+from bench.report import header, markdown, section_image, write_section
 from bench.runtime import ExecutorGroup, cpu_seconds, marginal, pipelines_topology
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.operators.udf import UDF_PATH_ENV
@@ -643,12 +642,7 @@ def report(
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("records per CPU-second (marginal)")
     fig.tight_layout()
-    stem = (
-        "peers"
-        if args.section == TITLE
-        else "peers_" + "_".join(re.findall(r"[a-z0-9]+", args.section.lower()))
-    )
-    img = ROOT / "docs" / "img" / f"{stem}.png"
+    img = section_image(args.section, TITLE, "peers")
     img.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(img, dpi=120)
     plt.close(fig)

@@ -1,7 +1,7 @@
 """Latency of the peers matrix at a fixed rate (issue 33, item 6): bench/peers.py's shapes, paced.
 
     .venv/bin/python bench/peers_latency.py [--shapes running,...] [--executors 1,2] [--parallelism 1,2]
-        [--peers flink,spark] [--warmup 10] [--seconds 20] [--no-write]
+        [--peers flink,spark] [--warmup 10] [--seconds 20] [--section TITLE] [--no-write]
 
 bench/peers.py runs its shapes backlogged, flat out, where a record's latency is the run's length. Here
 each shape's sources are endless and paced at the matrix's event-time rate, so the engines run as a
@@ -33,7 +33,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench.peers import ENGINE_NAMES, LABELS, Worker, matrix_arguments, matrix_choices, shape_ops
 from bench.peers_worker import EVENT_RATE
-from bench.report import header, markdown, save_figure, write_section
+from bench.report import header, markdown, save_figure, section_image, write_section
 from bench.runtime import ExecutorGroup, cpu_seconds, pipelines_topology, quantile, round_robin
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.metrics import LATENCY_BUCKETS
@@ -41,7 +41,6 @@ from streamtopo.runtime.operators.udf import UDF_PATH_ENV
 
 console = Console(width=160)
 TITLE = "Peers' latency at a fixed rate (issue 33, item 6)"
-IMAGE = ROOT / "docs" / "img" / "peers_latency.png"
 CATCH_UP_TIMEOUT = 180.0
 """Seconds a streamtopo group may take to work off the records due while its executors started."""
 
@@ -263,7 +262,7 @@ def plot(args: argparse.Namespace, points: list[Latency]) -> str:
     ax.set_ylabel("p99 latency, seconds (log)")
     ax.set_title(f"p99 latency at {EVENT_RATE:,} records/s per source, after a {args.warmup:g} s warm-up")
     ax.legend(fontsize=8, ncol=2)
-    return save_figure(fig, IMAGE)
+    return save_figure(fig, section_image(args.section, TITLE, "peers_latency"))
 
 
 def report(
@@ -342,7 +341,7 @@ def report(
             "",
             "**Partial record** (the run had not finished): not measured yet: " + ", ".join(pending),
         ]
-    write_section(TITLE, lines)
+    write_section(args.section, lines)
 
 
 def main() -> None:
@@ -356,6 +355,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds run before measuring")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds measured")
     parser.add_argument("--no-write", action="store_true", help="print the table, leave docs/ alone")
+    parser.add_argument(
+        "--section", default=TITLE, help="the docs/benchmarks.md section this run writes (its own record)"
+    )
     args = parser.parse_args()
     matrix_choices(parser, args)
     args.intervals = [None if i == "default" else float(i) for i in args.intervals.split(",")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
@@ -57,6 +58,14 @@ def spread_cells(runs: Sequence[float], base: float, scale: float, fmt: str) -> 
 def image_dir(no_write: bool) -> Path:
     """Where a bench draws its plot: docs/img, or the temp directory for a run that leaves docs/ alone."""
     return Path(tempfile.gettempdir()) if no_write else ROOT / "docs" / "img"
+
+
+def section_image(section: str, title: str, stem: str) -> Path:
+    """docs/img/``stem``.png for a bench's own section ``title``, or a name made from ``section`` when a run
+    writes a section of its own (``--section``), so it does not draw over the plot the other section shows."""
+    if section != title:
+        stem += "_" + "_".join(re.findall(r"[a-z0-9]+", section.lower()))
+    return ROOT / "docs" / "img" / f"{stem}.png"
 
 
 def publish(title: str, lines: Sequence[str], image: Path, no_write: bool, console: Any) -> None:
