@@ -46,7 +46,7 @@ from bench.cola import (
     slowest_cola,
     table1,
 )
-from bench.report import header, image_dir, markdown, median_range, publish, save_figure
+from bench.report import header, image_dir, markdown, median_range, over_repeats, publish, save_figure
 
 SECTION = "COLA Table 1 at several seeds (issue 35)"
 console = Console()
@@ -62,11 +62,10 @@ def verdicts(runs: dict[int, list[Row]]) -> list[str]:
             both = sum(cut and pe for _, _, cut, pe in pairs)
             cuts = sum(cut for _, _, cut, _ in pairs)
             pes = sum(pe for _, _, _, pe in pairs)
-            per_seed.append((both == len(pairs), f"{both}/{len(pairs)} (cut {cuts}, PE {pes})"))
+            per_seed.append((str(seed), both == len(pairs), f"{both}/{len(pairs)} (cut {cuts}, PE {pes})"))
         lines.append(
-            over_seeds(
+            over_repeats(
                 f"{ours} cut <= {CUT_SHARE:g} x {fint} cut with max PE <= {fint}'s, every row",
-                seeds,
                 per_seed,
                 "rows meeting both",
             )
@@ -75,29 +74,15 @@ def verdicts(runs: dict[int, list[Row]]) -> list[str]:
     for seed in seeds:
         slowest = slowest_cola(runs[seed])
         took = slowest.note if slowest.seconds is None else f"{slowest.seconds:.2f} s"
-        per_seed.append((slowest.seconds is not None and slowest.seconds <= TABLE1_SECONDS, f"{took}"))
+        per_seed.append((str(seed), slowest.seconds is not None and slowest.seconds <= TABLE1_SECONDS, took))
     lines.append(
-        over_seeds(
+        over_repeats(
             f"200-217 operators planned in <= {TABLE1_SECONDS:g} s on every Table 1 row",
-            seeds,
             per_seed,
             "slowest COLA plan",
         )
     )
     return lines
-
-
-def over_seeds(name: str, seeds: list[int], per_seed: list[tuple[bool, str]], what: str) -> str:
-    met = sum(ok for ok, _ in per_seed)
-    head = (
-        "met on every seed"
-        if met == len(seeds)
-        else "MISSED on every seed"
-        if met == 0
-        else f"met on {met} of {len(seeds)} seeds"
-    )
-    detail = ", ".join(f"seed {seed} {text}" for seed, (_, text) in zip(seeds, per_seed))
-    return f"- {name}: **{head}**; {what}: {detail}"
 
 
 def table(runs: dict[int, list[Row]], name: str) -> tuple[list[str], list[list[str]]]:

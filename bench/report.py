@@ -85,6 +85,24 @@ def median_range(values: Sequence[float], fmt: Callable[[float], str] = "{:.2f}"
     return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
 
 
+def over_repeats(
+    name: str, per_repeat: Sequence[tuple[str, bool, str]], what: str, unit: str = "seed"
+) -> str:
+    """A target over repeated runs (seeds, batches of seeds), each ``(label, met, figures)``: met on every
+    run, on k of n, or MISSED on every run, then every run's figures (``what`` says what they are), so a
+    miss reads as one beside the numbers behind it."""
+    met = sum(ok for _, ok, _ in per_repeat)
+    head = (
+        f"met on every {unit}"
+        if met == len(per_repeat)
+        else f"MISSED on every {unit}"
+        if met == 0
+        else f"met on {met} of {len(per_repeat)} {unit}{'es' if unit.endswith('h') else 's'}"
+    )
+    detail = ", ".join(f"{unit} {label} {text}" for label, _, text in per_repeat)
+    return f"- {name}: **{head}**; {what}: {detail}"
+
+
 def read_section(title: str, path: Path = BENCHMARKS) -> list[str]:
     """The lines under ``## title`` (heading and the blank line after it excluded; empty when absent), so a
     bench that re-measures one part of its section can keep the rest as it was recorded."""
