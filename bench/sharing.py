@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,14 +32,18 @@ from rich.progress import Progress
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.report import header, markdown, write_section
+from bench.report import header, image_dir, markdown, write_section
 from streamtopo.planner.benoit.heuristics import HEURISTICS, Heuristic, place_heuristic
 from streamtopo.planner.benoit.ilp import solve_ilp
 from streamtopo.planner.benoit.instances import InstanceParams, random_problem, similar_pair
 from streamtopo.planner.benoit.problem import Problem
 
 SECTION = "Sharing (Benoit et al.)"
+SEEDS_SECTION = f"{SECTION} at several seeds (issue 35)"
+"""bench/sharing_seeds.py's section: these experiments at several batches of seeds."""
 STRATEGIES = (1, 2, 3, 4)
+RECOMMENDED = 3
+"""The strategy the paper recommends (Section 6.2): the one the tables show and ``best_heuristics`` ranks by."""
 BASE = InstanceParams()
 SMALL = replace(BASE, processors=10, applications=2, size=10)
 NO_REUSE = ("topdown-bfs", "topdown-dfs", "bottomup-bfs", "bottomup-dfs")
@@ -111,7 +116,13 @@ def ilp_run(job: tuple[float, int, float]) -> tuple[str, float, float, float]:
     return ilp.status, ilp.cost(), best.cost("proc-power") if best else float("inf"), ilp.work
 
 
-def summarise(runs: list[dict[tuple[str, int], float]]) -> dict[tuple[str, int], tuple[int, float]]:
+Summary = dict[tuple[str, int], tuple[int, float]]
+"""One point: (success count, rp) per variant x strategy."""
+Results = dict[int, dict[float, Summary]]
+"""Per experiment number, per point (the x of :attr:`Experiment.points`), its :data:`Summary`."""
+
+
+def summarise(runs: list[dict[tuple[str, int], float]]) -> Summary:
     """(success count, rp) per heuristic x strategy over the runs of one point."""
     out = {}
     for key in runs[0]:
@@ -121,9 +132,25 @@ def summarise(runs: list[dict[tuple[str, int], float]]) -> dict[tuple[str, int],
     return out
 
 
-def plot(
-    experiment: Experiment, table: dict[float, dict[tuple[str, int], tuple[int, float]]], runs: int
-) -> Path:
+def measure(
+    pool: Executor, experiment: Experiment, seeds: Sequence[int], progress: Progress, label: str = ""
+) -> dict[float, Summary]:
+    """One experiment's points, each summarised over the instances drawn with ``seeds`` (one per run)."""
+    task = progress.add_task(
+        f"Experiment {experiment.number}{label}", total=len(experiment.points) * len(seeds)
+    )
+    table = {}
+    for x in experiment.points:
+        runs = []
+        for run in pool.map(one_run, [(experiment.number, x, seed) for seed in seeds], chunksize=5):
+            runs.append(run)
+            progress.advance(task)
+        table[x] = summarise(runs)
+    return table
+
+
+def plot(experiment: Experiment, table: dict[float, Summary], runs: int, directory: Path) -> Path:
+    """Successes and rp(h) per strategy across the experiment's points, drawn into ``directory``."""
     fig, axes = plt.subplots(2, 4, figsize=(17, 7.5), sharex=True, sharey="row")
     xs = list(table)
     for column, strategy in enumerate(STRATEGIES):
@@ -158,7 +185,7 @@ def plot(
         f"Experiment {experiment.number}: {experiment.title} (Benoit et al., Section 6.2.{experiment.number})"
     )
     fig.tight_layout()
-    path = ROOT / "docs" / "img" / f"sharing_exp{experiment.number}.png"
+    path = directory / f"sharing_exp{experiment.number}.png"
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
@@ -175,24 +202,12 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     args = parser.parse_args()
     console = Console()
-    results: dict[int, dict[float, dict[tuple[str, int], tuple[int, float]]]] = {}
+    results: Results = {}
     ilp_rows = []
     with ProcessPoolExecutor(args.workers) as pool, Progress(console=console) as progress:
         for experiment in EXPERIMENTS:
-            task = progress.add_task(
-                f"Experiment {experiment.number}", total=len(experiment.points) * args.runs
-            )
-            table = {}
-            for x in experiment.points:
-                runs = []
-                for run in pool.map(
-                    one_run, [(experiment.number, x, seed) for seed in range(args.runs)], chunksize=5
-                ):
-                    runs.append(run)
-                    progress.advance(task)
-                table[x] = summarise(runs)
-            results[experiment.number] = table
-            plot(experiment, table, args.runs)
+            results[experiment.number] = measure(pool, experiment, range(args.runs), progress)
+            plot(experiment, results[experiment.number], args.runs, image_dir(args.no_write))
         task = progress.add_task("ILP (Experiment 5)", total=len(EXPERIMENTS[4].points) * args.ilp_runs)
         jobs = [(x, seed, args.ilp_time) for x in EXPERIMENTS[4].points for seed in range(args.ilp_runs)]
         for (x, seed, _), (status, ilp, best, work) in zip(jobs, pool.map(ilp_run, jobs)):
@@ -204,7 +219,7 @@ def main() -> None:
         write_section(SECTION, lines)
 
 
-def report(results: dict, ilp_rows: list, args: argparse.Namespace) -> list[str]:
+def report(results: Results, ilp_rows: list, args: argparse.Namespace) -> list[str]:
     command = (
         f"python bench/sharing.py --runs {args.runs} --ilp-runs {args.ilp_runs} --ilp-time {args.ilp_time:g}"
     )
@@ -212,7 +227,9 @@ def report(results: dict, ilp_rows: list, args: argparse.Namespace) -> list[str]
         "",
         (
             "Successes out of the runs and rp(h) (Proc-Power) per point; strategy 3 "
-            "(the paper's recommendation) shown, all four in the plots."
+            "(the paper's recommendation) shown, all four in the plots. Instances drawn with seeds "
+            f'0-{args.runs - 1}; at five disjoint batches of seeds: section "{SEEDS_SECTION}" '
+            "(bench/sharing_seeds.py)."
         ),
         "",
     ]
@@ -220,19 +237,22 @@ def report(results: dict, ilp_rows: list, args: argparse.Namespace) -> list[str]
         table = results[experiment.number]
         plot = f"sharing_exp{experiment.number}.png"
         lines += [f"Experiment {experiment.number}, {experiment.title} (plot: [{plot}](img/{plot})):", ""]
-        rows = [[x] + [f"{table[x][(v, 3)][0]} / {table[x][(v, 3)][1]:.2f}" for v in VARIANTS] for x in table]
+        rows = [
+            [x] + [f"{table[x][(v, RECOMMENDED)][0]} / {table[x][(v, RECOMMENDED)][1]:.2f}" for v in VARIANTS]
+            for x in table
+        ]
         lines += markdown([experiment.axis] + list(LABELS.values()), rows) + [""]
-    best_share = {
-        n: max(HEURISTICS, key=lambda h: sum(results[n][x][(h, 3)][1] for x in results[n])) for n in results
-    }
     lines += [
         "Best mean rp with strategy 3 per experiment: "
-        + ", ".join(f"Exp. {n}: {HEURISTICS[h]}" for n, h in best_share.items())
+        + ", ".join(f"Exp. {n}: {HEURISTICS[h]}" for n, h in best_heuristics(results).items())
         + ".",
         "",
     ]
     lines += ["Without reuse of common sub-trees, against the paper (Section 6.2):", ""]
-    lines += [f"- {line}" for line in no_reuse_verdicts(results)] + [""]
+    lines += [
+        f"- {j.claim}: **{'met' if j.ok else 'MISSED'}**{f' ({j.why})' if j.why else ''}; {j.what}: {j.figures}"
+        for j in no_reuse_judgements(results)
+    ] + [""]
     lines += [
         "Integer program (Proc-Power, Experiment 5 instances) against the best of the 24 heuristic runs:",
         "",
@@ -247,53 +267,106 @@ def report(results: dict, ilp_rows: list, args: argparse.Namespace) -> list[str]
     return lines
 
 
-def no_reuse_verdicts(results: dict) -> list[str]:
-    """The paper's claims on H3-H6 without reuse, judged on the same tables: Experiment 1 (strategies 3
-    and 2: 'they do not find results until at least 35 processors ... or even 60'), Experiment 3 ('they
-    no longer find results when application sizes exceed 40 operators') and, in both, 'TopDown
-    heuristics perform better'."""
+def best_heuristics(results: Results) -> dict[int, Heuristic]:
+    """Per experiment, the heuristic (with reuse) of the highest rp with :data:`RECOMMENDED` summed over the
+    points: the paper recommends that strategy and TopDownBFS with it."""
+    return {
+        n: max(HEURISTICS, key=lambda h: sum(table[x][(h, RECOMMENDED)][1] for x in table))
+        for n, table in results.items()
+    }
 
-    def first(number: int, variant: str, strategy: int) -> float | None:
-        table = results[number]
-        return next((x for x in table if table[x][(variant, strategy)][0] > 0), None)
 
-    def shown(value: float | None) -> str:
-        return "none" if value is None else f"{value:g}"
+@dataclass(frozen=True)
+class Judgement:
+    """One of the paper's claims judged on one set of tables: whether it holds, ``figures`` (``what`` they
+    are) and, when it does not, ``why`` (the heuristics or figures that break it)."""
 
+    claim: str
+    ok: bool
+    what: str
+    figures: str
+    why: str = ""
+
+
+def first_success(table: dict[float, Summary], variant: str, strategy: int) -> float | None:
+    """The first point at which ``variant`` with ``strategy`` succeeded on any run (None: at no point)."""
+    return next((x for x in table if table[x][(variant, strategy)][0] > 0), None)
+
+
+def shown(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
+def short(heuristic: Heuristic) -> str:
+    """The paper's number of a heuristic (H3 for TopDownBFS): how the judgements' figures name them."""
+    return HEURISTICS[heuristic].split()[0]
+
+
+def no_reuse_judgements(results: Results) -> list[Judgement]:
+    """The paper's claims on H3-H6 without reuse (Section 6.2), judged on the same tables: Experiment 1
+    (strategies 3 and 2: 'they do not find results until at least 35 processors ... or even 60'; whether
+    that is later than with reuse at all), Experiment 3 ('they no longer find results when application
+    sizes exceed 40 operators') and, in both, 'TopDown heuristics perform better'."""
     out = []
     for strategy, bound in ((3, 35), (2, 60)):
-        firsts = {h: first(1, f"{h}/no-reuse", strategy) for h in NO_REUSE}
-        with_reuse = {h: first(1, h, strategy) for h in NO_REUSE}
-        later = all(
-            f is None or (w is not None and f > w) for f, w in zip(firsts.values(), with_reuse.values())
-        )
-        late = all(f is None or f >= bound for f in firsts.values())
+        without = {h: first_success(results[1], f"{h}/no-reuse", strategy) for h in NO_REUSE}
+        with_reuse = {h: first_success(results[1], h, strategy) for h in NO_REUSE}
+        what = "H3-H6's first success (processors) without reuse, with reuse"
+        figures = f"{'/'.join(map(shown, without.values()))}, {'/'.join(map(shown, with_reuse.values()))}"
+        not_later = [
+            h
+            for h in NO_REUSE
+            if without[h] is not None and (with_reuse[h] is None or without[h] <= with_reuse[h])
+        ]
         out.append(
-            f"Experiment 1, strategy {strategy}: first success without reuse at "
-            + ", ".join(f"{HEURISTICS[h]} {shown(f)}" for h, f in firsts.items())
-            + " processors; with reuse "
-            + ", ".join(f"{shown(w)}" for w in with_reuse.values())
-            + f". Later than with reuse: {'met' if later else 'MISSED'}; the paper's 'not until at least "
-            + f"{bound}': {'match' if late else 'miss'}"
+            Judgement(
+                f"Experiment 1, strategy {strategy}: without reuse, the first success comes later than with it",
+                not not_later,
+                what,
+                figures,
+                "; ".join(
+                    f"{short(h)} {shown(without[h])} against {shown(with_reuse[h])}" for h in not_later
+                ),
+            )
+        )
+        early = [h for h in NO_REUSE if without[h] is not None and without[h] < bound]
+        out.append(
+            Judgement(
+                f"Experiment 1, strategy {strategy}: no success without reuse below {bound} processors (the paper)",
+                not early,
+                what,
+                figures,
+                ", ".join(f"{short(h)} at {shown(without[h])}" for h in early),
+            )
         )
     big = [x for x in results[3] if x > 40]
     found = {h: sum(results[3][x][(f"{h}/no-reuse", 3)][0] for x in big) for h in NO_REUSE}
     out.append(
-        f"Experiment 3, strategy 3, sizes above 40 operators ({', '.join(f'{x:g}' for x in big)}): successes "
-        f"without reuse {', '.join(f'{HEURISTICS[h]} {n}' for h, n in found.items())}; the paper: none: "
-        + ("match" if not any(found.values()) else "miss")
+        Judgement(
+            "Experiment 3, strategy 3: no success without reuse above 40 operators (the paper)",
+            not any(found.values()),
+            f"H3-H6's successes without reuse at {', '.join(f'{x:g}' for x in big)} operators",
+            "/".join(map(str, found.values())),
+            ", ".join(f"{short(h)} {n}" for h, n in found.items() if n),
+        )
     )
     for number in (1, 3):
         table = results[number]
         score = {
             h: sum(table[x][(f"{h}/no-reuse", s)][1] for x in table for s in STRATEGIES) for h in NO_REUSE
         }
-        top = min(score[h] for h in NO_REUSE[:2])
-        bottom = max(score[h] for h in NO_REUSE[2:])
+        top = min(NO_REUSE[:2], key=score.__getitem__)
+        bottom = max(NO_REUSE[2:], key=score.__getitem__)
         out.append(
-            f"Experiment {number}, every strategy: summed rp without reuse "
-            + ", ".join(f"{HEURISTICS[h]} {v:.2f}" for h, v in score.items())
-            + f"; the paper's 'TopDown heuristics perform better': {'match' if top >= bottom else 'miss'}"
+            Judgement(
+                f"Experiment {number}, every strategy: TopDown better than BottomUp without reuse (the paper)",
+                score[top] >= score[bottom],
+                "H3-H6's rp without reuse summed over points and strategies",
+                "/".join(f"{v:.2f}" for v in score.values()),
+                ""
+                if score[top] >= score[bottom]
+                else f"{short(top)} {score[top]:.2f} below {short(bottom)} {score[bottom]:.2f}",
+            )
         )
     return out
 
