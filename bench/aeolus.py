@@ -117,12 +117,27 @@ def run(url: str, work: Path, name: str, records: int, size: int | None) -> tupl
     return wall, cpu, executors[0].batch_records("rekeyed", "out")
 
 
-def marginal(url: str, work: Path, label: str, records: int, size: int | None) -> tuple[int, float, float]:
-    """(records per entry, records per wall second, records per CPU-second) over runs of N and 2N records:
-    what a run pays once (starting two executors, acquiring units) cancels."""
-    wall_1, cpu_1, used = run(url, work, f"aeolus-{label}-n", records, size)
-    wall_2, cpu_2, _ = run(url, work, f"aeolus-{label}-2n", 2 * records, size)
-    return used, records / (wall_2 - wall_1), records / (cpu_2 - cpu_1)
+SPAN = 3.0
+"""Seconds the run of 2N records must take beyond the run of N. Runs of 300,000 records took under a second
+at 256 records per entry and more, and five sweeps of them spread 0.3x-6x (2026-12-08): their difference
+was mostly noise."""
+MOST = 6_000_000
+"""Records of a run of N at most."""
+
+
+def marginal(
+    url: str, work: Path, label: str, records: int, size: int | None, span: float
+) -> tuple[int, int, float, float]:
+    """(records per entry, N, records per wall second, records per CPU-second) over runs of N and 2N records:
+    what a run pays once (starting two executors, acquiring units) cancels. N grows from ``records`` until
+    the run of 2N takes ``span`` seconds more than the run of N."""
+    while True:
+        wall_1, cpu_1, used = run(url, work, f"aeolus-{label}-{records}-n", records, size)
+        wall_2, cpu_2, _ = run(url, work, f"aeolus-{label}-{records}-2n", 2 * records, size)
+        extra = wall_2 - wall_1
+        if extra >= span or records >= MOST:
+            return used, records, records / extra, records / (cpu_2 - cpu_1)
+        records = min(MOST, int(records * min(8.0, 1.25 * span / max(extra, span / 8))))
 
 
 def main() -> None:
@@ -134,9 +149,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.repeats = 1
-    per_size = 1_000 if args.quick else 3_000
-    """Records per unit of entry size in a run (N; a second run takes 2N), at least a fifth of the most: small
-    entries are slower, but a run of a few thousand records is all fixed cost and its marginal all noise."""
+    span = 0.5 if args.quick else SPAN
+    start: dict[str, int] = {}
+    """Each configuration's N of the sweep before: where the next sweep starts growing it."""
     plan = aeolus_plan(topology("aeolus", 1, None).spec)
     get_spark()
     work = Path(tempfile.mkdtemp(prefix="bench-aeolus-"))
@@ -148,15 +163,16 @@ def main() -> None:
             progress.advance(task)
             for repeat in range(args.repeats):
                 for size in (*SIZES, None):
-                    most = 100_000 if args.quick else 300_000
-                    records = min(most, max(most // 5, per_size * (size or max(SIZES))))
                     label = "Aeolus" if size is None else f"{size}"
-                    used, wall, cpu = marginal(valkey.url, work, f"{label.lower()}-{repeat}", records, size)
+                    used, records, wall, cpu = marginal(
+                        valkey.url, work, f"{label.lower()}-{repeat}", start.get(label, 20_000), size, span
+                    )
+                    start[label] = records
                     measured.setdefault(label, []).append((used, records, wall, cpu))
                     progress.advance(task)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report(args, plan.batch_sizes.get("rekeyed->out", 1), measured)
+    report(args, plan.batch_sizes.get("rekeyed->out", 1), measured, span)
 
 
 Runs = dict[str, list[tuple[int, int, float, float]]]
@@ -196,7 +212,7 @@ def claims(measured: Runs) -> list[str]:
     ]
 
 
-def report(args: argparse.Namespace, eq4: int, measured: Runs) -> None:
+def report(args: argparse.Namespace, eq4: int, measured: Runs, span: float) -> None:
     sweeps = len(measured["Aeolus"])
     ratio = {
         label: [runs[i][2] / measured["1"][i][2] for i in range(sweeps)] for label, runs in measured.items()
@@ -236,7 +252,8 @@ def report(args: argparse.Namespace, eq4: int, measured: Runs) -> None:
         ),
         "",
         "sequence -> re-keyed map -> keyed file sink on two executors, the sink on the second, so every record "
-        "crosses Valkey whole; sources backlogged (capacity). Each configuration runs N and 2N records, in "
+        "crosses Valkey whole; sources backlogged (capacity). Each configuration runs N and 2N records, N grown "
+        f"until the run of 2N takes {span:g} s more than the run of N (from the N of the sweep before), in "
         f"each of {sweeps} sweeps over the sizes; cells are median (min-max) over the sweeps, and each claim is "
         "judged within each sweep (Aeolus against the sizes run beside it), then over the sweeps. "
         "Throughput = N / the difference of their wall seconds (routing to the sink's end of stream), so what "
@@ -258,7 +275,7 @@ def report(args: argparse.Namespace, eq4: int, measured: Runs) -> None:
                 [
                     label,
                     runs[0][0],
-                    f"{runs[0][1]:,}",
+                    median_range([run[1] for run in runs], "{:,.0f}".format),
                     median_range([run[2] for run in runs], "{:,.0f}".format),
                     median_range(ratio[label], "{:.1f}x".format),
                     median_range([run[3] for run in runs], "{:,.0f}".format),
