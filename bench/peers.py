@@ -72,7 +72,7 @@ from rich.table import Table
 
 from bench import runtime
 from bench.peers_worker import EVENT_RATE, KEYS, SHAPES, SOURCE_KEY_GROUPS
-from bench.report import header, markdown, section_image, write_section
+from bench.report import header, markdown, save_figure, section_image, write_section
 from bench.runtime import ExecutorGroup, cpu_seconds, marginal, pipelines_topology
 from streamtopo.runtime.embedded import EmbeddedValkey
 from streamtopo.runtime.operators.udf import UDF_PATH_ENV
@@ -641,11 +641,8 @@ def report(
         ax.set_title(shape, fontsize=10)
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("records per CPU-second (marginal)")
-    fig.tight_layout()
     img = section_image(args.section, TITLE, "peers")
-    img.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(img, dpi=120)
-    plt.close(fig)
+    save_figure(fig, img, dpi=120)
 
     missing = [s for s in SHAPES if s not in args.shapes]
     lines = [

@@ -7,8 +7,8 @@ through an 8 KB buffer, so a longer one leaves in two writes, and with Nagle's a
 for the acknowledgement of the first, which Linux delays by up to 40 ms. runtime/spark.py's
 ``without_reply_delay`` turns the algorithm off on the JVM's end of each thread's connection. This
 measures both ways in one JVM, each on a thread of its own (a connection of its own): replies of several
-sizes (a string built in the JVM), and the file sink's number formatting of 1,000 doubles
-(runtime/operators/json_writer.py, a 19 kB reply, once per float column of a step's output).
+sizes (a string built in the JVM), and the file sink's JSON lines of 1,000 doubles
+(runtime/operators/json_writer.py's ``json_lines``: Java's notation of the numbers is a 19 kB reply).
 
 Writes the section "Replies from the JVM (issue 33)" of docs/benchmarks.md and docs/img/py4j_replies.png.
 """
@@ -31,11 +31,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-import pyarrow as pa
+import pandas as pd
 from rich.console import Console
 
 from bench.report import header, image_dir, markdown, publish, save_figure
-from streamtopo.runtime.operators.json_writer import _java_numbers
+from streamtopo.runtime.operators.json_writer import json_lines
 from streamtopo.runtime.spark import get_spark, without_reply_delay
 
 SECTION = "Replies from the JVM (issue 33)"
@@ -68,11 +68,11 @@ def measure(calls: int) -> list[tuple[str, float, float]]:
     """(what, median ms as py4j leaves it, median ms with Nagle off) per reply."""
     spark = get_spark()
     strings = spark._jvm.org.apache.commons.lang3.StringUtils  # noqa: SLF001 - PySpark's JVM handle
-    doubles = pa.array(np.random.default_rng(0).random(1_000) * 1e6)
+    doubles = pd.DataFrame({"price": np.random.default_rng(0).random(1_000) * 1e6})
     cases: list[tuple[str, Callable[[], object]]] = [
         (f"{size:,} characters", lambda size=size: strings.repeat("x", size)) for size in SIZES
     ]
-    cases.append(("the file sink's text of 1,000 doubles", lambda: _java_numbers(spark, doubles)))
+    cases.append(("the file sink's lines of 1,000 doubles", lambda: json_lines(spark, doubles, ["price"])))
     rows = []
     for what, work in cases:
         rows.append((what, timed(calls, False, work), timed(calls, True, work)))
